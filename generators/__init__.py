@@ -1,0 +1,38 @@
+"""Synthetic tasks with exactly known answers (numpy only; never imports torch).
+
+    >>> import generators
+    >>> task = generators.get_task("flipflop", n_pairs=64)
+    >>> s = task.sample("test", n=1, seed=0)[0]
+    >>> task.solve(s) == s.targets
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import arithmetic, binfa, che, counting, flipflop, mqar, passkey, selective_copy
+from .base import PAD, Param, Sample, Task
+
+TASKS: dict[str, type[Task]] = {
+    **flipflop.TASKS,
+    **selective_copy.TASKS,
+    **counting.TASKS,
+    **arithmetic.TASKS,
+    **binfa.TASKS,
+    **che.TASKS,
+    **mqar.TASKS,
+    **passkey.TASKS,
+}
+
+
+def get_task(name: str, **params: Any) -> Task:
+    """The task ``name`` with ``params`` (ValueError for an unknown name or parameter)."""
+    try:
+        cls = TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r} (allowed: {', '.join(TASKS)})") from None
+    return cls(**params)
+
+
+__all__ = ["PAD", "Param", "Sample", "TASKS", "Task", "get_task"]

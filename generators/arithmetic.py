@@ -1,0 +1,279 @@
+"""Arithmetic in F_p with chain of thought (Feng et al. 2023; BiPE Sec. 4.1, App. D.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Param, Sample, Task, input_hash_bucket, positive, prime
+
+OPS = ("+", "-", "*", "/")
+BOS, EOS = "<bos>", "<eos>"
+
+
+def _ood_max(v: Any) -> str | None:
+    return None if v >= 0 else "must be >= 0 (0: no ood-ops splits)"
+
+
+class Arithmetic(Task):
+    """``<bos> E_n = E_(n-1) = ... = E_0 <eos>`` over F_p (numbers ``0..p-1``, ``+ - * /``,
+    brackets; ``/`` multiplies by the inverse).
+
+    Generation with n operators: E_0 is one uniform number; expansion k picks a number leaf of
+    E_(k-1) uniformly and replaces its value x by ``( a op b )`` with op uniform, a uniform in
+    0..p-1 and b solving ``a op b = x`` (impossible (op, a) pairs are redrawn: ``a * b = x``
+    with a = 0 != x, ``a / b = x`` needing b = 0; where b is free it is uniform). Brackets are
+    kept only where precedence needs them: previous token ``/``; or the new op is ``+``/``-``
+    and the previous token is ``*``/``-`` or the next one is ``*``/``/``. So each chain step
+    E_k -> E_(k-1) evaluates exactly the operator inserted last.
+
+    Train / test: n ~ U{min_ops..n_ops} (the paper's training set mixes 1..n_ops);
+    ``ood-ops-k`` for k = n_ops+1..ood_ops_max: exactly k operators (more ``=`` segments),
+    disjoint from train by construction (another operator count). ``test`` is disjoint from
+    train by the hash of the prompt ``<bos> E_n =`` (not of the whole chain), so a test prompt is
+    never a training prompt.
+
+    Scoring (``scoring = "greedy"``): the record holds the whole chain; loss / scored positions
+    are the first ``=`` .. the token before ``<eos>`` (targets: every token after the first
+    ``=`` through ``<eos>``). Evaluation decodes greedily from the prompt
+    ``ids[:prompt_length(sample)]`` and compares the token before the generated ``<eos>`` with
+    ``answer_id(sample)`` (metric ``answer_acc``); teacher-forced token accuracy is secondary.
+    BiPE separator: ``=``.
+    """
+
+    name = "arithmetic"
+    family = "arithmetic"
+    description = "evaluate an F_p expression step by step (chain of thought)"
+    paper = "Feng et al. 2023; BiPE Sec. 4.1"
+    scoring = "greedy"
+    metrics = ("answer_acc",)
+    PARAMS = {
+        "modulus": Param(11, int, "prime modulus p (numbers 0..p-1)", prime),
+        "n_ops": Param(6, int, "most operators in train / test", positive),
+        "min_ops": Param(1, int, "fewest operators in train / test (paper mixes 1..n_ops)", positive),
+        "ood_ops_max": Param(8, int, "ood-ops-k splits for k = n_ops+1..ood_ops_max (0: none)", _ood_max),
+    }
+
+    def validate(self) -> None:
+        p = self.params
+        if p["min_ops"] > p["n_ops"]:
+            raise ValueError(f"task 'arithmetic': parameter 'min_ops' must be <= n_ops={p['n_ops']}, got {p['min_ops']}")
+        if p["ood_ops_max"] and p["ood_ops_max"] <= p["n_ops"]:
+            raise ValueError(f"task 'arithmetic': parameter 'ood_ops_max' must be 0 (none) or > n_ops={p['n_ops']}, "
+                             f"got {p['ood_ops_max']}")
+
+    @property
+    def vocab(self) -> list[str]:
+        return [str(i) for i in range(self.params["modulus"])] + list(OPS) + ["(", ")", "=", BOS, EOS]
+
+    @property
+    def separators(self) -> tuple[str, ...]:
+        return ("=",)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        p = self.params
+        ood = tuple(f"ood-ops-{k}" for k in range(p["n_ops"] + 1, p["ood_ops_max"] + 1)) if p["ood_ops_max"] else ()
+        return ("train", "test") + ood
+
+    def split_params(self, split: str) -> dict[str, Any]:
+        p = self.params
+        if split.startswith("ood-ops-"):
+            k = int(split.rsplit("-", 1)[1])
+            return {"modulus": p["modulus"], "min_ops": k, "n_ops": k}
+        return {"modulus": p["modulus"], "min_ops": p["min_ops"], "n_ops": p["n_ops"]}
+
+    # ids: numbers 0..p-1, then + - * / ( ) = <bos> <eos>
+    def _ids(self, p: dict[str, Any]) -> dict[str, int]:
+        m = p["modulus"]
+        return {t: m + i for i, t in enumerate(list(OPS) + ["(", ")", "=", BOS, EOS])}
+
+    def generate(self, rng: np.random.Generator, p: dict[str, Any]):
+        m = p["modulus"]
+        tid = self._ids(p)
+        plus, minus, times, div, lp, rp = (tid[t] for t in ("+", "-", "*", "/", "(", ")"))
+        n = int(rng.integers(p["min_ops"], p["n_ops"] + 1))
+        # a, op draws with spares for redraws; leaf picks as uniforms
+        draws_a = rng.integers(0, m, size=(n, 8))
+        draws_op = rng.integers(0, 4, size=(n, 8))
+        free_b = rng.integers(0, m, size=n)  # b of a * b = 0 with a = 0
+        free_nz = rng.integers(1, m, size=n)  # b of 0 / b = 0
+        leaf_u = rng.random(n)
+        expr = [int(rng.integers(0, m))]  # E_0
+        chain = [expr]
+        for k in range(n):
+            leaves = [i for i, t in enumerate(expr) if t < m]
+            pos = leaves[int(leaf_u[k] * len(leaves))]
+            x = expr[pos]
+            r = 0
+            while True:
+                if r == 8:  # spares used up: draw more (rare)
+                    draws_a[k] = rng.integers(0, m, size=8)
+                    draws_op[k] = rng.integers(0, 4, size=8)
+                    r = 0
+                a, op = int(draws_a[k, r]), int(draws_op[k, r])
+                r += 1
+                if op == 0:
+                    b = (x - a) % m
+                elif op == 1:
+                    b = (a - x) % m
+                elif op == 2:
+                    if a == 0:
+                        if x != 0:
+                            continue
+                        b = int(free_b[k])
+                    else:
+                        b = x * pow(a, m - 2, m) % m
+                else:
+                    if x == 0:
+                        if a != 0:
+                            continue
+                        b = int(free_nz[k])
+                    else:
+                        if a == 0:
+                            continue
+                        b = a * pow(x, m - 2, m) % m
+                break
+            op_id = plus + op
+            prev = expr[pos - 1] if pos > 0 else None
+            nxt = expr[pos + 1] if pos + 1 < len(expr) else None
+            bracket = prev == div or (op_id in (plus, minus) and (prev in (times, minus) or nxt in (times, div)))
+            new = [lp, a, op_id, b, rp] if bracket else [a, op_id, b]
+            expr = expr[:pos] + new + expr[pos + 1:]
+            chain.append(expr)
+        eq = tid["="]
+        seq = [tid[BOS]]
+        for e in reversed(chain):
+            seq += e
+            seq.append(eq)
+        seq[-1] = tid[EOS]
+        ids = np.array(seq, dtype=np.int64)  # (T,)
+        first_eq = len(chain[-1]) + 1
+        scored = np.arange(first_eq, len(ids) - 1, dtype=np.int64)
+        return ids, scored, ids[scored + 1]
+
+    # -- what the trainer uses -----------------------------------------------------------
+    def prompt_length(self, sample: Sample) -> int:
+        """Tokens of the prompt ``<bos> E_n =`` (greedy decoding starts after them)."""
+        return sample.tokens.index("=") + 1
+
+    def answer_id(self, sample: Sample) -> int:
+        """Id of the final answer (the token before ``<eos>``)."""
+        return int(sample.ids[-2])
+
+    def _accept(self, ids: np.ndarray, split: str) -> bool:
+        # hash the prompt only: a test prompt must never be a training prompt, whatever its chain
+        if split not in ("train", *self.HELD_OUT_SPLITS):
+            return True
+        eq = self.params["modulus"] + 6
+        cut = int(np.argmax(ids == eq)) + 1
+        bucket = input_hash_bucket(ids[:cut], self.HASH_BUCKETS)
+        return bucket != 0 if split == "train" else bucket == 0
+
+    # -- independent check ---------------------------------------------------------------
+    def solve(self, sample: Sample) -> list[str]:
+        """Check the chain (every step keeps the value in F_p and evaluates exactly one
+        operator ``a op b``) and return the targets (tokens after the first ``=``). Raises
+        ValueError on an invalid chain."""
+        toks = sample.tokens
+        m = self.params["modulus"]
+        if toks[0] != BOS or toks[-1] != EOS:
+            raise ValueError("arithmetic chain must start with <bos> and end with <eos>")
+        exprs, cur = [], []
+        for t in toks[1:-1]:
+            if t == "=":
+                exprs.append(cur)
+                cur = []
+            else:
+                cur.append(t)
+        exprs.append(cur)
+        values = [evaluate(e, m) for e in exprs]
+        if len(set(values)) != 1:
+            raise ValueError(f"arithmetic chain changes value: {values}")
+        if len(exprs[-1]) != 1:
+            raise ValueError("arithmetic chain must end with a single number")
+        for hi, lo in zip(exprs, exprs[1:]):
+            if not _one_step(hi, lo, m):
+                raise ValueError(f"arithmetic step does not evaluate exactly one operator: {' '.join(hi)} -> {' '.join(lo)}")
+        return toks[toks.index("=") + 1:]
+
+
+def _one_step(hi: list[str], lo: list[str], m: int) -> bool:
+    """``lo`` is ``hi`` with one ``a op b`` or ``( a op b )`` (numbers a, b) replaced by its value."""
+    n_ops = lambda e: sum(t in OPS for t in e)  # noqa: E731
+    if n_ops(hi) != n_ops(lo) + 1:
+        return False
+    for width in (3, 5):
+        if len(hi) - width + 1 != len(lo):
+            continue
+        for i in range(len(hi) - width + 1):
+            win = hi[i:i + width]
+            if hi[:i] != lo[:i] or hi[i + width:] != lo[i + 1:]:
+                continue
+            core = win[1:4] if width == 5 else win
+            if width == 5 and (win[0] != "(" or win[4] != ")"):
+                continue
+            a, op, b = core
+            if not (a.isdigit() and b.isdigit() and op in OPS):
+                continue
+            if lo[i].isdigit() and _apply(int(a), op, int(b), m) == int(lo[i]):
+                return True
+    return False
+
+
+def _apply(a: int, op: str, b: int, m: int) -> int:
+    if op == "+":
+        return (a + b) % m
+    if op == "-":
+        return (a - b) % m
+    if op == "*":
+        return a * b % m
+    if b % m == 0:
+        raise ValueError("division by zero in F_p")
+    return a * pow(b, m - 2, m) % m
+
+
+def evaluate(tokens: list[str], m: int) -> int:
+    """Value of an infix expression in F_p (``* /`` bind tighter, left-associative)."""
+    pos = 0
+
+    def expr() -> int:
+        nonlocal pos
+        v = term()
+        while pos < len(tokens) and tokens[pos] in ("+", "-"):
+            op = tokens[pos]
+            pos += 1
+            v = _apply(v, op, term(), m)
+        return v
+
+    def term() -> int:
+        nonlocal pos
+        v = atom()
+        while pos < len(tokens) and tokens[pos] in ("*", "/"):
+            op = tokens[pos]
+            pos += 1
+            v = _apply(v, op, atom(), m)
+        return v
+
+    def atom() -> int:
+        nonlocal pos
+        t = tokens[pos]
+        pos += 1
+        if t == "(":
+            v = expr()
+            if tokens[pos] != ")":
+                raise ValueError("unbalanced brackets")
+            pos += 1
+            return v
+        if not t.isdigit():
+            raise ValueError(f"expected a number, got {t!r}")
+        return int(t) % m
+
+    v = expr()
+    if pos != len(tokens):
+        raise ValueError(f"trailing tokens in expression: {tokens[pos:]}")
+    return v
+
+
+TASKS = {"arithmetic": Arithmetic}

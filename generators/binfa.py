@@ -1,0 +1,264 @@
+"""Bilevel automata languages (BiPE Sec. 3.3, Theorems 3.1-3.2): ``binfa`` and its flat
+control ``nfa``. The experiment design is synthlab's own (the paper has no such task)."""
+
+from __future__ import annotations
+
+import string
+import zlib
+from typing import Any
+
+import numpy as np
+
+from .base import Param, Sample, Task, positive
+
+SEP, YES, NO = "#", "Y", "N"
+
+
+def _density(v: Any) -> str | None:
+    return None if 0.0 < v <= 1.0 else "must be in (0, 1]"
+
+
+def symbol_names(s: int) -> list[str]:
+    return list(string.ascii_lowercase[:s]) if s <= 26 else [f"s{i}" for i in range(s)]
+
+
+def _random_subset(rng: np.random.Generator, n: int, prob: float) -> np.ndarray:
+    """A random non-empty subset of range(n) as a bool mask: each kept with prob ``prob``; an
+    empty draw keeps one uniform element instead."""
+    keep = rng.random(n) < prob
+    if not keep.any():
+        keep[rng.integers(0, n)] = True
+    return keep
+
+
+class _AutomatonTask(Task):
+    """Shared machinery: strings, balanced labels, simulation by Boolean transfer matrices."""
+
+    PARAMS = {
+        "n_sets": Param(4, int, "k: number of state sets Q_1..Q_k", positive),
+        "set_size": Param(4, int, "m: states per set", positive),
+        "n_symbols": Param(4, int, "s: alphabet size (besides #)", positive),
+        "density": Param(0.25, float, "probability that a transition keeps each possible target", _density),
+        "seg_len": Param(8, int, "a segment has U{1..seg_len} symbols, then #", positive),
+        "max_segments": Param(16, int, "N: train / test strings have U{1..N} segments", positive),
+        "ood_max_segments": Param(64, int, "ood-segments strings have U{N+1..this} segments", positive),
+        "automaton_seed": Param(0, int, "seed of the automaton (fixed per task instance)"),
+        "trace": Param(False, bool, "also score the label after every #"),
+    }
+    #: an automaton is kept when random strings of train and of ood-segments each have at
+    #: least this share of either label (then balancing by rejection stays cheap)
+    MIN_CLASS_RATE = 0.1
+    MAX_DRAWS = 100
+
+    def validate(self) -> None:
+        p = self.params
+        if p["ood_max_segments"] <= p["max_segments"]:
+            raise ValueError(f"task {self.name!r}: parameter 'ood_max_segments' must be > max_segments="
+                             f"{p['max_segments']}, got {p['ood_max_segments']}")
+        if p["automaton_seed"] < 0:
+            raise ValueError(f"task {self.name!r}: parameter 'automaton_seed' must be >= 0, got {p['automaton_seed']}")
+        self._check_structure()
+        # the automaton: the first draw from automaton_seed whose language is not degenerate
+        # (random NFAs often accept almost everything or almost nothing); labels are then
+        # balanced by rejection sampling in generate()
+        for attempt in range(self.MAX_DRAWS):
+            key = [p["automaton_seed"], zlib.crc32(self.name.encode()), attempt]
+            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
+            self.delta, self.start, self.accept = self._build(rng)  # (s+1, Q, Q) bool, int, (Q,) bool
+            check = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key + [1])))
+            rates = []
+            for split in ("train", "ood-segments"):
+                q = self.split_params(split)
+                rates.append(float(np.mean([self._simulate(self._draw_string(check, q))[-1] for _ in range(100)])))
+            if min(min(rates), 1.0 - max(rates)) >= self.MIN_CLASS_RATE:
+                self.automaton_draw = attempt
+                return
+        raise ValueError(
+            f"task {self.name!r}: parameter 'density'={p['density']} (automaton_seed={p['automaton_seed']}) gives no "
+            f"automaton in {self.MAX_DRAWS} draws whose language has >= {self.MIN_CLASS_RATE:.0%} of each label "
+            f"(train and ood-segments); try density near 0.25")
+
+    def _check_structure(self) -> None:
+        ...
+
+    def _build(self, rng: np.random.Generator) -> tuple[np.ndarray, int, np.ndarray]:
+        raise NotImplementedError
+
+    # -- vocabulary: symbols, #, Y, N ---------------------------------------------------------
+    @property
+    def vocab(self) -> list[str]:
+        return symbol_names(self.params["n_symbols"]) + [SEP, YES, NO]
+
+    @property
+    def separators(self) -> tuple[str, ...]:
+        return (SEP,)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return ("train", "test", "ood-segments")
+
+    def split_params(self, split: str) -> dict[str, Any]:
+        p = self.params
+        lo, hi = (p["max_segments"] + 1, p["ood_max_segments"]) if split == "ood-segments" else (1, p["max_segments"])
+        return {"seg_min": lo, "seg_max": hi, "seg_len": p["seg_len"], "n_symbols": p["n_symbols"], "trace": p["trace"]}
+
+    # -- generation -------------------------------------------------------------------------
+    def _draw_string(self, rng: np.random.Generator, p: dict[str, Any]) -> np.ndarray:
+        """Symbols per segment as a (n_seg, seg_len) array, -1 = padding (segment ended)."""
+        n_seg = int(rng.integers(p["seg_min"], p["seg_max"] + 1))
+        lens = rng.integers(1, p["seg_len"] + 1, size=n_seg)  # (n_seg,)
+        sym = rng.integers(0, p["n_symbols"], size=(n_seg, p["seg_len"]))
+        sym[np.arange(p["seg_len"])[None, :] >= lens[:, None]] = -1
+        return sym
+
+    def _simulate(self, sym: np.ndarray) -> np.ndarray:
+        """Accept (bool) after each segment's ``#``: subset simulation with one Boolean
+        transfer matrix per segment, built over the positions inside a segment."""
+        d = self.delta.astype(np.float32)  # (s+1, Q, Q)
+        Q = d.shape[1]
+        ext = np.concatenate([d[:-1], np.eye(Q, dtype=np.float32)[None]])  # index -1 = identity
+        M = ext[sym[:, 0]]  # (n_seg, Q, Q)
+        for j in range(1, sym.shape[1]):
+            M = np.minimum(M @ ext[sym[:, j]], 1.0)
+        M = np.minimum(M @ d[-1], 1.0)  # the closing '#'
+        v = np.zeros(Q, dtype=np.float32)
+        v[self.start] = 1.0
+        out = np.empty(len(sym), dtype=bool)
+        acc = self.accept.astype(np.float32)
+        for i in range(len(sym)):
+            v = np.minimum(v @ M[i], 1.0)
+            out[i] = v @ acc > 0
+        return out
+
+    def generate(self, rng: np.random.Generator, p: dict[str, Any]):
+        s = p["n_symbols"]
+        sep, yes, no = s, s + 1, s + 2
+        want = bool(rng.integers(0, 2))  # balanced final label
+        for _ in range(10_000):
+            sym = self._draw_string(rng, p)
+            labels = self._simulate(sym)
+            if labels[-1] == want:
+                break
+        else:  # pragma: no cover - validate() rejects automata this unbalanced
+            raise ValueError(f"task {self.name!r}: parameter 'automaton_seed' gives too few {'accepted' if want else 'rejected'} strings")
+        n_seg, width = sym.shape
+        label_ids = np.where(labels, yes, no)
+        if p["trace"]:
+            # each row: symbols, '#', label; then drop padding
+            rows = np.concatenate([sym, np.full((n_seg, 1), sep), label_ids[:, None]], axis=1)
+            ids = rows[rows >= 0]
+            scored = np.flatnonzero(ids == sep)
+        else:
+            rows = np.concatenate([sym, np.full((n_seg, 1), sep)], axis=1)
+            ids = np.append(rows[rows >= 0], label_ids[-1])
+            scored = np.array([len(ids) - 2])
+        ids = ids.astype(np.int64)
+        return ids, scored.astype(np.int64), ids[scored + 1]
+
+    # -- independent check ------------------------------------------------------------------
+    def solve(self, sample: Sample) -> list[str]:
+        """Token-by-token subset simulation with Python sets (labels after each '#')."""
+        names = symbol_names(self.params["n_symbols"])
+        index = {t: i for i, t in enumerate(names)}
+        index[SEP] = len(names)
+        succ = {(q, a): set(np.flatnonzero(self.delta[a, q]).tolist())
+                for a in range(self.delta.shape[0]) for q in range(self.delta.shape[1])}
+        final = set(np.flatnonzero(self.accept).tolist())
+        active = {self.start}
+        labels = []
+        for t in sample.tokens:
+            if t in (YES, NO):
+                continue
+            active = set().union(*(succ[(q, index[t])] for q in active))
+            if t == SEP:
+                labels.append(YES if active & final else NO)
+        return labels if self.params["trace"] else labels[-1:]
+
+
+class BiNFA(_AutomatonTask):
+    """A Bi-NFA drawn from ``automaton_seed``: k state sets Q_1..Q_k of m states (state j of
+    Q_i is i*m + j; the start state q*_i of Q_i is i*m). A symbol moves q in Q_i to a random
+    non-empty subset of Q_i (each target kept with prob ``density``); ``#`` moves q in Q_i to a
+    random subset of {q*_1..q*_k} (each kept with prob ``density``; may be empty: the run
+    dies). Start q*_1; accepting F = a random non-empty proper subset of the start states
+    (needs k >= 2). The automaton is the first draw (attempt 0, 1, ...) from
+    ``automaton_seed`` whose language has >= 10% of each label on random strings of train and
+    of ood-segments (random NFAs mostly accept all or nothing); ``automaton_draw`` says which.
+
+    A string: n_seg segments of U{1..seg_len} uniform symbols each closed by ``#``, then the
+    label ``Y``/``N`` (accepted after the last ``#``, subset simulation). Labels are balanced
+    (draw the label, then strings until one has it). ``trace=true``: a label after every
+    ``#``, all scored. Splits: train / test n_seg ~ U{1..N}; ``ood-segments`` n_seg ~
+    U{N+1..ood_max_segments}, disjoint from train by construction (more ``#``). Metric:
+    accuracy (chance 50%). BiPE separator: ``#``.
+    """
+
+    name = "binfa"
+    family = "binfa"
+    description = "accept / reject strings of a random bilevel NFA"
+    paper = "BiPE Sec. 3.3 (synthlab design)"
+    metrics = ("accuracy",)
+
+    def _check_structure(self) -> None:
+        if self.params["n_sets"] < 2:
+            raise ValueError(f"task 'binfa': parameter 'n_sets' must be >= 2 (F is a proper subset of the start "
+                             f"states), got {self.params['n_sets']}")
+
+    def _build(self, rng: np.random.Generator):
+        k, m, s, dens = (self.params[x] for x in ("n_sets", "set_size", "n_symbols", "density"))
+        Q = k * m
+        delta = np.zeros((s + 1, Q, Q), dtype=bool)
+        starts = np.arange(k) * m
+        for a in range(s):
+            for q in range(Q):
+                i = q // m
+                delta[a, q, i * m:(i + 1) * m] = _random_subset(rng, m, dens)
+        for q in range(Q):
+            delta[s, q, starts[rng.random(k) < dens]] = True  # may be empty: the run dies
+        accept = np.zeros(Q, dtype=bool)
+        while True:
+            f = rng.random(k) < 0.5
+            if 0 < f.sum() < k:
+                break
+        accept[starts[f]] = True
+        return delta, 0, accept
+
+
+class FlatNFA(_AutomatonTask):
+    """The control for ``binfa``: one flat NFA with the same number of states k*m drawn from
+    ``automaton_seed``; every symbol moves each state to a random non-empty subset of all k*m
+    states, each target kept with prob density / k (the same expected out-degree as inside a
+    Bi-NFA set); ``#`` is an ordinary symbol with the same law except that, as in binfa, its
+    subsets may be empty. Start state 0;
+    accepting F = a random non-empty proper subset of the states. Same draw-until-balanced
+    rule, strings, labels, splits, scoring and separator as ``binfa``.
+    """
+
+    name = "nfa"
+    family = "binfa"
+    description = "accept / reject strings of a random flat NFA (control for binfa)"
+    paper = "BiPE Sec. 3.3 (synthlab design)"
+    metrics = ("accuracy",)
+
+    def _check_structure(self) -> None:
+        if self.params["n_sets"] * self.params["set_size"] < 2:
+            raise ValueError("task 'nfa': parameters 'n_sets' * 'set_size' must be >= 2 states, got "
+                             f"{self.params['n_sets'] * self.params['set_size']}")
+
+    def _build(self, rng: np.random.Generator):
+        k, m, s, dens = (self.params[x] for x in ("n_sets", "set_size", "n_symbols", "density"))
+        Q = k * m
+        delta = np.zeros((s + 1, Q, Q), dtype=bool)
+        for a in range(s):
+            for q in range(Q):
+                delta[a, q] = _random_subset(rng, Q, dens / k)
+        for q in range(Q):  # '#' as in binfa: may be empty (the run dies)
+            delta[s, q] = rng.random(Q) < dens / k
+        while True:
+            accept = rng.random(Q) < 0.5
+            if 0 < accept.sum() < Q:
+                break
+        return delta, 0, accept
+
+
+TASKS = {"binfa": BiNFA, "nfa": FlatNFA}

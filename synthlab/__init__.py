@@ -1,0 +1,47 @@
+"""synthlab: a synthetic-task laboratory for positional encodings in small Transformers.
+
+The public API (what notebooks and tests use; the CLI is a thin layer over it):
+
+- ``synthlab.build_model(pe="rope", vocab_size=..., d_model=..., ...)`` -> ``torch.nn.Module``
+- ``synthlab.train(task, pe, preset="quick", **overrides)`` -> result record (dict)
+- ``synthlab.sweep(task_or_file, pe=..., preset=...)`` -> list of result records
+- ``synthlab.grid(results, kind="ood")`` -> tidy table + heatmaps
+- ``generators.get_task(name, **params)`` for the data alone (numpy only).
+
+Heavy modules (torch, lightning, optuna, seaborn) are imported on first use, so
+``import synthlab`` and ``synthlab tasks`` stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> (module, attribute). Modules are named differently from the functions
+# (training / sweeping) so that importing a module never shadows the function.
+_LAZY = {
+    "build_model": ("synthlab.model", "build_model"),
+    "parse_pe": ("synthlab.model", "parse_pe"),
+    "train": ("synthlab.training", "train"),
+    "sweep": ("synthlab.sweeping", "sweep"),
+    "grid": ("synthlab.grids", "grid"),
+    "tidy": ("synthlab.grids", "tidy"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'synthlab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = ["__version__", *_LAZY]

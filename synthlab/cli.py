@@ -1,0 +1,58 @@
+"""`synthlab` command line: argument parsing only; each command lives in synthlab/commands/.
+
+Exit codes: 0 success, 2 bad input (one line on stderr, nothing written), 1 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> module in synthlab.commands exposing add_parser(subparsers) and run(args)
+COMMANDS = ("tasks", "encodings", "generate", "train", "sweep", "grid")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits with 2 on bad usage already; keep its message to one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="synthlab",
+        description="Synthetic tasks x positional encodings: generate data, train small Transformers, sweep, draw grids.",
+        epilog="example: synthlab sweep flipflop --pe cope,rope",
+    )
+    from synthlab import __version__
+
+    parser.add_argument("--version", action="version", version=f"synthlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"synthlab.commands.{name}")
+        module.add_parser(sub)
+        sub.choices[name].set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except ValueError as e:  # bad input: UsageError or any validation error
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"synthlab {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("synthlab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `synthlab generate ... | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
