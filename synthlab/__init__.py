@@ -28,6 +28,7 @@ _LAZY = {
     "sweep": ("synthlab.sweeping", "sweep"),
     "grid": ("synthlab.grids", "grid"),
     "tidy": ("synthlab.grids", "tidy"),
+    "load_run": ("synthlab.runs", "load_run"),
 }
 
 

@@ -1,0 +1,70 @@
+"""Reopen a finished run: its config, task and trained model (for notebooks and plots).
+
+A run directory (``synthlab train ... --out DIR`` -> ``DIR/<run_id>/``) holds ``config.json``,
+``metrics.jsonl`` and ``model.safetensors``. Weights are read with safetensors only, never
+with pickle.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass
+class LoadedRun:
+    """What :func:`load_run` returns."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    task: Any  # generators.Task
+    model: torch.nn.Module  # in eval mode, on the CPU
+    metrics: list[dict[str, Any]]  # the lines of metrics.jsonl
+
+    def batch(self, split: str = "test", n: int = 8, seed: int = 0, **overrides: Any) -> tuple[list[Any], torch.Tensor]:
+        """``n`` samples of ``split`` and their ids as one right-padded LongTensor (B, T)."""
+        samples = self.task.sample(split, n, seed=seed, **overrides)
+        pad = len(self.task.vocab)
+        T = max(len(s.ids) for s in samples)
+        ids = torch.full((len(samples), T), pad, dtype=torch.long)
+        for b, s in enumerate(samples):
+            ids[b, : len(s.ids)] = torch.as_tensor(s.ids)
+        return samples, ids
+
+
+def load_run(run_dir: str | Path) -> LoadedRun:
+    """Rebuild the model of a finished run and load its weights (ValueError for a bad dir)."""
+    import generators
+    from safetensors.torch import load_model
+
+    from synthlab.model import build_model
+
+    run_dir = Path(run_dir)
+    cfg_path, weights = run_dir / "config.json", run_dir / "model.safetensors"
+    if not cfg_path.is_file():
+        raise ValueError(f"{run_dir}: not a run directory (no config.json)")
+    if not weights.is_file():
+        raise ValueError(f"{run_dir}: the run kept no weights (model.safetensors missing; did it fail?)")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
+    task = generators.get_task(cfg["task"], **{k: v for k, v in cfg["task_params"].items() if v is not None})
+    m = cfg["model"]
+    model = build_model(
+        pe=cfg["pe"], vocab_size=len(task.vocab) + 1, d_model=m["d_model"], n_layers=m["n_layers"],
+        n_heads=m["n_heads"], max_len=cfg["max_len"], dropout=m["dropout"], tie_embeddings=m["tie_embeddings"],
+        causal=m["causal"], separator_ids=tuple(task.token_id(s) for s in task.separators),
+        segment_start_ids=tuple(task.token_id(s) for s in getattr(task, "segment_starts", ())),
+    )
+    load_model(model, str(weights), device="cpu")
+    model.eval()
+    metrics_path = run_dir / "metrics.jsonl"
+    metrics = []
+    if metrics_path.is_file():
+        metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    return LoadedRun(run_dir=run_dir, config=cfg, task=task, model=model, metrics=metrics)
