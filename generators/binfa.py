@@ -48,7 +48,9 @@ class _AutomatonTask(Task):
     #: an automaton is kept when random strings of train and of ood-segments each have at
     #: least this share of either label (then balancing by rejection stays cheap)
     MIN_CLASS_RATE = 0.1
-    MAX_DRAWS = 100
+    MAX_DRAWS = 50
+    #: largest table of precomputed block products (floats); 4-token blocks for small automata
+    BLOCK_TABLE_FLOATS = 1 << 21
 
     def validate(self) -> None:
         p = self.params
@@ -64,13 +66,14 @@ class _AutomatonTask(Task):
         for attempt in range(self.MAX_DRAWS):
             key = [p["automaton_seed"], zlib.crc32(self.name.encode()), attempt]
             rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
-            self.delta, self.start, self.accept = self._build(rng)  # (s+1, Q, Q) bool, int, (Q,) bool
+            self.set_automaton(*self._build(rng))
             check = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key + [1])))
-            rates = []
             for split in ("train", "ood-segments"):
                 q = self.split_params(split)
-                rates.append(float(np.mean([self._simulate(self._draw_string(check, q))[-1] for _ in range(100)])))
-            if min(min(rates), 1.0 - max(rates)) >= self.MIN_CLASS_RATE:
+                rate = self._label_rate(check, q, 200)
+                if min(rate, 1.0 - rate) < self.MIN_CLASS_RATE:
+                    break
+            else:
                 self.automaton_draw = attempt
                 return
         raise ValueError(
@@ -79,10 +82,29 @@ class _AutomatonTask(Task):
             f"(train and ood-segments); try density near 0.25")
 
     def _check_structure(self) -> None:
-        ...
+        """Cross-parameter checks of the automaton's shape (each subclass has its own)."""
+
+    def set_automaton(self, delta: np.ndarray, start: int, accept: np.ndarray) -> None:
+        """Install an automaton: ``delta`` (s+1, Q, Q) bool (last symbol ``#``), start state,
+        accepting states (Q,) bool; precomputes the float matrices the simulation uses."""
+        self.delta, self.start, self.accept = delta, int(start), accept
+        Q = delta.shape[1]
+        d = delta.astype(np.float32)
+        self._ext = np.concatenate([d[:-1], np.eye(Q, dtype=np.float32)[None]])  # index -1 = identity
+        self._hash_mat = d[-1]
+        ext2 = np.concatenate([d, np.eye(Q, dtype=np.float32)[None]])  # (B, Q, Q): symbols, '#', identity
+        # products of every block of 1, 2 or 4 tokens, tabulated while the table stays small:
+        # block (t_1..t_b) has index sum t_i B^(b-i) (the first tree levels become one lookup)
+        table, self._block = ext2, 1
+        while self._block < 4 and len(table) ** 2 * Q * Q <= self.BLOCK_TABLE_FLOATS:
+            table = np.minimum(table[:, None] @ table[None, :], 1.0).reshape(-1, Q, Q)
+            self._block *= 2
+        self._ext2, self._table = ext2, table
+        self._acc = accept.astype(np.float32)
 
     def _build(self, rng: np.random.Generator) -> tuple[np.ndarray, int, np.ndarray]:
-        raise NotImplementedError
+        """(delta (s+1, Q, Q) bool with ``#`` last, start state, accepting (Q,) bool)."""
+        raise NotImplementedError(f"{type(self).__name__} must define _build")
 
     # -- vocabulary: symbols, #, Y, N ---------------------------------------------------------
     @property
@@ -103,53 +125,101 @@ class _AutomatonTask(Task):
         return {"seg_min": lo, "seg_max": hi, "seg_len": p["seg_len"], "n_symbols": p["n_symbols"], "trace": p["trace"]}
 
     # -- generation -------------------------------------------------------------------------
-    def _draw_string(self, rng: np.random.Generator, p: dict[str, Any]) -> np.ndarray:
-        """Symbols per segment as a (n_seg, seg_len) array, -1 = padding (segment ended)."""
-        n_seg = int(rng.integers(p["seg_min"], p["seg_max"] + 1))
-        lens = rng.integers(1, p["seg_len"] + 1, size=n_seg)  # (n_seg,)
-        sym = rng.integers(0, p["n_symbols"], size=(n_seg, p["seg_len"]))
-        sym[np.arange(p["seg_len"])[None, :] >= lens[:, None]] = -1
-        return sym
+    #: candidate strings simulated together per draw (the first with the wanted label is kept)
+    CANDIDATES = 2
+
+    def _draw_strings(self, rng: np.random.Generator, p: dict[str, Any], c: int) -> tuple[np.ndarray, np.ndarray]:
+        """``c`` strings as symbols (c, S, W) with -1 padding (after a segment's end, and whole
+        segments after a string's end), and their segment counts (c,). W = seg_len rounded
+        up to a power of two, S = the longest string's segment count."""
+        n_seg = rng.integers(p["seg_min"], p["seg_max"] + 1, size=c)  # (c,)
+        S, L = int(n_seg.max()), p["seg_len"]
+        W = 1 << (L - 1).bit_length()  # (the tree product wants a power of two)
+        lens = rng.integers(1, L + 1, size=(c, S))  # (c, S)
+        lens[np.arange(S)[None, :] >= n_seg[:, None]] = 0
+        sym = rng.integers(0, p["n_symbols"], size=(c, S, W))
+        sym[np.arange(W)[None, None, :] >= lens[:, :, None]] = -1
+        return sym, n_seg
+
+    def _labels(self, sym: np.ndarray, n_seg: np.ndarray) -> np.ndarray:
+        """Accept (bool) after each segment's ``#``, (c, S): subset simulation with 0/1
+        transfer matrices, a tree product over the positions of each segment, then a prefix
+        scan (Hillis-Steele) over the segments."""
+        c, S, W = sym.shape
+        if W & (W - 1):  # pad positions to a power of two (identity)
+            sym = np.concatenate([sym, np.full((c, S, (1 << (W - 1).bit_length()) - W), -1)], axis=2)
+        M = self._ext[sym]  # (c, S, W, Q, Q); padding = identity
+        while M.shape[2] > 1:  # product over the positions of a segment
+            M = np.minimum(M[:, :, 0::2] @ M[:, :, 1::2], 1.0)
+        M = M[:, :, 0]  # (c, S, Q, Q)
+        real = np.arange(S)[None, :] < n_seg[:, None]  # (c, S) segments that exist (end in '#')
+        M = np.where(real[..., None, None], np.minimum(M @ self._hash_mat, 1.0), M)
+        d = 1
+        while d < S:  # prefix products: P_i = M_0 ... M_i
+            M = np.concatenate([M[:, :d], np.minimum(M[:, :-d] @ M[:, d:], 1.0)], axis=1)
+            d *= 2
+        return M[:, :, self.start] @ self._acc > 0  # (c, S)
+
+    def _final_labels(self, sym: np.ndarray, n_seg: np.ndarray) -> np.ndarray:
+        """Accept (bool) after the last ``#`` only, (c,): the tokens of each string packed
+        to the left (padding = identity at the end), blocks of ``_block`` tokens looked up in
+        the product table, then one tree product over the blocks (about T / block matrix
+        products for T tokens, no per-segment padding)."""
+        c, S, W = sym.shape
+        real = np.arange(S)[None, :] < n_seg[:, None]  # (c, S)
+        hash_col = np.where(real, len(self._ext2) - 2, -1)[..., None]  # '#' closes real segments
+        flat = np.concatenate([sym, hash_col], axis=2).reshape(c, -1)  # (c, S*(W+1))
+        valid = flat >= 0
+        order = np.argsort(~valid, axis=1, kind="stable")  # tokens first, in order
+        B, b = len(self._ext2), self._block
+        T = -(-int(valid.sum(axis=1).max()) // b) * b  # rounded up to whole blocks
+        flat = np.take_along_axis(flat, order[:, :T], axis=1) if T <= flat.shape[1] else np.concatenate(
+            [np.take_along_axis(flat, order, axis=1), np.full((c, T - flat.shape[1]), -1)], axis=1)
+        flat = np.where(flat >= 0, flat, B - 1).reshape(c, T // b, b)  # -1 -> identity index
+        M = self._table[flat @ B ** np.arange(b - 1, -1, -1)]  # (c, T / b, Q, Q)
+        while M.shape[1] > 1:
+            if M.shape[1] % 2:
+                M = np.concatenate([M, np.broadcast_to(self._ext2[-1], (c, 1) + M.shape[2:])], axis=1)
+            M = np.minimum(M[:, 0::2] @ M[:, 1::2], 1.0)
+        return M[:, 0, self.start] @ self._acc > 0  # (c,)
 
     def _simulate(self, sym: np.ndarray) -> np.ndarray:
-        """Accept (bool) after each segment's ``#``: subset simulation with one Boolean
-        transfer matrix per segment, built over the positions inside a segment."""
-        d = self.delta.astype(np.float32)  # (s+1, Q, Q)
-        Q = d.shape[1]
-        ext = np.concatenate([d[:-1], np.eye(Q, dtype=np.float32)[None]])  # index -1 = identity
-        M = ext[sym[:, 0]]  # (n_seg, Q, Q)
-        for j in range(1, sym.shape[1]):
-            M = np.minimum(M @ ext[sym[:, j]], 1.0)
-        M = np.minimum(M @ d[-1], 1.0)  # the closing '#'
-        v = np.zeros(Q, dtype=np.float32)
-        v[self.start] = 1.0
-        out = np.empty(len(sym), dtype=bool)
-        acc = self.accept.astype(np.float32)
-        for i in range(len(sym)):
-            v = np.minimum(v @ M[i], 1.0)
-            out[i] = v @ acc > 0
-        return out
+        """Labels after each segment of one string given as (n_seg, W) symbols (-1 padding)."""
+        return self._labels(sym[None], np.array([len(sym)]))[0]
+
+    def _label_rate(self, rng: np.random.Generator, p: dict[str, Any], n: int) -> float:
+        sym, n_seg = self._draw_strings(rng, p, n)
+        return float(self._final_labels(sym, n_seg).mean())
 
     def generate(self, rng: np.random.Generator, p: dict[str, Any]):
         s = p["n_symbols"]
         sep, yes, no = s, s + 1, s + 2
         want = bool(rng.integers(0, 2))  # balanced final label
-        for _ in range(10_000):
-            sym = self._draw_string(rng, p)
-            labels = self._simulate(sym)
-            if labels[-1] == want:
+        for _ in range(2_500):
+            sym, n_seg = self._draw_strings(rng, p, self.CANDIDATES)
+            if p["trace"]:
+                labels = self._labels(sym, n_seg)  # (c, S)
+                final = labels[np.arange(len(n_seg)), n_seg - 1]
+            else:
+                final = self._final_labels(sym, n_seg)  # (c,)
+                labels = final[:, None]
+            hit = np.flatnonzero(final == want)
+            if len(hit):
                 break
         else:  # pragma: no cover - validate() rejects automata this unbalanced
-            raise ValueError(f"task {self.name!r}: parameter 'automaton_seed' gives too few {'accepted' if want else 'rejected'} strings")
-        n_seg, width = sym.shape
+            raise ValueError(f"task {self.name!r}: parameter 'automaton_seed' gives too few "
+                             f"{'accepted' if want else 'rejected'} strings")
+        k = int(hit[0])
+        n = int(n_seg[k])
+        sym, labels = sym[k, :n], labels[k, :n]  # (n, W), (n,) (non-trace: the final label only)
         label_ids = np.where(labels, yes, no)
         if p["trace"]:
             # each row: symbols, '#', label; then drop padding
-            rows = np.concatenate([sym, np.full((n_seg, 1), sep), label_ids[:, None]], axis=1)
+            rows = np.concatenate([sym, np.full((n, 1), sep), label_ids[:, None]], axis=1)
             ids = rows[rows >= 0]
             scored = np.flatnonzero(ids == sep)
         else:
-            rows = np.concatenate([sym, np.full((n_seg, 1), sep)], axis=1)
+            rows = np.concatenate([sym, np.full((n, 1), sep)], axis=1)
             ids = np.append(rows[rows >= 0], label_ids[-1])
             scored = np.array([len(ids) - 2])
         ids = ids.astype(np.int64)
@@ -186,8 +256,8 @@ class BiNFA(_AutomatonTask):
     of ood-segments (random NFAs mostly accept all or nothing); ``automaton_draw`` says which.
 
     A string: n_seg segments of U{1..seg_len} uniform symbols each closed by ``#``, then the
-    label ``Y``/``N`` (accepted after the last ``#``, subset simulation). Labels are balanced
-    (draw the label, then strings until one has it). ``trace=true``: a label after every
+    label ``Y``/``N`` (accepted after the last ``#``, subset simulation). Final labels are
+    balanced (draw the label, then strings until one has it). ``trace=true``: a label after every
     ``#``, all scored. Splits: train / test n_seg ~ U{1..N}; ``ood-segments`` n_seg ~
     U{N+1..ood_max_segments}, disjoint from train by construction (more ``#``). Metric:
     accuracy (chance 50%). BiPE separator: ``#``.
