@@ -1,0 +1,44 @@
+"""`synthlab encodings`: every encoding, logit processor and index scheme, one line each, with its paper."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ._common import format_table
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "encodings",
+        help="list every positional encoding, logit processor and index scheme with its paper",
+        description=(
+            "List every positional encoding, logit processor and index scheme with its paper. "
+            "Components combine with '+' and take parameters after ':' (e.g. kerple+dape:k=3, cope:npos=16)."
+        ),
+        epilog="examples: synthlab encodings;  synthlab encodings --json;  synthlab train flipflop --pe kerple+dape:k=3",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON array instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from synthlab.model.registry import COMPONENTS, INDEX_SCHEMES
+
+    rows = []
+    for name, c in COMPONENTS.items():
+        kind = {"none": "encoder", "absolute": "encoder", "rotary": "encoder", "bias": "encoder",
+                "contextual": "encoder", "composite": "encoder", "processor": "processor"}[c.role]
+        params = ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in c.params.items())
+        rows.append({"name": name, "kind": kind, "role": c.role, "params": params,
+                     "causal_only": c.causal_only, "description": c.description, "paper": c.paper})
+    for name, (desc, paper) in INDEX_SCHEMES.items():
+        rows.append({"name": name, "kind": "index", "role": "index", "params": "", "causal_only": False,
+                     "description": desc, "paper": paper})
+    if getattr(args, "json", False):
+        print(json.dumps(rows, indent=1))
+        return 0
+    table = [[r["name"], r["kind"] if r["kind"] != "encoder" else r["role"], r["params"],
+              r["description"] + (" [causal only]" if r["causal_only"] and "causal only" not in r["description"] else ""),
+              r["paper"]] for r in rows]
+    print(format_table(table, ["name", "kind", "parameters (defaults)", "description", "paper"]))
+    return 0

@@ -1,0 +1,151 @@
+"""Multi-head self-attention that applies indices -> encoders -> processors.
+
+Fast path: ``F.scaled_dot_product_attention`` (is_causal=True with no bias, or a float
+additive mask = bias + causal -inf) whenever nothing needs materialised logits. CoPE, DAPE and
+``return_attention`` materialise S = q k^T / sqrt(d_h).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .cache import TensorCache
+from .encoders.bias import ALiBi
+from .encoders.contextual import CoPE
+from .encoders.rotary import Rotary
+from .processors import DAPE
+
+
+class PositionContext:
+    """What the position components of one forward pass may read.
+
+    positions: token indices (T,) or (B, T); segments / intra: BiPE ids (B, T) or None.
+    ``memoize`` caches length-only tensors across forwards in the model's cache when the
+    index is the default 0..T-1 (``cacheable``), else for this forward only (shared by layers).
+    """
+
+    def __init__(self, T: int, causal: bool, positions: torch.Tensor, default_positions: bool,
+                 segments: torch.Tensor | None, intra: torch.Tensor | None, cache: TensorCache, device: torch.device,
+                 dtype: torch.dtype):
+        self.T, self.causal, self.device, self.dtype = T, causal, device, dtype
+        self._index = {"token": positions, "segment": segments, "intra": intra}
+        self._cacheable = {"token": default_positions, "segment": False, "intra": False}
+        self._cache = cache
+        self._memo: dict = {}
+
+    def pos(self, index: str) -> torch.Tensor:
+        t = self._index[index]
+        if t is None:
+            raise ValueError(f"this encoding needs {index} ids but none were derived")
+        return t
+
+    def cacheable(self, index: str) -> bool:
+        return self._cacheable[index]
+
+    def memoize(self, key: tuple, index: str, fn: Callable[[], Any]) -> Any:
+        if self._cacheable[index]:
+            return self._cache.get((*key, self.T, self.causal, self.device, self.dtype), fn)
+        if key not in self._memo:
+            self._memo[key] = fn()
+        return self._memo[key]
+
+    def rel(self, index: str) -> torch.Tensor:
+        """p_i - p_j, (T, T) or (B, T, T) long."""
+        def make():
+            p = self.pos(index)
+            return p.unsqueeze(-1) - p.unsqueeze(-2)
+        return self.memoize(("rel", index), index, make)
+
+    def absrel(self, index: str) -> torch.Tensor:
+        """|p_i - p_j| as float, (T, T) or (B, T, T)."""
+        return self.memoize(("absrel", index), index, lambda: self.rel(index).abs().to(self.dtype))
+
+    @property
+    def future(self) -> torch.Tensor:
+        """(T, T) bool, True above the diagonal (keys after the query)."""
+        T, dev = self.T, self.device
+        return self._cache.get(("future", T, dev), lambda: torch.ones(T, T, dtype=torch.bool, device=dev).triu(1))
+
+    def apply_mask(self, bias: torch.Tensor) -> torch.Tensor:
+        """bias + (-inf above the diagonal) in causal mode; bias unchanged otherwise."""
+        return bias.masked_fill(self.future, float("-inf")) if self.causal else bias
+
+
+class Attention(nn.Module):
+    """Self-attention with pluggable position components (built by the transformer)."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, causal: bool, n_layers: int,
+                 rotary: Rotary | None = None, biases: list[nn.Module] | None = None,
+                 cope: CoPE | None = None, dape: DAPE | None = None):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.n_heads, self.head_dim, self.causal, self.dropout = n_heads, d_model // n_heads, causal, dropout
+        self.c_attn = nn.Linear(d_model, 3 * d_model)
+        self.c_proj = nn.Linear(d_model, d_model)
+        nn.init.normal_(self.c_attn.weight, std=0.02)
+        nn.init.zeros_(self.c_attn.bias)
+        nn.init.normal_(self.c_proj.weight, std=0.02 / math.sqrt(2 * n_layers))
+        nn.init.zeros_(self.c_proj.bias)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.rotary = rotary
+        self.biases = nn.ModuleList(biases or [])
+        self.cope = cope
+        self.dape = dape
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        # a (B, H, T, T) bias that depends on the queries (Shaw relative) is cheaper materialised
+        # than through scaled_dot_product_attention's masked math path (measured on CPU)
+        self._query_bias = any(getattr(b, "needs_queries", False) for b in self.biases)
+
+    def forward(self, x: torch.Tensor, ctx: PositionContext, return_attention: bool = False):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d_h)
+        k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        q_raw = q  # content query: CoPE's and Shaw's position terms q . e[.] stay relative under RoPE
+        if self.rotary is not None:
+            idx = self.rotary.index
+            q, k = self.rotary(q, k, ctx.pos(idx), ctx.cacheable(idx))
+
+        att = None
+        if not (return_attention or self.cope is not None or self.dape is not None or self._query_bias):
+            p = self.dropout if self.training else 0.0
+            if not self.biases:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+            else:
+                if len(self.biases) == 1 and isinstance(self.biases[0], ALiBi):
+                    mask = self.biases[0].masked(ctx)  # cached bias + causal mask
+                else:
+                    mask = ctx.apply_mask(self._bias(ctx, q_raw))
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
+        else:
+            S = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
+            add = self._bias(ctx, q_raw) if self.biases else None
+            if self.cope is not None:
+                term = self.cope(q_raw, S, x, ctx.future)
+                add = term if add is None else add + term
+            if self.dape is not None:
+                A = self.dape(S, add, ctx.future if self.causal else None)
+            else:
+                A = S if add is None else S + add
+            if self.causal:  # in place: A is a fresh tensor whose producer's backward does not need it
+                A = A.masked_fill_(ctx.future, float("-inf"))
+            att = F.softmax(A, dim=-1)  # (B, H, T, T)
+            y = self.attn_dropout(att) @ v  # (B, H, T, d_h)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        y = self.resid_dropout(self.c_proj(y))
+        return y, att
+
+    def _bias(self, ctx: PositionContext, q: torch.Tensor) -> torch.Tensor:
+        total = None
+        for b in self.biases:
+            t = b(ctx, q)
+            total = t if total is None else total + t
+        return total.to(q.dtype)

@@ -1,0 +1,45 @@
+"""Absolute encoders: a vector per index added to the token embeddings."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+class Sinusoidal(nn.Module):
+    """Vaswani et al. 2017: pe[p, 2k] = sin(p / base^(2k/d)), pe[p, 2k+1] = cos(same)."""
+
+    def __init__(self, d_model: int, base: float = 10000.0):
+        super().__init__()
+        inv = torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+        self.register_buffer("inv_freq", inv, persistent=False)  # (ceil(d/2),)
+        self.d_model = d_model
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        """index (T,) or (B, T) -> (T, d) or (B, T, d)."""
+        ang = index.to(self.inv_freq.dtype).unsqueeze(-1) * self.inv_freq  # (..., T, d/2)
+        pe = torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(-2)  # interleave sin, cos
+        return pe[..., : self.d_model]
+
+
+class Learned(nn.Module):
+    """Learned table of ``rows`` position embeddings (GPT). An index past the table raises
+    ValueError (never a silent clamp)."""
+
+    def __init__(self, d_model: int, rows: int, what: str = "position"):
+        super().__init__()
+        self.table = nn.Embedding(rows, d_model)
+        nn.init.normal_(self.table.weight, std=0.02)
+        self.rows = rows
+        self.what = what
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        hi = int(index.max()) if index.numel() else 0
+        if hi >= self.rows:
+            raise ValueError(
+                f"learned {self.what} table has {self.rows} rows (max_len) but {self.what} {hi} was requested; "
+                f"raise max_len to at least {hi + 1}"
+            )
+        return self.table(index)

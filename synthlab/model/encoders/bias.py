@@ -1,0 +1,213 @@
+"""Additive attention biases b(i, j) (ALiBi, T5 buckets, KERPLE, FIRE, Shaw relative).
+
+Each module maps the position context to a bias (1 | B, H, T, T) added to the logits
+q_i k_j / sqrt(d_h). Values above the diagonal are finite and masked later (causal mode); in
+encoder mode (``ctx.causal`` False) every bias is defined on |i - j| (or signed buckets).
+Index tensors that depend only on the length are cached (``ctx.memoize``); learned biases are
+recomputed from their parameters every call.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """Press et al. 2022 reference rule: m_h = 2^(-8h/H) for H a power of two; otherwise the
+    first 2^floor(log2 H) slopes, then every other slope of the 2x set."""
+
+    def pow2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return pow2(n_heads)
+    closest = 2 ** math.floor(math.log2(n_heads))
+    return pow2(closest) + alibi_slopes(2 * closest)[0::2][: n_heads - closest]
+
+
+class ALiBi(nn.Module):
+    """ALiBi (Press et al. 2022): b = -m_h |i - j| (causal: -m_h (i - j)). BiPE-ALiBi uses the
+    segment index and ``scale`` = 96 (He et al. 2024, App. D). No parameters: cached per length."""
+
+    def __init__(self, n_heads: int, scale: float = 1.0, index: str = "token"):
+        super().__init__()
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)) * scale, persistent=False)  # (H,)
+        self.index, self.scale, self.n_heads = index, scale, n_heads
+
+    def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
+        key = ("alibi", self.index, self.scale, self.n_heads)
+        return ctx.memoize(key, self.index, lambda: self._bias(ctx))
+
+    def _bias(self, ctx) -> torch.Tensor:
+        dist = ctx.absrel(self.index)  # (T, T) or (B, T, T) float
+        bias = -self.slopes.to(dist).view(-1, 1, 1) * dist.unsqueeze(-3)  # (1|B, H, T, T)
+        return bias if bias.dim() == 4 else bias.unsqueeze(0)
+
+    def masked(self, ctx) -> torch.Tensor:
+        """bias + causal -inf mask, the float attn_mask for scaled_dot_product_attention (cached)."""
+        key = ("alibi-masked", self.index, self.scale, self.n_heads)
+        return ctx.memoize(key, self.index, lambda: ctx.apply_mask(self.forward(ctx)))
+
+
+def t5_buckets(rel: torch.Tensor, causal: bool, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """Raffel et al. 2020 bucket of rel = i - j. Causal: n = max(i - j, 0), exact below
+    num_buckets/2, log-spaced up to max_distance, last bucket beyond (32/128: 16 -> 16,
+    32 -> 21, 64 -> 26, >= 127 -> 31). Bidirectional: half the buckets per direction."""
+    ret = torch.zeros_like(rel)
+    if causal:
+        n = rel.clamp(min=0)
+    else:
+        num_buckets //= 2
+        ret = ret + (rel < 0).long() * num_buckets  # keys after the query
+        n = rel.abs()
+    max_exact = num_buckets // 2
+    is_small = n < max_exact
+    large = max_exact + (
+        torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).long()
+    large = large.clamp(max=num_buckets - 1)
+    return ret + torch.where(is_small, n, large)
+
+
+class T5Bias(nn.Module):
+    """T5 relative bias (Raffel et al. 2020): a learned scalar per head per distance bucket."""
+
+    def __init__(self, n_heads: int, buckets: int = 32, max_distance: int = 128, causal: bool = True):
+        super().__init__()
+        self.buckets, self.max_distance, self.causal = buckets, max_distance, causal
+        self.table = nn.Embedding(buckets, n_heads)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
+        key = ("t5-buckets", "token", self.buckets, self.max_distance)
+        idx = ctx.memoize(key, "token", lambda: t5_buckets(ctx.rel("token"), ctx.causal, self.buckets, self.max_distance))
+        bias = self.table(idx)  # (.., T, T, H)
+        # (.., T, T, H) -> (1|B, H, T, T), contiguous for the attention kernels
+        return (bias.movedim(-1, -3) if bias.dim() == 4 else bias.permute(2, 0, 1).unsqueeze(0)).contiguous()
+
+
+class Kerple(nn.Module):
+    """KERPLE (Chi et al. 2022). log: b = -r1_h log(1 + r2_h |i - j|); power: b = -a_h |i - j|^p_h.
+    Per-head parameters init U(0, 2) / U(0, 1) (log) and U(0, 1) / U(0, 2) (power, a / p), used
+    clamped >= 0.01 (p <= 2)."""
+
+    def __init__(self, n_heads: int, kind: str = "log"):
+        super().__init__()
+        self.kind = kind
+        if kind == "log":
+            self.r1 = nn.Parameter(torch.rand(n_heads) * 2)
+            self.r2 = nn.Parameter(torch.rand(n_heads))
+        else:
+            self.a = nn.Parameter(torch.rand(n_heads))
+            self.p = nn.Parameter(torch.rand(n_heads) * 2)
+
+    def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
+        dist = ctx.absrel("token").unsqueeze(-3)  # (1|B, 1, T, T)
+        if self.kind == "log":
+            r1 = self.r1.clamp(min=0.01).view(-1, 1, 1)
+            r2 = self.r2.clamp(min=0.01).view(-1, 1, 1)
+            bias = -r1 * torch.log1p(r2 * dist)
+        else:
+            a = self.a.clamp(min=0.01).view(-1, 1, 1)
+            p = self.p.clamp(0.01, 2.0).view(-1, 1, 1)
+            bias = -a * dist.pow(p)
+        return bias if bias.dim() == 4 else bias.unsqueeze(0)
+
+
+class FIRE(nn.Module):
+    """FIRE (Li et al. 2023): b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1),
+    f an MLP 1 -> width -> H (ReLU); c (init 0.1) and the threshold L (init 512) learned
+    (used as |c|, |L|)."""
+
+    def __init__(self, n_heads: int, width: int = 32, c: float = 0.1, L: float = 512.0):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, n_heads))
+        self.c = nn.Parameter(torch.tensor(float(c)))
+        self.L = nn.Parameter(torch.tensor(float(L)))
+
+    def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
+        c, L = self.c.abs(), self.L.abs()
+        T = ctx.T
+        if ctx.cacheable("token") and T - 1 <= float(L.detach()):
+            # every query i <= L: psi(max(L, i)) = psi(L), so b depends on |i - j| alone: run the
+            # MLP on the T distances and look the (T, T) map up (same function, T instead of T^2 rows)
+            d = torch.arange(T, device=c.device, dtype=c.dtype)
+            vals = self.mlp((torch.log1p(c * d) / torch.log1p(c * L)).unsqueeze(-1))  # (T, H)
+            idx = ctx.memoize(("fire-dist",), "token", lambda: ctx.rel("token").abs())  # (T, T) long
+            return vals.t()[:, idx].unsqueeze(0)  # (1, H, T, T)
+        dist = ctx.absrel("token")  # (T, T) or (B, T, T)
+        qpos = ctx.pos("token").to(dist.dtype).unsqueeze(-1)  # (T, 1) or (B, T, 1)
+        num = torch.log1p(c * dist)
+        den = torch.log1p(c * torch.maximum(L, qpos))  # (.., T, 1)
+        bias = self.mlp((num / den).unsqueeze(-1))  # (.., T, T, H)
+        # (.., T, T, H) -> (1|B, H, T, T), contiguous for the attention kernels
+        return (bias.movedim(-1, -3) if bias.dim() == 4 else bias.permute(2, 0, 1).unsqueeze(0)).contiguous()
+
+
+class Relative(nn.Module):
+    """Shaw et al. 2018 relative keys: logit_ij += q_i . e[i - j] / sqrt(d_h), one learned
+    d_h-vector per distance, shared by the heads of a layer. ``rows`` = max_len distances;
+    ``capped``: distances past the table use its last row (CoPE Sec. 5.5), otherwise an
+    error. Encoder mode: 2 rows - 1 signed distances."""
+
+    needs_queries = True  # the bias is q_i . e[i - j]
+
+    def __init__(self, head_dim: int, rows: int, capped: bool = False, causal: bool = True):
+        super().__init__()
+        self.rows, self.capped, self.causal = rows, capped, causal
+        self.table = nn.Parameter(torch.randn(rows if causal else 2 * rows - 1, head_dim) * 0.02)
+        self.scale = 1.0 / math.sqrt(head_dim)
+
+    def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
+        assert q is not None, "relative bias needs the queries"
+        if self.causal and ctx.cacheable("token"):
+            return self._skewed(ctx, q)
+        key = ("relative-idx", "token", self.rows, self.capped)
+        idx, used = ctx.memoize(key, "token", lambda: self._index(ctx))
+        logits = (q * self.scale) @ self.table[:used].t()  # (B, H, T, used)
+        B, H, T, _ = logits.shape
+        if idx.dim() == 2:
+            idx = idx.expand(B, H, T, T)
+        else:
+            idx = idx.unsqueeze(1).expand(B, H, T, T)
+        return torch.gather(logits, -1, idx)  # (B, H, T, T)
+
+    def _skewed(self, ctx, q: torch.Tensor) -> torch.Tensor:
+        """Positions 0..T-1: the 'skewing' trick (Huang et al. 2018, Music Transformer): logits
+        against the rows for distances T-1..0, shifted so that column j holds distance i - j."""
+        T = q.shape[-2]
+        if T > self.rows and not self.capped:
+            raise ValueError(f"relative: distance {T - 1} past the table of {self.rows} rows (max_len); use relative-capped or raise max_len")
+        # row 0 is a zero vector (the skew's padding column); rows 1.. are distances T-1 .. 0
+        rows = ctx.memoize(("relative-rows", self.rows), "token",
+                           lambda: torch.cat([torch.zeros(1, dtype=torch.long, device=q.device),
+                                              (T - 1 - torch.arange(T, device=q.device)).clamp(max=self.rows - 1) + 1]))
+        table = F.pad(self.table, (0, 0, 1, 0))  # (rows + 1, d_h), row 0 = 0
+        rel = (q * self.scale) @ table.index_select(0, rows).t()  # (B, H, T, T + 1): column 0 = 0, m + 1 = distance T-1-m
+        B, H = rel.shape[:2]
+        return rel.view(B, H, T + 1, T)[:, :, 1:]  # (B, H, T, T): [i, j] = distance i - j (j <= i)
+
+    def _index(self, ctx) -> tuple[torch.Tensor, int]:
+        rel = ctx.rel("token")
+        if self.causal:
+            idx = rel.clamp(min=0)
+            hi = int(idx.max())
+            if hi >= self.rows:
+                if not self.capped:
+                    raise ValueError(
+                        f"relative: distance {hi} past the table of {self.rows} rows (max_len); "
+                        "use relative-capped or raise max_len"
+                    )
+                idx = idx.clamp(max=self.rows - 1)
+            return idx, int(idx.max()) + 1
+        far = int(rel.abs().max())
+        if far >= self.rows:
+            if not self.capped:
+                raise ValueError(f"relative: distance {far} past the table of {self.rows} rows (max_len); use relative-capped or raise max_len")
+            rel = rel.clamp(-(self.rows - 1), self.rows - 1)
+        return rel + self.rows - 1, 2 * self.rows - 1

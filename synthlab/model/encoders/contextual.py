@@ -1,0 +1,62 @@
+"""Contextual position encoding: CoPE (Golovneva et al. 2024)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from .bias import alibi_slopes
+
+
+class CoPE(nn.Module):
+    """CoPE (Golovneva et al. 2024, Sec. 4 and App. B, Listing 1).
+
+    Gates g_ij = sigmoid(q_i k_j / sqrt(d_h)) on the masked logits (future gates exactly 0),
+    positions p_ij = sum_{t=j..i} g_it (reverse cumulative sum) clamped to npos - 1, and
+    logit_ij += q_i . e[p_ij] with e linearly interpolated between the two nearest integer
+    rows of a learned (d_h x npos) table, zero-initialised, shared by the heads of a layer.
+
+    Variants: ``sep_keys`` takes the gates from a separate key projection of the layer input;
+    ``alibi`` (CoPE-ALiBi, App. C Eq. 10) adds -m_h p_ij with ALiBi's head slopes instead of
+    the table (the paper writes + m p_ij with m listed positive; the minus keeps ALiBi's
+    convention that farther counts are penalised, as the fixed slopes intend). Causal only.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, npos: int = 64, sep_keys: bool = False, alibi: bool = False):
+        super().__init__()
+        self.n_heads, self.head_dim, self.npos, self.alibi = n_heads, d_model // n_heads, npos, alibi
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.gate_key = nn.Linear(d_model, d_model, bias=False) if sep_keys else None
+        if self.gate_key is not None:
+            nn.init.normal_(self.gate_key.weight, std=0.02)
+        if alibi:
+            self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)).view(-1, 1, 1), persistent=False)
+        else:
+            self.pos_emb = nn.Parameter(torch.zeros(self.head_dim, npos))  # (d_h, npos)
+
+    @staticmethod
+    def positions(gates: torch.Tensor) -> torch.Tensor:
+        """p_ij = sum_{t=j..i} g_it for gates (.., T, T) with future gates already 0."""
+        return (gates.sum(-1, keepdim=True) + gates).sub_(gates.cumsum(-1))
+
+    def forward(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
+        """q (B, H, T, d_h), S = q k^T / sqrt(d_h) (B, H, T, T), x (B, T, C) the layer input,
+        future (T, T) bool -> the additive term (B, H, T, T)."""
+        if self.gate_key is not None:
+            B, T, C = x.shape
+            kg = self.gate_key(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d_h)
+            G = (q @ kg.transpose(-2, -1)) * self.scale
+        else:
+            G = S
+        gates = torch.sigmoid(G).masked_fill(future, 0.0)  # (B, H, T, T), future gates exactly 0
+        p = self.positions(gates).clamp(0.0, self.npos - 1)  # (rounding can give -1e-7 past the diagonal)
+        if self.alibi:
+            return -self.slopes.to(p) * p
+        logits_int = q @ self.pos_emb  # (B, H, T, npos)
+        table = torch.cat([logits_int, logits_int[..., -1:]], dim=-1)  # row npos repeats the last: no clamp for lo + 1
+        lo = p.long()  # p >= 0: truncation is the floor
+        w = p - lo  # (B, H, T, T) interpolation weight
+        low = torch.gather(table, -1, lo)
+        return torch.addcmul(low, w, torch.gather(table, -1, lo + 1).sub_(low))  # low + w (high - low)

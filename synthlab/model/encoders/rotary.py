@@ -1,0 +1,110 @@
+"""Rotary encoders (RoPE, xPos) and their eval-time scaling (linear PI, NTK, YaRN)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+SCALINGS = (None, "linear", "ntk", "yarn")
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate dim pairs (k, k + d/2) of x (B, H, T, d) by angles with cos/sin (.., T, d/2)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class Rotary(nn.Module):
+    """RoPE (Su et al. 2021): rotate pair k of q_i, k_j by the angle index * base^(-2k/d_h), so
+    q_i . k_j depends on i - j only. With ``xpos=True`` (Sun et al. 2023) q_i is also scaled by
+    zeta_k^(i/scale_base) and k_j by zeta_k^(-j/scale_base), zeta_k = (2k + 0.4 d_h)/(1.4 d_h),
+    i.e. the logit by zeta^((i-j)/scale_base) (indices centred at T//2 for range; causal only).
+
+    ``index`` names which index it reads: "token" (rope/xpos) or "segment" (BiPE-RoPE).
+
+    Eval-time scaling (:meth:`set_scaling`), s = L_eval / L_train (dynamic: max(1, T / L_train)):
+    linear PI pos / s; NTK base * s^(d/(d-2)); YaRN ramp over the pairs with alpha = 1,
+    beta = 32 on r_k = L_train / wavelength_k, theta'_k = (1 - g) theta_k / s + g theta_k, and
+    q, k each scaled by (0.1 ln s + 1) (logits by its square). s <= 1 changes nothing.
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0, xpos: bool = False, scale_base: float = 512.0, index: str = "token"):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary encodings need an even head dim (d_model / n_heads), got {head_dim}")
+        self.head_dim, self.base, self.xpos, self.scale_base, self.index = head_dim, float(base), xpos, float(scale_base), index
+        k = torch.arange(head_dim // 2, dtype=torch.float32)
+        self.register_buffer("inv_freq", base ** (-2 * k / head_dim), persistent=False)  # (d/2,)
+        self.register_buffer("zeta", (2 * k + 0.4 * head_dim) / (1.4 * head_dim), persistent=False)  # (d/2,)
+        self.kind: str | None = None
+        self.factor: float | None = None
+        self.train_len: int | None = None
+        self._cache: dict = {}
+
+    def set_scaling(self, kind: str | None, factor: float | None = None, train_len: int | None = None) -> None:
+        if kind not in SCALINGS:
+            raise ValueError(f"rope scaling {kind!r} unknown; allowed: none, linear, ntk, yarn")
+        if factor is not None and not (factor > 0):
+            raise ValueError(f"rope scaling factor must be > 0, got {factor!r}")
+        if kind is not None and not train_len and factor is None:
+            raise ValueError(f"dynamic rope scaling {kind!r} (no factor) needs train_len (the training length L_train)")
+        self.kind, self.factor, self.train_len = kind, factor, train_len
+        self._cache.clear()
+
+    def _scale(self, T: int) -> float:
+        if self.kind is None:
+            return 1.0
+        s = self.factor if self.factor is not None else T / self.train_len
+        return max(1.0, float(s))
+
+    def _inv_freq(self, s: float, T: int | None = None) -> tuple[torch.Tensor, float, float]:
+        """-> (inv_freq (d/2,), position multiplier, q/k magnitude multiplier). YaRN's ramp uses
+        L_train = train_len, or T / s when only the factor is known (s = L_eval / L_train)."""
+        inv = self.inv_freq
+        if s <= 1.0 or self.kind is None:
+            return inv, 1.0, 1.0
+        if self.kind == "linear":
+            return inv, 1.0 / s, 1.0
+        d = self.head_dim
+        if self.kind == "ntk":
+            base = self.base * s ** (d / (d - 2)) if d > 2 else self.base * s
+            k = torch.arange(d // 2, dtype=torch.float32, device=inv.device)
+            return base ** (-2 * k / d), 1.0, 1.0
+        # yarn: NTK-by-parts
+        train_len = self.train_len if self.train_len else (T or 1) / s
+        r = train_len * inv / (2 * math.pi)  # (d/2,) rotations per training window
+        g = ((r - 1.0) / (32.0 - 1.0)).clamp(0.0, 1.0)
+        return (1 - g) * inv / s + g * inv, 1.0, 0.1 * math.log(s) + 1.0
+
+    def tables(self, pos: torch.Tensor, T: int, dtype: torch.dtype, cacheable: bool):
+        """-> (cos_q, sin_q, cos_k, sin_k), each (T, d/2) or (B, 1, T, d/2)."""
+        s = self._scale(T)
+        key = (T, s, pos.device, dtype)
+        if cacheable and key in self._cache:
+            return self._cache[key]
+        inv, pmul, mag = self._inv_freq(s, T)
+        p = pos.to(torch.float32)
+        ang = (p * pmul).unsqueeze(-1) * inv  # (..., T, d/2)
+        cos, sin = ang.cos() * mag, ang.sin() * mag
+        if self.xpos:
+            power = (p - T // 2).unsqueeze(-1) / self.scale_base  # (..., T, 1)
+            up = self.zeta ** power  # (..., T, d/2)
+            out = (cos * up, sin * up, cos / up, sin / up)
+        else:
+            out = (cos, sin, cos, sin)
+        if pos.dim() == 2:  # (B, T, d/2) -> (B, 1, T, d/2)
+            out = tuple(t.unsqueeze(1) for t in out)
+        out = tuple(t.to(dtype) for t in out)
+        if cacheable:
+            if len(self._cache) > 16:
+                self._cache.clear()
+            self._cache[key] = out
+        return out
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, cacheable: bool = False):
+        """q, k (B, H, T, d_h); pos (T,) or (B, T) -> rotated q, k."""
+        T = q.shape[-2]
+        cq, sq, ck, sk = self.tables(pos, T, q.dtype, cacheable)
+        return rotate(q, cq, sq), rotate(k, ck, sk)

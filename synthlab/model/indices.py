@@ -1,0 +1,177 @@
+"""Indices: which numbers the positions are (axis 1 of ARCHITECTURE.md).
+
+- token index 0..T-1 (default),
+- BiPE segment index / index within the segment (:func:`bipe_segments`),
+- randomized positions (Ruoss et al. 2023) and PoSE skip-wise positions (Zhu et al. 2024),
+  parsed from ``--positions`` strings by :func:`parse_positions`.
+
+Eval-time rope scaling (linear / NTK / YaRN) lives with the rotary encoder
+(``encoders/rotary.py``) because it changes frequencies, not only indices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+
+def bipe_segments(
+    tokens: torch.Tensor, separator_ids: Sequence[int] = (), segment_start_ids: Sequence[int] = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BiPE (He et al. 2024) segment ids and intra-segment ids of a (B, T) token batch.
+
+    A separator ENDS its segment (``a b SEP c`` -> segment 0 0 0 1, intra 0 1 2 0); a
+    segment-start token BEGINS a new one (flip-flop's ``w``). Causal: ids at t depend on
+    tokens <= t only.
+    """
+    B, T = tokens.shape
+    new = torch.zeros(B, T, dtype=torch.bool, device=tokens.device)
+    if len(separator_ids):
+        sep = torch.isin(tokens, torch.as_tensor(list(separator_ids), device=tokens.device))
+        new[:, 1:] |= sep[:, :-1]
+    if len(segment_start_ids):
+        start = torch.isin(tokens, torch.as_tensor(list(segment_start_ids), device=tokens.device))
+        new[:, 1:] |= start[:, 1:]
+    return _ids_from_boundaries(new)
+
+
+def intra_from_segments(segments: torch.Tensor) -> torch.Tensor:
+    """Index within the segment for explicit (B, T) segment ids (a new segment where the id changes)."""
+    new = torch.zeros_like(segments, dtype=torch.bool)
+    new[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    return _ids_from_boundaries(new)[1]
+
+
+def _ids_from_boundaries(new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """new[b, t] = a segment starts at t (t > 0) -> (segment ids, intra ids), both (B, T)."""
+    B, T = new.shape
+    seg = new.long().cumsum(-1)  # (B, T)
+    idx = torch.arange(T, device=new.device).expand(B, T)
+    start = torch.where(new, idx, torch.zeros_like(idx)).cummax(-1).values  # (B, T) start of own segment
+    return seg, idx - start
+
+
+class PositionScheme:
+    """A training-time index scheme: ``sample(T, generator) -> LongTensor (T,)``."""
+
+    name: str
+    params: dict[str, Any]
+    at_eval: bool  # whether evaluation also samples (randomized) or uses plain 0..T-1 (pose)
+
+    def sample(self, T: int, generator: torch.Generator | None = None) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    @property
+    def max_position(self) -> int:  # pragma: no cover
+        """Largest index the scheme can produce + 1."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+@dataclass(repr=False)
+class Randomized(PositionScheme):
+    """Ruoss et al. 2023: a sorted sample of T distinct positions from [0, L_max).
+
+    Resampled every batch, shared by the batch, also at evaluation (as the reference does);
+    L_max must cover the longest test sequence.
+    """
+
+    max: int = 2048
+    at_eval: bool = True
+    params: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max, int) or self.max < 1:
+            raise ValueError(f"--positions randomized:max={self.max!r} must be a positive integer")
+        self.params = {"max": self.max}
+
+    @property
+    def name(self) -> str:
+        return f"randomized:max={self.max}"
+
+    @property
+    def max_position(self) -> int:
+        return self.max
+
+    def sample(self, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        if T > self.max:
+            raise ValueError(f"randomized positions: sequence length {T} exceeds max={self.max}; raise randomized:max")
+        perm = torch.randperm(self.max, generator=generator)[:T]
+        return perm.sort().values
+
+
+@dataclass(repr=False)
+class PoSE(PositionScheme):
+    """PoSE (Zhu et al. 2024, Sec. 3.2): skip-wise positions for a window L_c = T.
+
+    The window is split into N chunks of random positive lengths l_c (sum T); chunk c keeps
+    its natural offset st_c = sum_{c'<c} l_c' plus a skipping bias u_c with
+    0 = u_0 <= u_1 <= ... <= u_{N-1} <= L_t - L_c, each u_c ~ U{u_{c-1}, ..., L_t - L_c}.
+    Content stays contiguous; evaluation uses plain positions (training only).
+    """
+
+    chunks: int = 2
+    target: int = 1024
+    at_eval: bool = False
+    params: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chunks, int) or self.chunks < 1:
+            raise ValueError(f"--positions pose:chunks={self.chunks!r} must be a positive integer")
+        if not isinstance(self.target, int) or self.target < 1:
+            raise ValueError(f"--positions pose:target={self.target!r} must be a positive integer")
+        self.params = {"chunks": self.chunks, "target": self.target}
+
+    @property
+    def name(self) -> str:
+        return f"pose:chunks={self.chunks},target={self.target}"
+
+    @property
+    def max_position(self) -> int:
+        return self.target
+
+    def sample(self, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        if T > self.target:
+            raise ValueError(f"pose: training window {T} exceeds target={self.target}; target must be >= the training length")
+        n = min(self.chunks, T)
+        # chunk lengths: N - 1 distinct cut points in 1..T-1
+        cuts = (torch.randperm(T - 1, generator=generator)[: n - 1] + 1).sort().values if n > 1 else torch.zeros(0, dtype=torch.long)
+        bounds = torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.tensor([T])])
+        lengths = bounds[1:] - bounds[:-1]  # (N,)
+        room = self.target - T
+        u = torch.zeros(n, dtype=torch.long)
+        for c in range(1, n):  # u_c ~ U{u_{c-1} .. room}
+            lo = int(u[c - 1])
+            u[c] = lo + int(torch.randint(0, room - lo + 1, (1,), generator=generator))
+        return torch.arange(T) + torch.repeat_interleave(u, lengths)
+
+
+def parse_positions(spec: "str | PositionScheme | None") -> PositionScheme | None:
+    """``'pose:chunks=2,target=1024'`` / ``'randomized:max=2048'`` / None -> scheme (or None)."""
+    if spec is None or isinstance(spec, PositionScheme):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"--positions must be a string like 'randomized:max=2048' or 'pose:chunks=2,target=1024', got {spec!r}")
+    text = spec.strip().lower()
+    if text in ("", "none", "token"):
+        return None
+    name, _, rest = text.partition(":")
+    kinds = {"randomized": (Randomized, {"max"}), "pose": (PoSE, {"chunks", "target"})}
+    if name not in kinds:
+        raise ValueError(f"unknown --positions scheme {name!r}; allowed: randomized[:max=N], pose[:chunks=N,target=L]")
+    cls, allowed = kinds[name]
+    kw: dict[str, int] = {}
+    for kv in filter(None, (x.strip() for x in rest.split(","))):
+        k, eq, v = kv.partition("=")
+        k = k.strip()
+        if not eq or k not in allowed:
+            raise ValueError(f"bad --positions parameter {kv!r} for {name}; allowed: {', '.join(sorted(allowed))}")
+        try:
+            kw[k] = int(v)
+        except ValueError:
+            raise ValueError(f"--positions {name}:{k}={v!r} must be an integer") from None
+    return cls(**kw)

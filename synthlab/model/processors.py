@@ -1,0 +1,216 @@
+"""Logit processors (axis 3 of ARCHITECTURE.md): DAPE and DAPE V2 (1 x k convolutions)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .cache import TensorCache
+
+_PACK_CACHE = TensorCache(max_bytes=128 * 2**20)  # index maps per (T, c, device), shared by all models
+
+
+def _packing(T: int, c: int, device: torch.device):
+    """Index maps that fold the causal (lower) triangle of a T x T map into R = ceil(T/2) rows
+    of width W = T + 1 + c: packed row r = [row r (r+1 entries) | c zeros | row T-1-r (T-r
+    entries)]. A (1 x k) convolution with zero padding on the packed rows equals the one on
+    the full, tril-zeroed map, on half the positions (the c-wide seam holds the zeros that
+    the upper triangle would). The gather map includes the c-wide zero padding at both ends.
+
+    Returns (gather (R*(W+2c),) into a flattened T*T map, zero (R, W+2c) bool marking the
+    padding / seam, scatter (T*T,) from the flattened packed (R*W) map back to T x T)."""
+    return _PACK_CACHE.get(("pack", T, c, device), lambda: _make_packing(T, c, device))
+
+
+def _make_packing(T: int, c: int, device: torch.device):
+    R, W = (T + 1) // 2, T + 1 + c
+    Wp = W + 2 * c
+    gather = torch.zeros(R, Wp, dtype=torch.long)
+    zero = torch.ones(R, Wp, dtype=torch.bool)
+    scatter = torch.zeros(T, T, dtype=torch.long)
+    for r in range(R):
+        n = r + 1
+        gather[r, c: c + n] = r * T + torch.arange(n)
+        zero[r, c: c + n] = False
+        scatter[r, :n] = r * W + torch.arange(n)
+        other = T - 1 - r
+        if other != r:
+            m = other + 1
+            gather[r, c + n + c: c + n + c + m] = other * T + torch.arange(m)
+            zero[r, c + n + c: c + n + c + m] = False
+            scatter[other, :m] = r * W + n + c + torch.arange(m)
+    return gather.flatten().to(device), zero.to(device), scatter.flatten().to(device)
+
+
+def _seam_index(T: int, c: int, B: int, device: torch.device) -> torch.Tensor:
+    """Flat positions (in the packed hidden map, B*R*W) of the c-wide seam that follows each
+    packed row's first diagonal: the entries above the diagonal that a (1 x k) kernel can
+    reach from a valid output. Zeroing them = zeroing the upper triangle (cached)."""
+    def make() -> torch.Tensor:
+        R, W = (T + 1) // 2, T + 1 + c
+        r = torch.arange(R).unsqueeze(1)
+        cols = r + 1 + torch.arange(c).unsqueeze(0)  # (R, c) columns r+1 .. r+c
+        per = (r * W + cols).flatten()
+        per = per[cols.flatten() < W]
+        return (torch.arange(B).unsqueeze(1) * (R * W) + per).flatten().to(device)
+
+    return _PACK_CACHE.get(("seam", T, c, B, device), make)
+
+
+class _Shifts(torch.autograd.Function):
+    """(C, ..., W + 2c) -> (C, k, ..., W): the k = 2c + 1 windows X[..., s : s + W] (im2col along
+    the key axis). Hand-written backward: one buffer instead of k zero-filled slices."""
+
+    @staticmethod
+    def forward(ctx, X: torch.Tensor, k: int) -> torch.Tensor:
+        W = X.shape[-1] - (k - 1)
+        ctx.k, ctx.shape = k, X.shape
+        return torch.stack([X[..., s: s + W] for s in range(k)], dim=1)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        k = ctx.k
+        W = g.shape[-1]
+        gX = g.new_zeros(ctx.shape)
+        for s in range(k):
+            gX[..., s: s + W] += g[:, s]
+        return gX, None
+
+
+class _ShiftSum(torch.autograd.Function):
+    """Y (k, ..., W) -> out (..., W) with out[..., w] = sum_s Y[s, ..., w + s - c] (zero outside
+    [0, W)), c = k // 2: the key-axis shifts of a (1 x k) convolution after its GEMM."""
+
+    @staticmethod
+    def forward(ctx, Y: torch.Tensor) -> torch.Tensor:
+        k, W = Y.shape[0], Y.shape[-1]
+        c = k // 2
+        ctx.k = k
+        out = Y[c].clone()
+        for s in range(k):
+            off = s - c
+            if off > 0:
+                out[..., : W - off] += Y[s, ..., off:]
+            elif off < 0:
+                out[..., -off:] += Y[s, ..., : W + off]
+        return out
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        W = g.shape[-1]
+        k = ctx.k
+        gY = g.new_empty((k, *g.shape))
+        c = k // 2
+        for s in range(k):
+            off = s - c
+            if off == 0:
+                gY[s] = g
+            elif off > 0:
+                gY[s, ..., off:] = g[..., : W - off]
+                gY[s, ..., :off] = 0
+            else:
+                gY[s, ..., : W + off] = g[..., -off:]
+                gY[s, ..., W + off:] = 0
+        return gY
+
+
+class _SeamLeakyReLU(torch.autograd.Function):
+    """In place on P (D, N): zero the seam columns, then LeakyReLU (leaky(0) = 0, so the order
+    does not matter). One hidden-sized buffer in backward instead of two."""
+
+    @staticmethod
+    def forward(ctx, P: torch.Tensor, seam: torch.Tensor) -> torch.Tensor:
+        P.index_fill_(1, seam, 0.0)
+        F.leaky_relu_(P)
+        ctx.mark_dirty(P)
+        ctx.save_for_backward(P, seam)
+        return P
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        h, seam = ctx.saved_tensors
+        gi = torch.ops.aten.leaky_relu_backward(g, h, 0.01, True)
+        return gi.index_fill_(1, seam, 0.0), None
+
+
+class DAPE(nn.Module):
+    """DAPE (Zheng et al. 2024) and DAPE V2 (Sec. 3.3, App. L).
+
+    A = S + B + f([S, B]): f maps the per-(i, j) vector of heads [S, B] (2H channels; H with
+    no bias, e.g. nope / rope) to H channels through two convolutions of kernel (1, k) along
+    the key axis with a LeakyReLU between, hidden width D (32). k = 1 is DAPE (an MLP across
+    heads); k > 1 is DAPE V2 (stride 1, same padding k // 2). In causal mode the input is
+    zeroed above the diagonal before each convolution, so no future score reaches a past
+    query. f sees the finite pre-mask scores.
+
+    Causal mode runs the convolutions on the lower triangle only, folded into ceil(T/2) rows
+    (see ``_packing``): the same function at half the cost. ``forward_full`` is the plain
+    version on the whole T x T map (used in encoder mode and by the tests).
+    """
+
+    def __init__(self, n_heads: int, with_bias: bool, hidden: int = 32, k: int = 1, causal: bool = True):
+        super().__init__()
+        if k % 2 == 0 or k < 1:
+            raise ValueError(f"dape:k={k} must be an odd integer >= 1")
+        if k > 1 and not causal:
+            raise ValueError("dape:k>1 (DAPE V2) is specified for causal attention; use dape (k=1) in encoder mode")
+        c_in = 2 * n_heads if with_bias else n_heads
+        self.k, self.causal, self.with_bias = k, causal, with_bias
+        self.conv1 = nn.Conv2d(c_in, hidden, kernel_size=(1, k), padding=(0, k // 2))
+        self.conv2 = nn.Conv2d(hidden, n_heads, kernel_size=(1, k), padding=(0, k // 2))
+
+    def _inputs(self, S: torch.Tensor, bias: torch.Tensor | None):
+        if self.with_bias:
+            if bias is None:
+                raise ValueError("dape was built for a bias but got none")
+            return S + bias
+        return S
+
+    def forward(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
+        """S (B, H, T, T), bias (1|B, H, T, T) or None, future (T, T) bool -> A (B, H, T, T)."""
+        if not self.causal:
+            return self.forward_full(S, bias, None)
+        base = self._inputs(S, bias)
+        B, H, T, _ = S.shape
+        k, c = self.k, self.k // 2
+        gather, zero, scatter = _packing(T, c, S.device)
+        R, Wp = zero.shape
+        W = Wp - 2 * c
+        D = self.conv1.out_channels
+
+        zero_flat = zero.flatten()  # (R*(W+2c),)
+
+        def pack(t: torch.Tensor) -> torch.Tensor:  # (b, C, T, T) -> channel-major (C, b, R, W + 2c), zeros at seam / ends
+            t = t.transpose(0, 1).flatten(2).index_select(-1, gather).masked_fill_(zero_flat, 0.0)
+            return t.view(t.shape[0], t.shape[1], R, Wp)
+
+        X = pack(S)
+        if self.with_bias:
+            X = torch.cat([X, pack(bias).expand(-1, B, -1, -1)], dim=0)  # (2H, B, R, W + 2c)
+        C = X.shape[0]
+        # conv1 as one GEMM over shifted copies of the (small) input: (D, C k) @ (C k, B R W)
+        Xu = X if k == 1 else _Shifts.apply(X, k)  # (C, k, B, R, W)
+        P = torch.addmm(self.conv1.bias.unsqueeze(1), self.conv1.weight.reshape(D, C * k), Xu.reshape(C * k, -1))  # (D, B*R*W)
+        if k > 1:  # zero above the diagonal before the second convolution, then LeakyReLU (in place)
+            h = _SeamLeakyReLU.apply(P, _seam_index(T, c, B, S.device))
+        else:
+            h = F.leaky_relu_(P)  # (D, B*R*W)
+        # conv2 as one GEMM to k shifted outputs, then a shifted sum on the (small) result
+        w2 = self.conv2.weight[:, :, 0, :].permute(2, 0, 1).reshape(k * H, D)  # row s*H + o
+        Y = (w2 @ h).view(k, H, B, R, W)
+        out = Y[0] if k == 1 else _ShiftSum.apply(Y)  # out[w] = sum_s Y[s, w + s - c]
+        out = out + self.conv2.bias.view(H, 1, 1, 1)  # (H, B, R, W)
+        out = out.flatten(2).index_select(-1, scatter).view(H, B, T, T).transpose(0, 1)
+        return base + out  # values above the diagonal are placeholders, masked later
+
+    def forward_full(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
+        """The same on the whole T x T map (future=None: no zeroing, encoder mode)."""
+        base = self._inputs(S, bias)
+        X = torch.cat([S, bias.expand_as(S)], dim=1) if self.with_bias else S  # (B, C, T, T)
+        if future is not None:
+            X = X.masked_fill(future, 0.0)
+        h = F.leaky_relu(self.conv1(X))  # (B, D, T, T)
+        if future is not None:
+            h = h.masked_fill(future, 0.0)
+        return base + self.conv2(h)

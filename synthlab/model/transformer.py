@@ -1,0 +1,203 @@
+"""Decoder-only pre-LN Transformer (as nanoGPT's model.py) with a pluggable position pipeline.
+
+token embedding (+ absolute encoder) -> n_layers x [LN -> attention -> residual,
+LN -> GELU MLP 4x -> residual] -> final LN -> LM head (optionally tied). ``causal=False``
+is encoder (bidirectional) mode for the encodings that define it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import Attention, PositionContext, TensorCache
+from .encoders.absolute import Learned, Sinusoidal
+from .encoders.bias import FIRE, ALiBi, Kerple, Relative, T5Bias
+from .encoders.contextual import CoPE
+from .encoders.rotary import Rotary
+from .indices import bipe_segments, intra_from_segments
+from .processors import DAPE
+from .registry import PESpec
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int, dropout: float, n_layers: int):
+        super().__init__()
+        self.c_fc = nn.Linear(d_model, 4 * d_model)
+        self.c_proj = nn.Linear(4 * d_model, d_model)
+        nn.init.normal_(self.c_fc.weight, std=0.02)
+        nn.init.zeros_(self.c_fc.bias)
+        nn.init.normal_(self.c_proj.weight, std=0.02 / math.sqrt(2 * n_layers))
+        nn.init.zeros_(self.c_proj.bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, dropout: float, n_layers: int, attn: Attention):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d_model)
+        self.attn = attn
+        self.ln_2 = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model, dropout, n_layers)
+
+    def forward(self, x: torch.Tensor, ctx: PositionContext, return_attention: bool = False):
+        y, att = self.attn(self.ln_1(x), ctx, return_attention)
+        x = x + y
+        x = x + self.mlp(self.ln_2(x))
+        return x, att
+
+
+def _layer_components(spec: PESpec, d_model: int, n_heads: int, max_len: int, causal: bool) -> dict[str, Any]:
+    """The per-layer rotary / bias / contextual / processor modules a spec names."""
+    head_dim = d_model // n_heads
+    rotary, biases, cope, dape = None, [], None, None
+    for name in spec.components:
+        p = spec.params[name]
+        if name == "rope":
+            rotary = Rotary(head_dim, base=p["base"])
+        elif name == "xpos":
+            rotary = Rotary(head_dim, base=p["base"], xpos=True, scale_base=p["scale_base"])
+        elif name == "bipe-rope":
+            rotary = Rotary(head_dim, base=p["base"], index="segment")
+        elif name == "alibi":
+            biases.append(ALiBi(n_heads))
+        elif name == "bipe-alibi":
+            biases.append(ALiBi(n_heads, scale=p["slope_scale"], index="segment"))
+        elif name == "t5":
+            biases.append(T5Bias(n_heads, p["buckets"], p["max_distance"], causal=causal))
+        elif name == "kerple":
+            biases.append(Kerple(n_heads, kind=p["kind"]))
+        elif name == "fire":
+            biases.append(FIRE(n_heads, width=p["width"], c=p["c"], L=p["L"]))
+        elif name in ("relative", "relative-capped"):
+            biases.append(Relative(head_dim, rows=max_len, capped=name == "relative-capped", causal=causal))
+        elif name == "cope":
+            cope = CoPE(d_model, n_heads, npos=p["npos"], sep_keys=p["sep_keys"], alibi=p["alibi"])
+    if spec.has("dape"):
+        p = spec.params["dape"]
+        dape = DAPE(n_heads, with_bias=bool(biases) or cope is not None, hidden=p["hidden"], k=p["k"], causal=causal)
+    return {"rotary": rotary, "biases": biases, "cope": cope, "dape": dape}
+
+
+class Transformer(nn.Module):
+    """``forward(tokens (B, T), positions=None, segments=None, return_attention=False)``
+    -> logits (B, T, V) [, attention list per layer of (B, H, T, T) or None on the fast path]."""
+
+    def __init__(self, spec: PESpec, vocab_size: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
+                 max_len: int = 512, dropout: float = 0.0, tie_embeddings: bool = False, causal: bool = True,
+                 separator_ids: Sequence[int] = (), segment_start_ids: Sequence[int] = ()):
+        super().__init__()
+        for name, val, lo in (("vocab_size", vocab_size, 1), ("d_model", d_model, 1), ("n_layers", n_layers, 1),
+                              ("n_heads", n_heads, 1), ("max_len", max_len, 1)):
+            if not isinstance(val, int) or isinstance(val, bool) or val < lo:
+                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        if not causal and spec.causal_only:
+            bad = [c for c in spec.components if c in ("xpos", "cope")] or ["dape:k>1"]
+            raise ValueError(f"pe {spec.name!r} is causal only ({', '.join(bad)}); it cannot run with causal=False (encoder mode)")
+        self.spec, self.pe = spec, spec.name
+        self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
+        self.max_len, self.causal = max_len, causal
+        self.separator_ids = tuple(int(i) for i in separator_ids)
+        self.segment_start_ids = tuple(int(i) for i in segment_start_ids)
+
+        self.wte = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.wte.weight, std=0.02)
+        self.abs_index = "token"
+        self.abs_enc: nn.Module | None = None
+        if spec.has("sinusoidal"):
+            self.abs_enc = Sinusoidal(d_model, spec.params["sinusoidal"]["base"])
+        elif spec.has("learned"):
+            self.abs_enc = Learned(d_model, max_len)
+        elif spec.bipe:
+            self.abs_enc, self.abs_index = Learned(d_model, max_len, what="intra-segment position"), "intra"
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            Block(d_model, dropout, n_layers, Attention(d_model, n_heads, dropout, causal, n_layers,
+                                                        **_layer_components(spec, d_model, n_heads, max_len, causal)))
+            for _ in range(n_layers)
+        )
+        self.ln_f = nn.LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        nn.init.normal_(self.lm_head.weight, std=0.02)
+        if tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self._cache = TensorCache()
+
+    # ---- position plumbing -------------------------------------------------------------
+    def _context(self, tokens: torch.Tensor, positions: torch.Tensor | None, segments: torch.Tensor | None) -> PositionContext:
+        B, T = tokens.shape
+        dev = tokens.device
+        if positions is None:
+            pos, default = self._cache.get(("arange", T, dev), lambda: torch.arange(T, device=dev)), True
+        else:
+            pos = torch.as_tensor(positions, device=dev)
+            if pos.dtype not in (torch.int64, torch.int32):
+                raise ValueError(f"positions must be an integer tensor, got {pos.dtype}")
+            pos = pos.long()
+            if pos.shape not in ((T,), (B, T)):
+                raise ValueError(f"positions must have shape ({T},) or ({B}, {T}), got {tuple(pos.shape)}")
+            if pos.numel() and int(pos.min()) < 0:
+                raise ValueError("positions must be non-negative")
+            default = False
+        seg = intra = None
+        if self.spec.bipe:
+            if segments is not None:
+                seg = torch.as_tensor(segments, device=dev).long()
+                if seg.shape != (B, T):
+                    raise ValueError(f"segments must have shape ({B}, {T}), got {tuple(seg.shape)}")
+                intra = intra_from_segments(seg)
+            else:
+                seg, intra = bipe_segments(tokens, self.separator_ids, self.segment_start_ids)
+        dtype = self.wte.weight.dtype
+        return PositionContext(T, self.causal, pos, default, seg, intra, self._cache, dev, dtype)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, segments: torch.Tensor | None = None,
+                return_attention: bool = False):
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape (B, T), got {tuple(tokens.shape)}")
+        ctx = self._context(tokens, positions, segments)
+        x = self.wte(tokens)  # (B, T, C)
+        if self.abs_enc is not None:
+            x = x + self.abs_enc(ctx.pos(self.abs_index)).to(x.dtype)  # token index, or intra-segment (BiPE)
+        x = self.drop(x)
+        atts = []
+        for block in self.blocks:
+            x, att = block(x, ctx, return_attention)
+            atts.append(att)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        return (logits, atts) if return_attention else logits
+
+    # ---- eval-time interpolation --------------------------------------------------------
+    def rotary_encoders(self) -> list[Rotary]:
+        return [b.attn.rotary for b in self.blocks if b.attn.rotary is not None]
+
+    def set_rope_scaling(self, kind: str | None, factor: float | None = None, train_len: int | None = None) -> None:
+        """Eval-time rope scaling: kind in {None, 'linear', 'ntk', 'yarn'}.
+
+        With ``factor`` s fixed (s = L_eval / L_train; s <= 1 changes nothing); YaRN's ramp
+        then uses ``train_len`` or, if not given, L_train = T / s of the sequence at hand.
+        With factor=None the scaling is dynamic, s = max(1, T / train_len), train_len
+        defaulting to max_len. ValueError if the model has no rotary encoder (and kind is set)."""
+        if isinstance(kind, str) and kind.lower() in ("none", ""):
+            kind = None
+        rots = self.rotary_encoders()
+        if kind is not None and not rots:
+            raise ValueError(f"rope scaling {kind!r} needs a rotary encoder (rope, xpos, bipe-rope); pe={self.pe!r} has none")
+        if factor is None and train_len is None:
+            train_len = self.max_len
+        for r in rots:
+            r.set_scaling(kind, factor, train_len)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
