@@ -1,0 +1,188 @@
+"""Training-path speed: synthlab (LightningModule + DataModule + Trainer) vs a plain PyTorch loop.
+
+1. Overhead: the same model, data (synthlab's addressable batches), AdamW, schedule and
+   gradient clipping, trained by a hand-written loop and by ``synthlab.training.fit``;
+   steady-state time per step (after warm-up steps) for both. Target: synthlab <= 1.15x plain.
+2. Model FLOP utilisation at batch 16, length 256, d 256, 4 layers for nope / rope / alibi:
+   6 * N_matmul + 12 * L * T * d FLOPs per token (forward + backward; Kaplan / PaLM
+   accounting, causal attention counted in full) per measured step, over the measured dense
+   float32 matmul rate of this machine (torch.mm of the model's own shapes and of 2048^2).
+   Target >= 45%.
+
+    python benchmarks/training.py            # quick-size overhead + MFU table
+    python benchmarks/training.py --steps 60 # fewer steps (faster, noisier)
+    python benchmarks/training.py --threads 1 --clock cpu   # on a shared / loaded machine
+
+``--clock cpu`` times with process CPU time instead of wall time, so other processes on a
+shared machine distort the numbers less (use it with ``--threads 1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# benchmarks/ holds scripts named like packages (generators.py): import the real packages
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+import generators
+from synthlab.config import build_config, apply_overrides
+from synthlab.data import DataModule, TrainStream
+from synthlab.model import build_model
+from synthlab.training import _quiet_lightning, fit, lr_factor, make_module
+
+
+CLOCK = time.perf_counter  # or time.process_time (--clock cpu)
+
+
+class StepClock(L.Callback):
+    """The clock at the end of every training step."""
+
+    def __init__(self) -> None:
+        self.t: list[float] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.t.append(CLOCK())
+
+
+def steady(times: list[float], skip: int) -> float:
+    """Median seconds per step after ``skip`` warm-up steps."""
+    d = [b - a for a, b in zip(times[skip:], times[skip + 1:])]
+    return statistics.median(d)
+
+
+def make(task_name: str, pe: str, overrides: dict) -> tuple:
+    cfg = build_config(task_name, pe, "quick")
+    cfg = apply_overrides(cfg, overrides, tuple(generators.TASKS[task_name].PARAMS))
+    task = generators.get_task(task_name, **cfg.task_params)
+    torch.manual_seed(0)
+    stream = TrainStream(task, 0, cfg.train.batch_size)
+    T = stream.batch(0).ids.shape[1]
+    model = build_model(pe=pe, vocab_size=len(task.vocab) + 1, d_model=cfg.model.d_model, n_layers=cfg.model.n_layers,
+                        n_heads=cfg.model.n_heads, max_len=T, dropout=cfg.model.dropout)
+    return cfg, task, model
+
+
+def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[float]:
+    """The reference: a hand-written loop with the same pieces as synthlab's path."""
+    cfg, task, model = make(task_name, pe, overrides)
+    tc = cfg.train
+    stream = TrainStream(task, 0, tc.batch_size)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}],
+                            lr=tc.lr, betas=(0.9, 0.999), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
+    model.train()
+    times = []
+    for s in range(steps):
+        b = stream.batch(s)
+        logits = model(b.ids)
+        n = (b.targets != -100).sum().clamp_min(1)
+        loss = F.cross_entropy(logits.flatten(0, 1), b.targets.flatten(), ignore_index=-100, reduction="sum") / n
+        if not torch.isfinite(loss):
+            raise RuntimeError("diverged")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        opt.step()
+        sched.step()
+        times.append(CLOCK())
+    return times
+
+
+def synthlab_path(task_name: str, pe: str, overrides: dict, steps: int) -> list[float]:
+    cfg, task, model = make(task_name, pe, {**overrides, "steps": steps})
+    tc = cfg.train
+    dm = DataModule(task, tc.seed, tc.batch_size, tc.steps)
+    module = make_module(model, cfg, log_every=max(1, tc.steps // 200))
+    clock = StepClock()
+    L_trainer_fit_with_clock(module, dm, cfg, clock)
+    return clock.t
+
+
+def L_trainer_fit_with_clock(module, dm, cfg, clock) -> None:
+    """synthlab.training.fit with a timing callback added (same Trainer settings)."""
+    import synthlab.training as tr
+
+    orig = tr._progress_callback
+    tr._progress_callback = lambda steps, desc: clock
+    try:
+        fit(module, dm, cfg, progress=True)
+    finally:
+        tr._progress_callback = orig
+
+
+def matmul_rate(shapes: list[tuple[int, int, int]], reps: int = 20) -> float:
+    """Best float32 FLOP/s of torch.mm over ``shapes`` (m, k, n)."""
+    best = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        for _ in range(3):
+            a @ b
+        t0 = CLOCK()
+        for _ in range(reps):
+            a @ b
+        dt = (CLOCK() - t0) / reps
+        best = max(best, 2 * m * k * n / dt)
+    return best
+
+
+def mfu_table(steps: int) -> None:
+    B, T, d, layers, heads = 16, 256, 256, 4, 4
+    tokens = B * T
+    peak_big = matmul_rate([(2048, 2048, 2048)], reps=5)
+    peak_model = matmul_rate([(tokens, d, 3 * d), (tokens, d, 4 * d), (tokens, 4 * d, d), (tokens, d, d)])
+    peak = max(peak_big, peak_model)
+    print(f"\nfloat32 matmul rate: {peak_big / 1e9:.1f} GFLOP/s (2048^2), {peak_model / 1e9:.1f} GFLOP/s (model shapes); "
+          f"reference = {peak / 1e9:.1f} GFLOP/s")
+    print(f"{'pe':6s} {'params':>9s} {'ms/step':>9s} {'GFLOP/step':>11s} {'GFLOP/s':>8s} {'MFU':>6s}")
+    for pe in ("nope", "rope", "alibi"):
+        over = {"n_pairs": T // 2, "d_model": d, "n_layers": layers, "n_heads": heads, "batch_size": B, "warmup": 0}
+        times = synthlab_path("flipflop", pe, over, steps)
+        dt = steady(times, skip=min(10, steps // 3))
+        _, task, model = make("flipflop", pe, over)
+        n_matmul = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "wte" not in n and "wpe" not in n)
+        flops = tokens * (6 * n_matmul + 12 * layers * T * d)
+        print(f"{pe:6s} {n_matmul:9d} {dt * 1e3:9.1f} {flops / 1e9:11.2f} {flops / dt / 1e9:8.1f} {100 * flops / dt / peak:5.1f}%")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=150, help="steps per measurement (overhead part)")
+    ap.add_argument("--mfu-steps", type=int, default=30, help="steps per encoding (MFU part)")
+    ap.add_argument("--skip-mfu", action="store_true")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time or process CPU time")
+    args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, lightning {L.__version__}, clock {args.clock}")
+    print("\nquick size (flipflop: T 128, d 64, 2 layers, 4 heads, batch 32), steady-state ms/step")
+    print(f"{'pe':6s} {'plain':>8s} {'synthlab':>9s} {'ratio':>6s}")
+    skip = min(20, args.steps // 3)
+    with _quiet_lightning():
+        for pe in ("rope", "nope", "alibi"):
+            # alternate twice and keep the best of each: CPU timings drift
+            plain, ours = [], []
+            for _ in range(2):
+                plain.append(steady(plain_loop("flipflop", pe, {}, args.steps), skip))
+                ours.append(steady(synthlab_path("flipflop", pe, {}, args.steps), skip))
+            p, o = min(plain), min(ours)
+            print(f"{pe:6s} {p * 1e3:8.2f} {o * 1e3:9.2f} {o / p:6.3f}")
+        if not args.skip_mfu:
+            mfu_table(args.mfu_steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,673 @@
+"""Train one model on one task and evaluate every split: ``synthlab.train(task, pe, ...)``.
+
+Flow: ``resolve_config`` (preset + overrides, everything validated) -> evaluation sets built
+(true lengths known, combination re-validated) -> run directory created -> Lightning fit
+(AdamW, warmup then linear / cosine decay, gradient clipping) -> evaluation of every split
+(token_acc, seq_acc, the task's headline metrics; per length where a split spans lengths)
+-> one result record (spec/interfaces.md) appended to ``results.jsonl`` with one fsync'd write.
+
+All metric values in the record are fractions in [0, 1] (accuracies and error rates alike:
+``read_error = 1 - token_acc``); the printed table shows them in %.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import generators
+from synthlab import __version__
+from synthlab.config import RunConfig, apply_overrides, build_config, validate_fields
+
+SCHEMA = 1
+
+# headline metric name -> (source metric, transform). Every metric is a fraction.
+_HEADLINE: dict[str, tuple[str, Callable[[float], float]]] = {
+    "read_error": ("token_acc", lambda a: 1.0 - a),  # flip-flop: error per read
+    "glitch_rate": ("seq_acc", lambda a: 1.0 - a),  # flip-flop: sequences with any wrong read
+    "token_error": ("token_acc", lambda a: 1.0 - a),
+    "seq_error": ("seq_acc", lambda a: 1.0 - a),
+    "error": ("token_acc", lambda a: 1.0 - a),
+    "query_acc": ("token_acc", lambda a: a),
+    "accuracy": ("token_acc", lambda a: a),
+    "acc": ("token_acc", lambda a: a),
+    "length_mean_acc": ("token_acc", lambda a: a),  # CHE: mean over lengths of per-token accuracy
+    "seq_acc": ("seq_acc", lambda a: a),
+    "token_acc": ("token_acc", lambda a: a),
+    "answer_acc": ("answer_acc", lambda a: a),  # arithmetic: greedy decoding from the prompt
+}
+
+
+# ----------------------------------------------------------------------------------------
+# configuration
+
+
+def _model_api() -> Any:
+    import synthlab.model as m
+
+    return m
+
+
+def resolve_config(task: str, pe: str, preset: str = "quick", overrides: dict[str, Any] | None = None, *,
+                   seed: int = 0, positions: str | None = None, rope_scaling: str | None = None,
+                   probe: bool = True) -> RunConfig:
+    """The validated :class:`RunConfig` of one run; nothing is built, trained or written.
+
+    Raises ValueError (naming the key and what is allowed) for an unknown task / preset /
+    setting, a wrong type or range, a bad pe spec or positions scheme, or an impossible
+    combination (``validate_combination`` of the model, with sequence lengths probed from the
+    task's splits when ``probe``).
+    """
+    if not isinstance(task, str) or task not in generators.TASKS:
+        raise ValueError(f"unknown task {task!r} (allowed: {', '.join(generators.TASKS)})")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    cfg = build_config(task, pe, preset, seed=int(seed), positions=positions, rope_scaling=rope_scaling)
+    names = tuple(generators.TASKS[task].PARAMS)
+    cfg = apply_overrides(cfg, overrides, names)
+    t = generators.get_task(task, **cfg.task_params)  # types and checks the task parameters
+    cfg.task_params = dict(t.params)
+    validate_fields(cfg)
+    _check_metrics(t)
+    m = _model_api()
+    spec = m.parse_pe(cfg.pe)
+    cfg.pe = spec.name
+    scheme = m.parse_positions(cfg.positions) if cfg.positions else None
+    cfg.positions = scheme.name if scheme is not None else None
+    if cfg.rope_scaling is not None and not spec.rotary:
+        raise ValueError(f"rope_scaling={cfg.rope_scaling!r} needs a rotary encoding (rope, xpos, bipe-rope), got pe={spec.name!r}")
+    if not cfg.model.causal and t.scoring != "placeholder":
+        raise ValueError("model.causal=false (bidirectional encoder) needs a placeholder-scored task "
+                         f"(the CHE tasks, one length per batch); task {task!r} pads variable-length batches")
+    if probe:
+        train_len, eval_len = _probe_lengths(t, cfg.train.seed)
+        _validate_combination(cfg, scheme, train_len, eval_len)
+    return cfg
+
+
+def make_task(cfg: RunConfig) -> Any:
+    """The task of a resolved config (parameters left at None keep the task's default)."""
+    return generators.get_task(cfg.task, **{k: v for k, v in cfg.task_params.items() if v is not None})
+
+
+def _check_metrics(task: Any) -> None:
+    unknown = [m for m in task.metrics if m not in _HEADLINE]
+    if unknown:  # a generator declared a metric the trainer cannot compute
+        raise ValueError(f"task {task.name!r}: headline metric {unknown[0]!r} is not computed by synthlab "
+                         f"(known: {', '.join(_HEADLINE)})")
+
+
+def _probe_lengths(task: Any, seed: int) -> tuple[int, int]:
+    from synthlab.data import probe_lengths
+
+    return probe_lengths(task, seed)
+
+
+def _position_extent(scheme: Any) -> int:
+    """Largest index a training-time scheme can produce + 1 (randomized: max; PoSE: target)."""
+    return int(scheme.max_position) if scheme is not None else 0
+
+
+def _max_len(cfg: RunConfig, scheme: Any, train_len: int, eval_len: int) -> int:
+    if cfg.model.max_len is not None:
+        return cfg.model.max_len
+    return max(train_len, eval_len, _position_extent(scheme))
+
+
+def _validate_combination(cfg: RunConfig, scheme: Any, train_len: int, eval_len: int) -> int:
+    max_len = _max_len(cfg, scheme, train_len, eval_len)
+    _model_api().validate_combination(cfg.pe, cfg.positions, cfg.model.causal, max_len, eval_len)
+    if scheme is not None and train_len > scheme.max_position:
+        raise ValueError(f"--positions {scheme.name}: the training sequences ({train_len} tokens) are longer than "
+                         f"its range ({scheme.max_position}); raise it to at least {train_len}")
+    return max_len
+
+
+# ----------------------------------------------------------------------------------------
+# Lightning module
+
+
+def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
+    """Warmup (linear from 1/warmup to 1) then decay to 0: linear, cosine, or constant."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0 - progress
+
+
+def _lightning():
+    import lightning as L
+
+    return L
+
+
+def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0) -> Any:
+    """The LightningModule training ``model`` with ``cfg.train``."""
+    L = _lightning()
+
+    class SynthModule(L.LightningModule):
+        """Next-token / placeholder loss on the task's loss positions (targets = IGNORE elsewhere)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.tc = cfg.train
+            self.log_every = log_every
+            self.losses: list[tuple[int, torch.Tensor]] = []
+            self.failure: str | None = None
+            self.last_loss: torch.Tensor | None = None
+
+        def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+            return self.model(ids) if positions is None else self.model(ids, positions=positions)
+
+        def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor | None:
+            ids, tgt = batch[0], batch[1]  # (B, T), (B, T)
+            logits = self(ids, batch[2] if len(batch) > 2 else None)  # (B, T, V)
+            n = (tgt != -100).sum().clamp_min(1)
+            loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=-100, reduction="sum") / n
+            step = self.global_step
+            # a host sync per step is free on CPU; on an accelerator check every 16 steps (a
+            # NaN loss poisons the weights, so the next check still sees it)
+            if (loss.device.type == "cpu" or step % 16 == 0) and not torch.isfinite(loss):
+                self.failure = f"diverged: non-finite training loss ({loss.item()}) at step {step}"
+                self.trainer.should_stop = True
+                return None
+            self.last_loss = loss.detach()
+            if self.log_every and (step % self.log_every == 0 or step == self.tc.steps - 1):
+                self.losses.append((step, self.last_loss))
+            return loss
+
+        def configure_optimizers(self) -> dict[str, Any]:
+            decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
+            other = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
+            groups = [{"params": decay, "weight_decay": self.tc.weight_decay}, {"params": other, "weight_decay": 0.0}]
+            opt = torch.optim.AdamW(groups, lr=self.tc.lr, betas=(0.9, 0.999), eps=1e-8)
+            tc = self.tc
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    return SynthModule()
+
+
+def _progress_callback(steps: int, desc: str) -> Any:
+    """A light tqdm bar (steps, loss, ETA); the loss is read at most ~4 times a second."""
+    L = _lightning()
+    from tqdm.auto import tqdm
+
+    class Progress(L.Callback):
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self.bar = tqdm(total=steps, desc=desc, unit="step", dynamic_ncols=True, leave=False)
+            self.t = 0.0
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self.bar.update(1)
+            now = time.monotonic()
+            if now - self.t > 0.25 and pl_module.last_loss is not None:
+                self.t = now
+                self.bar.set_postfix_str(f"loss {pl_module.last_loss.item():.4f}", refresh=False)
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self.bar.close()
+
+    return Progress()
+
+
+@contextlib.contextmanager
+def _quiet_lightning():
+    """Silence Lightning's info banners and the worker-count hints for in-process data."""
+    names = ("lightning.pytorch", "lightning.fabric", "lightning")
+    levels = [logging.getLogger(n).level for n in names]
+    for n in names:
+        logging.getLogger(n).setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
+        warnings.filterwarnings("ignore", message=".*Total length of `DataLoader` across ranks.*")
+        warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
+        warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")
+        warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
+        try:
+            yield
+        finally:
+            for n, lv in zip(names, levels):
+                logging.getLogger(n).setLevel(lv)
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    """torch intra-op threads for the run only (0: leave torch's setting)."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if n:
+            torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def _deterministic(enabled: bool):
+    """torch.use_deterministic_algorithms for the run only (restored afterwards)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_before = torch.is_deterministic_algorithms_warn_only_enabled()
+    if enabled:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_before)
+
+
+def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, desc: str = "") -> dict[str, Any]:
+    """Run the Lightning Trainer (CPU / GPU auto, no loggers or checkpoints); returns
+    {"device": ..., "steps_done": ...}."""
+    L = _lightning()
+    callbacks = [_progress_callback(cfg.train.steps, desc)] if progress else []
+    with _quiet_lightning():
+        trainer = L.Trainer(
+            accelerator="auto", devices=1, max_steps=cfg.train.steps, max_epochs=-1,
+            logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            num_sanity_val_steps=0, limit_val_batches=0,
+            gradient_clip_val=cfg.train.grad_clip or None, gradient_clip_algorithm="norm",
+            callbacks=callbacks, benchmark=False, deterministic=False,
+        )
+        # Lightning turns Ctrl-C into SystemExit(1) and leaves SIGINT ignored: restore it
+        sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+        try:
+            trainer.fit(module, datamodule=datamodule)
+        finally:
+            if sigint is not None:
+                signal.signal(signal.SIGINT, sigint)
+    device = trainer.strategy.root_device
+    return {"device": device.type, "steps_done": int(trainer.global_step)}
+
+
+# ----------------------------------------------------------------------------------------
+# evaluation
+
+
+@dataclass
+class EvalContext:
+    """What evaluation needs besides the model and the samples."""
+
+    task: Any
+    pad_id: int
+    batch_size: int
+    device: torch.device
+    causal: bool = True
+    rope_scaling: str | None = None
+    rotary: bool = False
+    train_len: int = 0
+    positions: Any = None  # a PositionSampler for schemes also used at evaluation (randomized)
+
+
+def _chunks(order: list[int], samples: list[Any], size: int, same_length: bool) -> list[list[int]]:
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        if cur and (len(cur) == size or (same_length and len(samples[i]) != len(samples[cur[0]]))):
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    return out
+
+
+@contextlib.contextmanager
+def _rope_scaled(model: torch.nn.Module, ctx: EvalContext, length: int):
+    """Rope scaling with s = length / train_len for sequences longer than training."""
+    on = bool(ctx.rope_scaling and ctx.rotary and ctx.train_len and length > ctx.train_len)
+    if on:
+        model.set_rope_scaling(ctx.rope_scaling, length / ctx.train_len)
+    try:
+        yield
+    finally:
+        if on:
+            model.set_rope_scaling(None)
+
+
+def _forward(model: torch.nn.Module, ids: torch.Tensor, ctx: EvalContext, key: int) -> torch.Tensor:
+    if ctx.positions is not None:
+        pos = ctx.positions(ids.shape[1], key).to(ids.device)
+        return model(ids, positions=pos)
+    return model(ids)
+
+
+@torch.no_grad()
+def score_samples(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, key: int = 0) -> dict[str, float]:
+    """token_acc (over all scored tokens) and seq_acc (samples with every scored token right),
+    teacher-forced, at the scored positions."""
+    from synthlab.data import IGNORE, collate
+
+    n = len(samples)
+    ok = np.zeros(n, dtype=np.int64)
+    tot = np.zeros(n, dtype=np.int64)
+    order = sorted(range(n), key=lambda i: len(samples[i]))  # less padding
+    for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, not ctx.causal)):
+        b = collate([samples[i] for i in idx], ctx.pad_id)
+        ids, sc = b.ids.to(ctx.device), b.scored.to(ctx.device)
+        with _rope_scaled(model, ctx, int(b.lengths.max())):
+            logits = _forward(model, ids, ctx, key * 1_000_003 + c)  # (B, T, V)
+        mask = sc != IGNORE
+        right = (logits.argmax(-1) == sc) & mask
+        ok[idx] = right.sum(1).cpu().numpy()
+        tot[idx] = mask.sum(1).cpu().numpy()
+    return {"token_acc": float(ok.sum() / max(1, tot.sum())), "seq_acc": float(np.mean(ok == tot)) if n else float("nan")}
+
+
+@torch.no_grad()
+def greedy_answers(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, key: int = 0) -> float:
+    """Arithmetic: decode greedily from each prompt (``task.prompt_length``) until ``<eos>``;
+    a sample is right when the token before the generated ``<eos>`` is ``task.answer_id``.
+    Batched: every row advances one token per step (no KV cache, causal model)."""
+    task = ctx.task
+    eos = task.token_id("<eos>")
+    n = len(samples)
+    right = np.zeros(n, dtype=bool)
+    order = sorted(range(n), key=lambda i: task.prompt_length(samples[i]))
+    for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, False)):
+        chunk = [samples[i] for i in idx]
+        plen = torch.tensor([task.prompt_length(s) for s in chunk])
+        budget = int(max(len(s) for s in chunk) * 1.5) + 4 - int(plen.min())  # new tokens allowed
+        width = int(plen.max()) + budget
+        buf = torch.full((len(chunk), width), ctx.pad_id, dtype=torch.long)
+        for r, s in enumerate(chunk):
+            buf[r, : plen[r]] = torch.from_numpy(s.ids[: plen[r]])
+        buf, cur = buf.to(ctx.device), plen.to(ctx.device)
+        rows = torch.arange(len(chunk), device=ctx.device)
+        done = torch.zeros(len(chunk), dtype=torch.bool, device=ctx.device)
+        answer = torch.full((len(chunk),), -1, dtype=torch.long, device=ctx.device)
+        pos = ctx.positions(width, key * 1_000_003 + c).to(ctx.device) if ctx.positions is not None else None
+        for _ in range(budget):
+            t_now = int(cur.max())
+            with _rope_scaled(model, ctx, t_now):
+                ids = buf[:, :t_now]
+                logits = model(ids) if pos is None else model(ids, positions=pos[:t_now])  # (B, t, V)
+            nxt = logits[rows, cur - 1].argmax(-1)  # (B,)
+            live = ~done & (cur < width)
+            buf[rows[live], cur[live]] = nxt[live]
+            ended = live & (nxt == eos)
+            answer[ended] = buf[rows[ended], cur[ended] - 1]
+            cur = cur + live.long()
+            done |= ended | (cur >= width)
+            if bool(done.all()):
+                break
+        want = torch.tensor([task.answer_id(s) for s in chunk], device=ctx.device)
+        right[idx] = (answer == want).cpu().numpy()
+    return float(right.mean()) if n else float("nan")
+
+
+def _headline(task: Any, m: dict[str, float]) -> dict[str, float]:
+    out = dict(m)
+    for name in task.metrics:
+        src, fn = _HEADLINE[name]
+        if src in m:
+            out[name] = fn(m[src])
+    return out
+
+
+def evaluate(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]],
+             ctx: EvalContext) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
+    """Metrics per split (a split spanning lengths: the mean over its groups) and per group.
+
+    Returns (metrics[split][name], groups[split][group key][name]).
+    """
+    was_training = model.training
+    model.eval()
+    metrics: dict[str, dict[str, float]] = {}
+    groups: dict[str, dict[str, dict[str, float]]] = {}
+    try:
+        for s_i, (split, parts) in enumerate(sets.items()):
+            per: dict[str, dict[str, float]] = {}
+            for g_i, (gkey, _ov, samples) in enumerate(parts):
+                key = s_i * 100_003 + g_i
+                m = score_samples(model, samples, ctx, key)
+                if ctx.task.scoring == "greedy":
+                    m["answer_acc"] = greedy_answers(model, samples, ctx, key)
+                per[gkey if gkey is not None else ""] = _headline(ctx.task, m)
+            if len(parts) == 1 and parts[0][0] is None:
+                metrics[split] = per[""]
+            else:
+                groups[split] = per
+                names = next(iter(per.values())).keys()
+                metrics[split] = {k: float(np.mean([g[k] for g in per.values()])) for k in names}
+    finally:
+        model.train(was_training)
+    return metrics, groups
+
+
+def by_length(task: Any, groups: dict[str, dict[str, dict[str, float]]]) -> dict[str, float] | None:
+    """Flat {length: accuracy} of the grouped splits (keys ``split/length`` when several
+    splits are grouped). The value is the task's headline accuracy per group (CHE: per-token
+    accuracy, its per-length score; passkey: sequence accuracy), token_acc otherwise."""
+    if not groups:
+        return None
+    accs = [m for m in task.metrics if m.endswith("acc") or m == "accuracy"]
+    name = accs[0] if accs else "token_acc"
+    flat = len(groups) == 1
+    out: dict[str, float] = {}
+    for split, per in groups.items():
+        for k, m in per.items():
+            out[k if flat else f"{split}/{k}"] = m.get(name, m["token_acc"])
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# records and files
+
+
+def _finite(x: Any) -> Any:
+    """NaN / inf -> None, recursively (records never hold NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, np.floating):
+        return _finite(float(x))
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def to_json(x: Any) -> str:
+    return json.dumps(_finite(x), allow_nan=False, ensure_ascii=False)
+
+
+def append_record(path: str | os.PathLike, record: dict[str, Any]) -> None:
+    """Append one JSON line with a single fsync'd write (the file stays parseable)."""
+    data = (to_json(record) + "\n").encode()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def git_hash() -> str | None:
+    """Short hash of the checkout synthlab runs from, or None."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def make_run_id(task: str, pe: str, seed: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", pe).strip("-")
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{task}-{slug}-s{seed}-{uuid.uuid4().hex[:6]}"
+
+
+# ----------------------------------------------------------------------------------------
+# the run
+
+
+def train(task: str, pe: str, preset: str = "quick", seed: int = 0, out: str | os.PathLike | None = None,
+          positions: str | None = None, rope_scaling: str | None = None, quiet: bool = True,
+          results: str | os.PathLike | None = None, study: str | None = None, trial: int | None = None,
+          overrides: dict[str, Any] | None = None, **more_overrides: Any) -> dict[str, Any]:
+    """Train one model on ``task`` with encoding ``pe`` and evaluate every split.
+
+    ``overrides`` (and extra keyword arguments) are ``--set`` settings: ``{"d_model": 32,
+    "train.lr": 3e-4, "task.n_pairs": 64}``. With ``out`` the run keeps ``out/<run_id>/``
+    (config.json, metrics.jsonl, model.safetensors) and appends its record to
+    ``out/results.jsonl`` (or ``results``); with neither, nothing is written.
+
+    Returns the result record (spec/interfaces.md). Bad input raises ValueError before
+    anything is written; a diverged run returns ``status: "failed"`` with the reason.
+    """
+    t0 = time.perf_counter()
+    ov = {**(overrides or {}), **more_overrides}
+    cfg = resolve_config(task, pe, preset, ov, seed=seed, positions=positions, rope_scaling=rope_scaling, probe=False)
+    return run(cfg, out=out, results=results, quiet=quiet, study=study, trial=trial, t0=t0)
+
+
+def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.PathLike | None = None,
+        quiet: bool = True, study: str | None = None, trial: int | None = None, t0: float | None = None) -> dict[str, Any]:
+    """Train and evaluate a resolved :class:`RunConfig` (see :func:`train`)."""
+    from safetensors.torch import save_model
+
+    from synthlab.data import DataModule, PositionSampler
+
+    t0 = time.perf_counter() if t0 is None else t0
+    m = _model_api()
+    L = _lightning()
+    task = make_task(cfg)
+    spec = m.parse_pe(cfg.pe)
+    scheme = m.parse_positions(cfg.positions) if cfg.positions else None
+    tc = cfg.train
+
+    # data first: the evaluation sets fix the true lengths, validated before anything is written
+    dm = DataModule(task, tc.seed, tc.batch_size, tc.steps, tc.n_train, scheme, tc.eval_samples)
+    sets = dm.eval_sets()
+    eval_len = max((len(s) for parts in sets.values() for _, _, ss in parts for s in ss), default=0)
+    train_len = max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1])
+    max_len = _validate_combination(cfg, scheme, train_len, eval_len)
+
+    run_id = make_run_id(cfg.task, spec.name, tc.seed)
+    run_dir = Path(out) / run_id if out is not None else None
+    results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
+    L.seed_everything(tc.seed, workers=False, verbose=False)
+    model = m.build_model(
+        pe=cfg.pe, vocab_size=len(task.vocab) + 1, d_model=cfg.model.d_model, n_layers=cfg.model.n_layers,
+        n_heads=cfg.model.n_heads, max_len=max_len, dropout=cfg.model.dropout,
+        tie_embeddings=cfg.model.tie_embeddings, causal=cfg.model.causal,
+        separator_ids=tuple(task.token_id(s) for s in task.separators),
+        segment_start_ids=tuple(task.token_id(s) for s in getattr(task, "segment_starts", ())),
+    )
+    n_params = int(sum(p.numel() for p in model.parameters()))
+    if run_dir is not None:  # everything is validated and built: now the run directory
+        run_dir.mkdir(parents=True, exist_ok=False)
+        (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), "max_len": max_len, "run_id": run_id},
+                                                        indent=1) + "\n")
+    log_every = max(1, tc.steps // 200)
+    module = make_module(model, cfg, log_every)
+    progress = (not quiet) and sys.stdout.isatty()
+    record: dict[str, Any] = {
+        "schema": SCHEMA, "run_id": run_id, "task": cfg.task, "task_params": cfg.task_params,
+        "pe": spec.name, "pe_params": spec.params, "positions": cfg.positions, "rope_scaling": cfg.rope_scaling,
+        "preset": cfg.preset,
+        "model": {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_heads": cfg.model.n_heads,
+                  "params": n_params},
+        "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len},
+        "metrics": {}, "by_length": None, "wall_s": None, "device": None, "synthlab": __version__, "git": git_hash(),
+        "study": study, "trial": trial, "status": "ok",
+    }
+    lines: list[dict[str, Any]] = []
+    try:
+        with _deterministic(True), _threads(tc.threads):
+            info = fit(module, dm, cfg, progress=progress, desc=f"{cfg.task} {spec.name}")
+            record["device"] = info["device"]
+            lines += [{"step": s, "loss": float(v)} for s, v in module.losses]
+            train_len = max(train_len, dm.stream.max_len)
+            record["train"]["train_len"] = train_len
+            failure = module.failure
+            if failure is None and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+                failure = "diverged: non-finite parameters after training"
+            if failure is None:
+                ctx = EvalContext(
+                    task=task, pad_id=dm.pad_id, batch_size=tc.eval_batch_size, device=next(model.parameters()).device,
+                    causal=cfg.model.causal, rope_scaling=cfg.rope_scaling, rotary=spec.rotary, train_len=train_len,
+                    positions=PositionSampler(scheme, tc.seed + 1) if scheme is not None and scheme.at_eval else None,
+                )
+                metrics, groups = evaluate(model, sets, ctx)
+                record["metrics"] = metrics
+                record["by_length"] = by_length(task, groups)
+                for split, per in groups.items():
+                    lines += [{"split": split, "group": k, **v} for k, v in per.items()]
+                lines += [{"split": split, **v} for split, v in metrics.items()]
+            else:
+                record["status"] = "failed"
+                record["error"] = failure
+                record["train"]["steps_done"] = info["steps_done"]
+    except BaseException as e:  # record the failure, then let the caller see it
+        record["status"] = "failed"
+        record["error"] = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        record["wall_s"] = round(time.perf_counter() - t0, 3)
+        _finish_files(run_dir, results_path, record, lines, None)
+        raise
+    record["wall_s"] = round(time.perf_counter() - t0, 3)
+    _finish_files(run_dir, results_path, record, lines, model if record["status"] == "ok" else None, save_model)
+    return _finite(record)
+
+
+def _finish_files(run_dir: Path | None, results_path: Path | None, record: dict[str, Any], lines: list[dict[str, Any]],
+                  model: torch.nn.Module | None, save: Callable[..., Any] | None = None) -> None:
+    if run_dir is not None:
+        with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(to_json(line) + "\n")
+        if model is not None and save is not None:
+            save(model, str(run_dir / "model.safetensors"))
+    if results_path is not None:
+        append_record(results_path, record)
+
+
+# ----------------------------------------------------------------------------------------
+# printing
+
+
+def format_result(record: dict[str, Any]) -> str:
+    """A compact table: one row per split, metrics in %."""
+    metrics = record.get("metrics") or {}
+    head = f"{record['task']}  pe={record['pe']}  seed={record['train']['seed']}  status={record['status']}"
+    if record.get("status") != "ok":
+        return head + f"\nerror: {record.get('error')}"
+    names: list[str] = []
+    for m in metrics.values():
+        names += [k for k in m if k not in names]
+    rows = [[split] + [("-" if m.get(k) is None else f"{100 * m[k]:.2f}") for k in names] for split, m in metrics.items()]
+    cells = [["split"] + [f"{k} %" for k in names]] + rows
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    tail = f"params={record['model']['params']}  train_len={record['train']['train_len']}  wall={record['wall_s']}s  device={record['device']}"
+    return "\n".join([head, *lines, tail])
