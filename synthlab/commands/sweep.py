@@ -1,0 +1,41 @@
+"""`synthlab sweep`: run (or resume) an Optuna study over a sweep file's grid, then draw it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run (or resume) a grid of training runs as an Optuna study, then draw the grids",
+        description="Run every cell of a sweep file's grid (encodings x d_model x ... x seeds) once, as "
+        "trials of an Optuna study. Re-running the same command resumes; several processes (or machines, "
+        "with --storage postgresql://...) given the same --storage and --study share the grid. "
+        "At the end the grids are drawn (PNG, CSV, Markdown under OUT/grids/) and printed.",
+        epilog="examples:\n  synthlab sweep flipflop --pe cope,rope\n"
+        "  synthlab sweep che --preset smoke --out runs/che\n"
+        "  synthlab sweep my_sweep.toml --storage postgresql://me@db/optuna --study big  # on each machine",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("sweep", metavar="TASK_OR_FILE",
+                   help="an installed sweep (flipflop, selective_copy, counting, arithmetic, binfa, che, pose, "
+                   "mqar), a CHE task name (che.toml restricted to it), or a .toml file")
+    p.add_argument("--pe", help="comma-separated encodings; replaces the sweep's encodings axis")
+    p.add_argument("--preset", choices=("smoke", "quick", "paper"), help="settings preset (default: the sweep file's)")
+    p.add_argument("--trials", type=int, help="run at most N trials in this process, then stop")
+    p.add_argument("--storage", help="Optuna storage URL (sqlite:///F, postgresql://...) or a journal file path "
+                   "(default: OUT/study.journal)")
+    p.add_argument("--study", help="study name (default: <sweep>-<preset>)")
+    p.add_argument("--out", help="output directory (default: synthlab-runs/<study>)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from synthlab.sweeping import sweep
+
+    quiet = args.quiet or not sys.stderr.isatty()
+    records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
+                    study=args.study, out=args.out, quiet=quiet)
+    return 0 if records is not None else 1

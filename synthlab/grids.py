@@ -1,0 +1,433 @@
+"""Result records -> tidy table -> grids (seaborn heatmaps, CSV, Markdown).
+
+- :func:`read_results` reads a results JSONL (a torn last line from a killed writer is skipped).
+- :func:`tidy` gives one row per record x split x length (``length`` is NaN for the split's
+  aggregate metrics; ``by_length`` entries give one row per length with the value in
+  ``token_acc``). A failed record gives one row with NaN metrics, so it shows up as missing.
+- :func:`grid` pivots a tidy table into a grid: rows ``y`` (e.g. encoding), columns ``x``
+  (``d_model``, ``split``, ``length``, ``task``...), cell = mean and spread (std) over seeds of
+  the headline metric in percent (``accuracy`` = 100 m, ``error`` = 100 (1 - m)); a cell with no
+  finished run is NaN (blank), never 0. :meth:`Grid.save` writes PNG + CSV + Markdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+KINDS = ("capacity", "ood")
+
+_RECORD_START = '{"schema"'
+
+
+def _parse_line(line: str) -> dict | None:
+    try:
+        obj = json.loads(line)
+        return obj if isinstance(obj, dict) else None
+    except json.JSONDecodeError:
+        pass
+    # a torn record followed by a whole one on the same line: keep the whole one
+    i = line.rfind(_RECORD_START)
+    if i > 0:
+        try:
+            obj = json.loads(line[i:])
+            return obj if isinstance(obj, dict) else None
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Result records of a JSONL file. A torn line (cut by a kill) is skipped; a file that is
+    missing, empty of records, or not result records raises ValueError."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"results file {str(p)!r} does not exist")
+    try:
+        text = p.read_text(encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise ValueError(f"results file {str(p)!r} is not JSON lines (not UTF-8 text)") from None
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    records, bad = [], 0
+    for n, line in enumerate(lines, 1):
+        obj = _parse_line(line)
+        if obj is None:
+            bad += 1
+            continue
+        if "status" not in obj or "pe" not in obj or "task" not in obj:
+            raise ValueError(f"results file {str(p)!r} line {n}: not a result record (needs task, pe, status)")
+        records.append(obj)
+    if not records:
+        raise ValueError(f"results file {str(p)!r} holds no result records (expected JSON lines from synthlab train/sweep)")
+    if bad > 1 and bad > len(lines) // 10:
+        # a kill leaves at most one torn line per writer; this many is not a results file
+        raise ValueError(f"results file {str(p)!r}: {bad} of {len(lines)} lines are not JSON")
+    return records
+
+
+def _num(v: Any) -> float:
+    if isinstance(v, bool) or v is None:
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _dape_k(pe: str) -> float:
+    for comp in str(pe).split("+"):
+        name, _, params = comp.partition(":")
+        if name == "dape":
+            m = re.search(r"(?:^|,)k=(\d+)", params)
+            return float(m.group(1)) if m else 1.0
+    return math.nan
+
+
+def _pose_chunks(positions: Any) -> float:
+    if not isinstance(positions, str) or not positions.startswith("pose"):
+        return math.nan
+    m = re.search(r"chunks=(\d+)", positions)
+    return float(m.group(1)) if m else math.nan
+
+
+def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
+    model = r.get("model") or {}
+    train = r.get("train") or {}
+    row: dict[str, Any] = {
+        "record": i, "study": r.get("study"), "trial": r.get("trial"), "run_id": r.get("run_id"),
+        "status": r.get("status"), "error": r.get("error"), "task": r.get("task"), "pe": r.get("pe"),
+        "positions": r.get("positions"), "seed": train.get("seed"),
+        "d_model": model.get("d_model"), "n_layers": model.get("n_layers"), "n_heads": model.get("n_heads"),
+        "params": model.get("params"), "steps": train.get("steps"), "batch_size": train.get("batch_size"),
+        "lr": train.get("lr"), "train_len": train.get("train_len"), "wall_s": r.get("wall_s"),
+        "dape_k": _dape_k(r.get("pe", "")), "pose_chunks": _pose_chunks(r.get("positions")),
+    }
+    for k, v in (r.get("task_params") or {}).items():
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            row[f"task.{k}"] = v
+            row.setdefault(k, v)
+    return row
+
+
+def tidy(records: Iterable[dict[str, Any]] | str | os.PathLike):
+    """One row per record x split x length (pandas DataFrame); see the module docstring."""
+    import pandas as pd
+
+    if isinstance(records, (str, os.PathLike)):
+        records = read_results(records)
+    rows: list[dict[str, Any]] = []
+    for i, r in enumerate(records):
+        base = _base_row(r, i)
+        metrics = r.get("metrics") or {}
+        if r.get("status") != "ok" or not metrics:
+            rows.append({**base, "split": None, "length": math.nan})
+            continue
+        for split, m in metrics.items():
+            row = {**base, "split": split, "length": math.nan}
+            for name, v in (m or {}).items():
+                if not isinstance(v, dict):
+                    row[name] = _num(v)
+            rows.append(row)
+        for split, length, v in _length_entries(r.get("by_length"), metrics):
+            rows.append({**base, "split": split, "length": length, "token_acc": v})
+    return pd.DataFrame(rows)
+
+
+def _length_entries(by_length: Any, metrics: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(split, length, accuracy) of a record's ``by_length``: ``{"41": acc}`` (one grouped
+    split), ``{"ood/41": acc}`` (several) or ``{"ood": {"41": acc}}``."""
+    out: list[tuple[str, float, float]] = []
+    if not isinstance(by_length, dict):
+        return out
+    for key, v in by_length.items():
+        if isinstance(v, dict):
+            out += [(str(key), _num(k), _num(a)) for k, a in v.items()]
+        elif "/" in str(key):
+            split, _, length = str(key).rpartition("/")
+            out.append((split, _num(length), _num(v)))
+        else:
+            out.append((_length_split(metrics), _num(key), _num(v)))
+    return out
+
+
+def _length_split(metrics: dict[str, Any]) -> str:
+    ood = [s for s in metrics if s.startswith("ood")]
+    if len(ood) == 1:
+        return ood[0]
+    return "test"
+
+
+# --------------------------------------------------------------------------------------------
+# grids
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Grid:
+    """A grid: ``mean``/``std``/``n`` (rows y x columns x, percent) and its labels."""
+
+    kind: str
+    x: str
+    y: str
+    metric: str
+    show: str
+    mean: Any  # pandas DataFrame
+    std: Any
+    n: Any
+    n_failed: Any
+    title: str = ""
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def labels(self) -> list[list[str]]:
+        out = []
+        for yi in self.mean.index:
+            row = []
+            for xi in self.mean.columns:
+                m, s, n = self.mean.at[yi, xi], self.std.at[yi, xi], self.n.at[yi, xi]
+                if not math.isfinite(m):
+                    row.append("")
+                elif n > 1 and math.isfinite(s):
+                    row.append(f"{m:.1f}\n±{s:.1f}")
+                else:
+                    row.append(f"{m:.1f}")
+            out.append(row)
+        return out
+
+    def markdown(self) -> str:
+        head = f"**{self.title}** ({self.show} %, mean ± std over seeds; blank = failed or not run)\n\n"
+        cols = [str(c) for c in self.mean.columns]
+        lines = ["| " + " | ".join([self.y, *cols]) + " |", "|" + "---|" * (len(cols) + 1)]
+        for yi, row in zip(self.mean.index, self.labels()):
+            lines.append("| " + " | ".join([str(yi), *(c.replace("\n", " ") for c in row)]) + " |")
+        return head + "\n".join(lines) + "\n"
+
+    def long(self):
+        """The grid as a long table: y, x, mean, std, n, n_failed."""
+        import pandas as pd
+
+        rows = []
+        for yi in self.mean.index:
+            for xi in self.mean.columns:
+                rows.append({self.y: yi, self.x: xi, "mean": self.mean.at[yi, xi], "std": self.std.at[yi, xi],
+                             "n": int(self.n.at[yi, xi]), "n_failed": int(self.n_failed.at[yi, xi])})
+        return pd.DataFrame(rows)
+
+    def save(self, png: str | os.PathLike) -> dict[str, str]:
+        """Write the heatmap PNG and the same table as CSV and Markdown beside it."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        png = Path(png)
+        png.parent.mkdir(parents=True, exist_ok=True)
+        fig, _ = self.plot()
+        fig.savefig(png, dpi=120)
+        plt.close(fig)
+        csv, md = png.with_suffix(".csv"), png.with_suffix(".md")
+        self.long().to_csv(csv, index=False)
+        md.write_text(self.markdown(), encoding="utf-8")
+        self.files = {"png": str(png), "csv": str(csv), "md": str(md)}
+        return self.files
+
+    def plot(self, ax=None):
+        """The seaborn heatmap (fixed 0-100 % colour scale, annotated cells, NaN blank)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+        import seaborn as sns
+
+        data = self.mean.astype(float)
+        h, w = data.shape
+        if ax is None:
+            _, ax = plt.subplots(figsize=(max(4.0, 1.1 * w + 2.5), max(2.5, 0.6 * h + 1.5)))
+        fig = ax.figure
+        sns.heatmap(data, vmin=0.0, vmax=100.0, cmap="viridis_r" if self.show == "error" else "viridis",
+                    annot=np.array(self.labels(), dtype=object), fmt="", annot_kws={"fontsize": 8},
+                    linewidths=0.5, linecolor="white", cbar_kws={"label": f"{self.show} (%)"}, ax=ax)
+        ax.set_xlabel(self.x)
+        ax.set_ylabel(self.y)
+        ax.set_title(self.title, fontsize=10)
+        fig.tight_layout()
+        return fig, ax
+
+
+def _order(values: Iterable[Any]) -> list[Any]:
+    vals = list(dict.fromkeys(v for v in values if not (isinstance(v, float) and math.isnan(v))))
+    try:
+        return sorted(vals)
+    except TypeError:
+        return vals
+
+
+def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Metric, display and splits from the installed sweep file of the records' task."""
+    out: dict[str, Any] = {"metric": "token_acc", "show": "accuracy", "in_dist": "test", "ood": None,
+                           "ood_x": "split", "ood_y": "pe", "capacity_x": "d_model", "capacity_y": "pe"}
+    tasks = {r.get("task") for r in records}
+    try:
+        from synthlab.sweeping import installed_sweeps, parse_sweep
+
+        for name, text in installed_sweeps().items():
+            spec = parse_sweep(text, f"sweeps/{name}.toml", name=name)
+            if tasks and tasks <= set(spec.tasks):
+                out.update(metric=spec.metric, show=spec.show, in_dist=spec.in_dist, ood=spec.ood or None,
+                           ood_x=spec.ood_x, ood_y=spec.ood_y, capacity_x=spec.capacity_x, capacity_y=spec.capacity_y)
+                break
+    except ValueError:
+        pass
+    return out
+
+
+def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show: str = "accuracy",
+              split: str | list[str] | None = None, title: str = "") -> Grid:
+    """Pivot a tidy table (see :func:`tidy`) into a :class:`Grid`.
+
+    ``split``: for x = ``split`` the list of columns; otherwise the split the cells read
+    (for x = ``length``, the split whose per-length rows are used).
+    """
+    import numpy as np
+    import pandas as pd
+
+    if kind not in KINDS:
+        raise ValueError(f"--kind {kind!r} is not allowed (allowed: {', '.join(KINDS)})")
+    if show not in ("accuracy", "error"):
+        raise ValueError(f"show {show!r} is not allowed (allowed: accuracy, error)")
+    df = table.copy()
+    for field in (x, y):
+        parts = field.split(",")
+        if len(parts) > 1 and all(p in df.columns for p in parts):  # composite, e.g. "task,pe"
+            df[field] = df[parts].astype(str).agg(" ".join, axis=1)
+        if field not in ("split", "length") and field not in df.columns:
+            allowed = sorted(c for c in df.columns if c not in ("record", "error", "status"))
+            raise ValueError(f"grid field {field!r} is not in the results (allowed: split, length, {', '.join(allowed)})")
+    if metric not in df.columns:
+        df[metric] = math.nan
+    failed = df[df["status"] != "ok"]
+    ok = df[df["status"] == "ok"]
+    if x == "length" or y == "length":
+        ok = ok[ok["length"].notna()]
+        if split is not None and not isinstance(split, list):
+            ok = ok[ok["split"] == split]
+        value_col = "token_acc" if metric not in ok.columns or ok[metric].isna().all() else metric
+    else:
+        ok = ok[ok["length"].isna()]
+        value_col = metric
+        if x == "split" or y == "split":
+            splits = split if isinstance(split, list) else _order(ok["split"])
+            ok = ok[ok["split"].isin(splits)]
+        elif split is not None:
+            ok = ok[ok["split"] == split]
+    vals = ok[value_col].astype(float)
+    ok = ok.assign(_v=100.0 * (1.0 - vals) if show == "error" else 100.0 * vals)
+    if x == "split" or y == "split":
+        col_split = split if isinstance(split, list) else _order(ok["split"])
+    key_y = _order(list(ok[y]) + ([] if y in ("split", "length") else list(failed[y])))
+    key_x = (col_split if x == "split" else _order(list(ok[x]) + ([] if x == "length" else list(failed[x]))))
+    if y == "split":
+        key_y = col_split
+    mean = pd.DataFrame(np.nan, index=key_y, columns=key_x)
+    std, n, nf = mean.copy(), pd.DataFrame(0, index=key_y, columns=key_x), pd.DataFrame(0, index=key_y, columns=key_x)
+    # one value per run (record) per cell: a run's several rows (never expected) are averaged
+    per_run = ok.groupby([y, x, "record"], dropna=True)["_v"].mean().reset_index()
+    for (yi, xi), grp in per_run.groupby([y, x]):
+        v = grp["_v"].dropna().to_numpy()
+        if yi in mean.index and xi in mean.columns and len(v):
+            mean.at[yi, xi] = float(v.mean())
+            std.at[yi, xi] = float(v.std(ddof=1)) if len(v) > 1 else math.nan
+            n.at[yi, xi] = len(v)
+    if x not in ("split", "length") and y not in ("split", "length"):
+        for (yi, xi), grp in failed.groupby([y, x]):
+            if yi in nf.index and xi in nf.columns:
+                nf.at[yi, xi] = grp["record"].nunique()
+    else:
+        other = y if x in ("split", "length") else x
+        for oi, grp in failed.groupby(other):
+            if x in ("split", "length") and oi in nf.index:
+                nf.loc[oi, :] = grp["record"].nunique()
+            elif oi in nf.columns:
+                nf.loc[:, oi] = grp["record"].nunique()
+    return Grid(kind=kind, x=x, y=y, metric=value_col, show=show, mean=mean, std=std, n=n, n_failed=nf, title=title)
+
+
+def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x: str | None = None,
+         y: str | None = None, out: str | os.PathLike | None = None, metric: str | None = None,
+         show: str | None = None) -> Grid:
+    """The ``kind`` grid of a results file (or list of records); with ``out`` (a .png path) also
+    write PNG + CSV + Markdown. Defaults (metric, splits, axes) come from the task's sweep file."""
+    if kind not in KINDS:
+        raise ValueError(f"--kind {kind!r} is not allowed (allowed: {', '.join(KINDS)})")
+    records = read_results(results) if isinstance(results, (str, os.PathLike)) else list(results)
+    if not records:
+        raise ValueError("no result records to draw")
+    d = _defaults_for(records)
+    metric = metric or d["metric"]
+    show = show or d["show"]
+    table = tidy(records)
+    if kind == "capacity":
+        x = x or d["capacity_x"]
+        y = y or d["capacity_y"]
+        split = d["in_dist"]
+        title = f"capacity: {_what(metric, show)} on {split}"
+    else:
+        x = x or d["ood_x"]
+        y = y or d["ood_y"]
+        if x == "split" or y == "split":
+            present = _order(s for s in table["split"].dropna())
+            wanted = [d["in_dist"], *(d["ood"] or [s for s in present if s != d["in_dist"]])]
+            split = [s for s in dict.fromkeys(wanted) if s in present] or present
+        elif x == "length" or y == "length":
+            split = d["ood"][0] if d["ood"] and d["ood_x"] == "length" else None
+        else:
+            split = (d["ood"] or [d["in_dist"]])[0]
+        title = f"OOD: {_what(metric, show)}" + (f" on {split}" if isinstance(split, str) else "")
+    tasks = sorted({str(r.get("task")) for r in records})
+    g = make_grid(table, kind, x, y, metric=metric, show=show, split=split,
+                  title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''} {title}")
+    if out is not None:
+        p = Path(out)
+        if p.suffix.lower() != ".png":
+            raise ValueError(f"-o {str(out)!r}: expected a .png path (CSV and Markdown go beside it)")
+        g.save(p)
+    return g
+
+
+def _what(metric: str, show: str) -> str:
+    return f"100 (1 - {metric})" if show == "error" else metric
+
+
+def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike) -> list[Grid]:
+    """The grids a sweep file asks for: capacity when its x axis varies, ood when it has OOD
+    splits; saved as ``out_dir/<kind>.png`` (+ .csv, .md)."""
+    if not records:
+        return []
+    out_dir = Path(out_dir)
+    table = tidy(records)
+    title = spec.name
+    grids: list[Grid] = []
+    cap_x = spec.capacity_x
+    if cap_x in table.columns and table[cap_x].nunique(dropna=True) > 1:
+        g = make_grid(table, "capacity", cap_x, spec.capacity_y, spec.metric, spec.show, split=spec.in_dist,
+                      title=f"{title}: capacity ({_what(spec.metric, spec.show)} on {spec.in_dist})")
+        g.save(out_dir / "capacity.png")
+        grids.append(g)
+    if spec.ood or spec.ood_x not in ("split",):
+        if spec.ood_x == "split":
+            split: Any = [spec.in_dist, *spec.ood]
+        elif spec.ood_x == "length":
+            split = spec.ood[0] if spec.ood else spec.in_dist
+        else:
+            split = spec.ood[0] if spec.ood else spec.in_dist
+        x, y = spec.ood_x, spec.ood_y
+        if x in table.columns or x in ("split", "length"):
+            g = make_grid(table, "ood", x, y, spec.metric, spec.show, split=split,
+                          title=f"{title}: OOD ({_what(spec.metric, spec.show)}{'' if isinstance(split, list) else ' on ' + split})")
+            g.save(out_dir / "ood.png")
+            grids.append(g)
+    return grids

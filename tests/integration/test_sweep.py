@@ -1,0 +1,376 @@
+"""`synthlab sweep`: exactly-once cells, resumption after a hard kill, shared workers, failures.
+
+Fast tests run in-process with a fake trainer (monkeypatched ``synthlab.training.train``);
+the slow ones run the real command in subprocesses on a tiny sweep file (smoke scale).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from synthlab import grids, sweeping
+from synthlab.cli import main
+
+TINY = """
+[sweep]
+task = "flipflop"
+default_preset = "smoke"
+metric = "token_acc"
+show = "error"
+ood = ["ood-sparse"]
+capacity_x = "lr"
+
+[axes]
+pe = ["rope", "nope"]
+seed = [0, 1]
+
+[presets.smoke]
+task = { n_pairs = 8 }
+model = { d_model = 16, n_layers = 1, n_heads = 2 }
+train = { steps = 10, batch_size = 8, warmup = 0, eval_samples = 16 }
+
+[presets.quick]
+[presets.paper]
+"""
+
+
+def write_sweep(tmp_path: Path, text: str = TINY, name: str = "tiny.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+class FakeTrain:
+    """Stands in for synthlab.training.train: records calls, appends a record like the real one."""
+
+    def __init__(self, fail_when=None, raise_when=None):
+        self.calls: list[tuple] = []
+        self.fail_when = fail_when or (lambda pe, seed, ov: False)
+        self.raise_when = raise_when or (lambda pe, seed, ov: False)
+
+    def __call__(self, task, pe, preset="quick", seed=0, out=None, positions=None, rope_scaling=None, quiet=True,
+                 results=None, study=None, trial=None, overrides=None):
+        ov = dict(overrides or {})
+        self.calls.append((task, pe, seed, json.dumps(ov, sort_keys=True)))
+        if self.raise_when(pe, seed, ov):
+            raise RuntimeError("CUDA out of memory (fake)")
+        acc = 0.9 if pe == "rope" else 0.6
+        rec = {"schema": 1, "run_id": f"{pe}-{seed}-{len(self.calls)}", "task": task, "task_params": {},
+               "pe": pe, "positions": positions,
+               "model": {"d_model": ov.get("model.d_model", 16), "n_layers": 1, "n_heads": 2, "params": 10},
+               "train": {"steps": 10, "batch_size": 8, "lr": ov.get("train.lr", 1e-3), "seed": seed, "train_len": 16},
+               "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc - 0.1 * seed}},
+               "by_length": None, "study": study, "trial": trial, "status": "ok"}
+        if self.fail_when(pe, seed, ov):
+            rec.update(status="failed", error="diverged: non-finite training loss (nan) at step 3", metrics={})
+        if results is not None:
+            with open(results, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        return rec
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    import synthlab.training
+
+    f = FakeTrain()
+    monkeypatch.setattr(synthlab.training, "train", f)
+    return f
+
+
+def study_trials(out: Path, name: str):
+    import optuna
+
+    st = optuna.load_study(study_name=name, storage=sweeping.open_storage(str(out / sweeping.JOURNAL_NAME)))
+    return st, st.get_trials(deepcopy=False)
+
+
+def completed_keys(trials):
+    from optuna.trial import TrialState
+
+    return [t.user_attrs["cell_key"] for t in trials if t.state == TrialState.COMPLETE]
+
+
+def test_every_cell_runs_once_and_a_rerun_resumes(tmp_path, fake, capsys):
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    recs = sweeping.sweep(path, out=out, quiet=True)
+    assert len(fake.calls) == 4 and len(set(fake.calls)) == 4
+    assert sorted((r["pe"], r["train"]["seed"]) for r in recs) == [("nope", 0), ("nope", 1), ("rope", 0), ("rope", 1)]
+    assert all(r["study"] == "tiny-smoke" and isinstance(r["trial"], int) for r in recs)
+    printed = capsys.readouterr().out
+    assert "4/4 cells finished" in printed and "| rope |" in printed
+    assert (out / "grids" / "ood.png").exists() and (out / "grids" / "ood.md").exists()
+    # same command again: nothing re-runs, nothing is lost
+    again = sweeping.sweep(path, out=out, quiet=True)
+    assert len(fake.calls) == 4
+    assert again == recs
+    _, trials = study_trials(out, "tiny-smoke")
+    assert len(completed_keys(trials)) == 4 == len(set(completed_keys(trials)))
+    # narrowing the encodings reuses the same study and its finished cells
+    assert len(sweeping.sweep(path, pe="rope", out=out, quiet=True)) == 2 and len(fake.calls) == 4
+    # the JSONL rebuilt from the study holds the same records
+    n = sweeping.export_results(str(out / sweeping.JOURNAL_NAME), "tiny-smoke", tmp_path / "rebuilt.jsonl")
+    assert n == 4
+    assert sorted(r["run_id"] for r in grids.read_results(tmp_path / "rebuilt.jsonl")) == \
+        sorted(r["run_id"] for r in grids.read_results(out / "results.jsonl"))
+
+
+def test_trials_flag_caps_this_process(tmp_path, fake):
+    path = write_sweep(tmp_path)
+    recs = sweeping.sweep(path, out=tmp_path / "o", trials=1, grids=False)
+    assert len(fake.calls) == 1 and len(recs) == 1
+    sweeping.sweep(path, out=tmp_path / "o", grids=False)
+    assert len(fake.calls) == 4
+
+
+def test_a_trial_of_a_dead_process_is_rerun_once(tmp_path, fake):
+    import optuna
+    from optuna.trial import TrialState
+
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    spec = sweeping.load_sweep(path)
+    cells = sweeping.expand_cells(spec, "smoke")
+    out.mkdir()
+    storage = sweeping.open_storage(str(out / sweeping.JOURNAL_NAME))
+    st = optuna.create_study(study_name="tiny-smoke", storage=storage, direction="maximize")
+    # a worker took cells[0] and was killed: RUNNING, its pid gone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    st.enqueue_trial({}, user_attrs={"cell_key": cells[0].key, "cell": cells[0].axes})
+    t = st.ask()
+    storage.set_trial_user_attr(t._trial_id, "worker", {"host": sweeping.socket.gethostname(), "pid": dead.pid,
+                                                         "start": "1"})
+    storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time())
+    sweeping.sweep(path, out=out, grids=False)
+    assert len(fake.calls) == 4  # the killed cell ran again, once
+    _, trials = study_trials(out, "tiny-smoke")
+    old = next(x for x in trials if x.number == t.number)
+    assert old.state == TrialState.FAIL and "is gone" in old.user_attrs["stale"]
+    keys = completed_keys(trials)
+    assert sorted(keys) == sorted(c.key for c in cells)
+
+
+def test_a_silent_trial_elsewhere_is_rerun_after_the_grace_period(tmp_path, fake):
+    import optuna
+    from optuna.trial import TrialState
+
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    cells = sweeping.expand_cells(sweeping.load_sweep(path), "smoke")
+    out.mkdir()
+    storage = sweeping.open_storage(str(out / sweeping.JOURNAL_NAME))
+    st = optuna.create_study(study_name="tiny-smoke", storage=storage, direction="maximize")
+    st.enqueue_trial({}, user_attrs={"cell_key": cells[1].key, "cell": cells[1].axes})
+    t = st.ask()
+    storage.set_trial_user_attr(t._trial_id, "worker", {"host": "another-machine", "pid": 1, "start": "1"})
+    storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time() - 1000)
+    sweeping.sweep(path, out=out, grids=False, grace_period=60)
+    _, trials = study_trials(out, "tiny-smoke")
+    old = next(x for x in trials if x.number == t.number)
+    assert old.state == TrialState.FAIL and "no heartbeat" in old.user_attrs["stale"]
+    assert len(fake.calls) == 4 and len(set(completed_keys(trials))) == 4
+
+
+def test_cells_enqueued_twice_still_run_once(tmp_path, fake):
+    import optuna
+    from optuna.trial import TrialState
+
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    cells = sweeping.expand_cells(sweeping.load_sweep(path), "smoke")
+    out.mkdir()
+    st = optuna.create_study(study_name="tiny-smoke", storage=sweeping.open_storage(str(out / sweeping.JOURNAL_NAME)))
+    for _ in range(2):  # two workers that started together both enqueued the grid
+        for c in cells:
+            st.enqueue_trial({}, user_attrs={"cell_key": c.key, "cell": c.axes})
+    sweeping.sweep(path, out=out, grids=False)
+    assert len(fake.calls) == 4 and len(set(fake.calls)) == 4
+    _, trials = study_trials(out, "tiny-smoke")
+    dups = [t for t in trials if t.state == TrialState.PRUNED]
+    assert len(dups) == 4 and all("duplicate_of" in t.user_attrs for t in dups)
+
+
+def test_a_failed_cell_is_recorded_the_sweep_goes_on_and_the_grid_shows_it_missing(tmp_path, monkeypatch, capsys):
+    import synthlab.training
+    from optuna.trial import TrialState
+
+    f = FakeTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
+                  raise_when=lambda pe, seed, ov: pe == "rope" and seed == 1)
+    monkeypatch.setattr(synthlab.training, "train", f)
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    recs = sweeping.sweep(path, out=out)
+    assert len(f.calls) == 4
+    status = {(r["pe"], r["train"]["seed"]): r for r in recs}
+    assert status[("nope", 1)]["status"] == "failed" and "diverged" in status[("nope", 1)]["error"]
+    assert status[("rope", 1)]["status"] == "failed" and "out of memory" in status[("rope", 1)]["error"]
+    assert status[("rope", 0)]["status"] == "ok"
+    # the trainer raised, so the sweep recorded the failure in the JSONL itself
+    on_disk = grids.read_results(out / "results.jsonl")
+    assert sum(r["status"] == "failed" for r in on_disk) == 2 and len(on_disk) == 4
+    _, trials = study_trials(out, "tiny-smoke")
+    assert sum(t.state == TrialState.FAIL and "record" in t.user_attrs for t in trials) == 2
+    assert "2 failed or not run" in capsys.readouterr().out
+    # failed cells are finished: not re-run
+    sweeping.sweep(path, out=out, grids=False)
+    assert len(f.calls) == 4
+    g = grids.make_grid(grids.tidy(recs), "ood", "seed", "pe", "token_acc", "error", split="test")
+    assert g.mean.isna().sum().sum() == 2 and g.n_failed.sum().sum() == 2
+    assert math.isnan(g.mean.at["nope", 1]) and g.mean.at["nope", 0] == pytest.approx(40.0)
+    # the sweep's own grid averages the finished seed only and counts the failed one
+    csv = (out / "grids" / "ood.csv").read_text().splitlines()
+    assert "nope,test,40.0,,1,1" in csv
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["sweep", "nosuch-task"], "unknown sweep or task"),
+    (["sweep", "flipflop", "--pe", "cope,bogus"], "bogus"),
+    (["sweep", "flipflop", "--preset", "smoke", "--storage", "postgresql://nobody@127.0.0.1:1/none"], "cannot connect"),
+    (["sweep", "flipflop", "--preset", "smoke", "--storage", "/nonexistent-dir/x.journal"], "does not exist"),
+    (["sweep", "flipflop", "--trials", "0"], "--trials"),
+    (["sweep", "flipflop", "--study", "a/b"], "--study"),
+])
+def test_bad_input_exits_2_and_creates_nothing(tmp_path, argv, match, capsys):
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, match", [
+    ('[sweep]\ntask = "flipflop"\n[axes]\npe = ["rope"\n', "malformed TOML"),
+    (TINY.replace("seed = [0, 1]", 'seed = ["zero"]'), "axes.seed: value 'zero' has the wrong type"),
+    (TINY.replace("[axes]", "[axes]\nd_model = [16]\nbogus_key = [1]"), "bogus_key"),
+    (TINY.replace('pe = ["rope", "nope"]', 'pe = ["rope", "nope"]\npose_chunks = [2]'), "pose"),
+])
+def test_bad_sweep_files_exit_2_and_create_nothing(tmp_path, text, match, capsys):
+    path = write_sweep(tmp_path, text, "bad.toml")
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_grid_command(tmp_path, fake, capsys):
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    sweeping.sweep(path, out=out, grids=False)
+    capsys.readouterr()
+    assert main(["grid", str(out / "results.jsonl"), "--kind", "ood", "-o", str(tmp_path / "g.png")]) == 0
+    printed = capsys.readouterr().out
+    assert "| rope |" in printed and (tmp_path / "g.csv").exists() and (tmp_path / "g.md").exists()
+    assert main(["grid", str(tmp_path / "missing.jsonl")]) == 2
+    (tmp_path / "x.jsonl").write_text("not json at all\nnope\n")
+    assert main(["grid", str(tmp_path / "x.jsonl"), "-o", str(tmp_path / "x.png")]) == 2
+    assert not (tmp_path / "x.png").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# real processes (smoke-scale training)
+
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "synthlab.cli", "sweep", *args, "--quiet"]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+@pytest.mark.slow
+def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
+    from optuna.trial import TrialState
+
+    path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 400,").replace("seed = [0, 1]", "seed = [0]"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cmd(str(path), "--out", str(out)), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    killed_number = None
+    deadline = time.time() + 120
+    while time.time() < deadline and killed_number is None:
+        time.sleep(0.5)
+        if not (out / sweeping.JOURNAL_NAME).exists():
+            continue
+        try:
+            _, trials = study_trials(out, "tiny-smoke")
+        except KeyError:
+            continue
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        running = [t for t in trials if t.state == TrialState.RUNNING and "worker" in t.user_attrs]
+        if done and running:  # one cell finished, the next one is training: kill now
+            time.sleep(1.0)
+            killed_number = running[0].number
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert killed_number is not None, "the sweep never reached its second trial"
+    assert proc.returncode == -signal.SIGKILL
+    _, before = study_trials(out, "tiny-smoke")
+    finished_before = {t.user_attrs["cell_key"]: t.user_attrs["record"]["run_id"]
+                       for t in before if t.state == TrialState.COMPLETE}
+    assert len(finished_before) == 1
+    with open(out / "results.jsonl", "a") as f:  # a record torn by the kill
+        f.write('{"schema": 1, "run_id": "torn", "task": "flip')
+    r = subprocess.run(_cmd(str(path), "--out", str(out)), env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "2/2 cells finished" in r.stdout
+    _, after = study_trials(out, "tiny-smoke")
+    keys = completed_keys(after)
+    assert len(keys) == 2 == len(set(keys))
+    for key, run_id in finished_before.items():  # nothing finished was lost or re-run
+        assert next(t for t in after if t.state == TrialState.COMPLETE and t.user_attrs["cell_key"] == key) \
+            .user_attrs["record"]["run_id"] == run_id
+    killed = next(t for t in after if t.number == killed_number)
+    assert killed.state == TrialState.FAIL and "stale" in killed.user_attrs
+    recs = grids.read_results(out / "results.jsonl")
+    assert sorted(r["pe"] for r in recs) == ["nope", "rope"] and all(r["status"] == "ok" for r in recs)
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_study_without_duplicates(tmp_path):
+    from optuna.trial import TrialState
+
+    path = write_sweep(tmp_path, TINY.replace("seed = [0, 1]", "seed = [0, 1, 2]"))
+    out = tmp_path / "out"
+    procs = [subprocess.Popen(_cmd(str(path), "--out", str(out)), env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (so, se) in zip(procs, outs):
+        assert p.returncode == 0, se
+        assert "database is locked" not in se
+        assert "6/6 cells finished" in so
+    _, trials = study_trials(out, "tiny-smoke")
+    keys = completed_keys(trials)
+    assert len(keys) == 6 == len(set(keys))
+    workers = {t.user_attrs["worker"]["pid"] for t in trials if t.state == TrialState.COMPLETE}
+    assert len(workers) == 2  # both did work
+    recs = grids.read_results(out / "results.jsonl")
+    assert sorted((r["pe"], r["train"]["seed"]) for r in recs) == sorted(
+        (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2))
+
+
+@pytest.mark.slow
+def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
+    text = TINY.replace("seed = [0, 1]", "seed = [0]\nlr = [3e-3, 1e30]").replace('pe = ["rope", "nope"]', 'pe = ["rope"]')
+    path = write_sweep(tmp_path, text)
+    out = tmp_path / "out"
+    r = subprocess.run(_cmd(str(path), "--out", str(out)), env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    recs = {rec["train"]["lr"]: rec for rec in grids.read_results(out / "results.jsonl")}
+    assert recs[1e30]["status"] == "failed" and "diverged" in recs[1e30]["error"]
+    assert recs[3e-3]["status"] == "ok"
+    cap = (out / "grids" / "capacity.csv").read_text().splitlines()
+    row = next(line for line in cap if line.startswith("rope,1e+30"))
+    assert row == "rope,1e+30,,,0,1"  # mean and std blank, not 0
+    assert "1 failed or not run" in r.stdout

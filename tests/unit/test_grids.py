@@ -1,0 +1,134 @@
+"""Grids from hand-made result records: values, spread, failed cells blank, fixed colour scale."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from synthlab import grids
+
+
+def rec(pe, d, seed, test, sparse, status="ok", trial=0, by_length=None, task="flipflop"):
+    r = {"schema": 1, "run_id": f"{pe}-{d}-{seed}", "task": task, "task_params": {"n_pairs": 16},
+         "pe": pe, "positions": None, "model": {"d_model": d, "n_layers": 1, "n_heads": 2, "params": 1},
+         "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32},
+         "metrics": {"test": {"token_acc": test, "seq_acc": test}, "ood-sparse": {"token_acc": sparse}},
+         "by_length": by_length, "study": "s", "trial": trial, "status": status}
+    if status != "ok":
+        r["metrics"] = {}
+        r["error"] = "diverged: non-finite training loss (nan) at step 1"
+    return r
+
+
+RECORDS = [
+    rec("rope", 16, 0, 0.90, 0.50), rec("rope", 16, 1, 0.80, 0.70),
+    rec("rope", 32, 0, 1.00, 0.60),
+    rec("cope", 16, 0, 1.00, 0.95), rec("cope", 16, 1, 1.00, 0.97),
+    rec("cope", 32, 0, 0.0, 0.0, status="failed"),
+]
+
+
+def test_tidy_has_one_row_per_record_and_split():
+    t = grids.tidy(RECORDS)
+    assert len(t) == 5 * 2 + 1
+    failed = t[t.status == "failed"]
+    assert len(failed) == 1 and math.isnan(failed["token_acc"].iloc[0])
+    assert set(t.columns) >= {"pe", "d_model", "seed", "split", "length", "token_acc", "task.n_pairs", "trial"}
+
+
+def test_capacity_grid_mean_spread_and_failed_blank():
+    g = grids.make_grid(grids.tidy(RECORDS), "capacity", "d_model", "pe", "token_acc", "accuracy", split="test")
+    assert list(g.mean.index) == ["cope", "rope"] and list(g.mean.columns) == [16, 32]
+    assert g.mean.at["rope", 16] == pytest.approx(85.0)
+    assert g.std.at["rope", 16] == pytest.approx(math.sqrt(50.0))  # sample std of 90, 80
+    assert g.mean.at["rope", 32] == pytest.approx(100.0) and math.isnan(g.std.at["rope", 32])
+    assert math.isnan(g.mean.at["cope", 32])  # failed: missing, never 0
+    assert g.n_failed.at["cope", 32] == 1 and g.n.at["cope", 32] == 0
+    labels = dict(zip(g.mean.index, g.labels()))
+    assert labels["rope"] == ["85.0\n±7.1", "100.0"]
+    assert labels["cope"] == ["100.0\n±0.0", ""]  # two seeds, no spread
+
+
+def test_error_display_and_split_columns():
+    g = grids.make_grid(grids.tidy(RECORDS), "ood", "split", "pe", "token_acc", "error", split=["test", "ood-sparse"])
+    assert list(g.mean.columns) == ["test", "ood-sparse"]
+    assert g.mean.at["cope", "ood-sparse"] == pytest.approx(100 * (1 - 0.96))
+    assert g.mean.at["rope", "test"] == pytest.approx(100 * (1 - (0.9 + 0.8 + 1.0) / 3))
+
+
+def test_length_grid_from_by_length(tmp_path):
+    recs = [rec("rope", 16, 0, 1, 1, by_length={"ood/41": 0.5, "ood/42": 0.25, "test/5": 1.0}, task="even_pairs"),
+            rec("kerple", 16, 0, 1, 1, by_length={"41": 1.0, "42": 0.75}, task="even_pairs")]
+    recs[1]["metrics"] = {"test": {"token_acc": 1.0}, "ood": {"token_acc": 0.875}}
+    t = grids.tidy(recs)
+    rows = t[t.length.notna()]
+    assert set(zip(rows.pe, rows.split, rows.length)) == {("rope", "ood", 41.0), ("rope", "ood", 42.0), ("rope", "test", 5.0),
+                                                         ("kerple", "ood", 41.0), ("kerple", "ood", 42.0)}
+    g = grids.make_grid(t, "ood", "length", "pe", split="ood")
+    assert list(g.mean.columns) == [41.0, 42.0]
+    assert g.mean.at["rope", 42.0] == pytest.approx(25.0) and g.mean.at["kerple", 41.0] == pytest.approx(100.0)
+
+
+def test_heatmap_has_fixed_colour_scale_and_annotations(tmp_path):
+    g = grids.make_grid(grids.tidy(RECORDS), "capacity", "d_model", "pe", "token_acc", "accuracy", split="test")
+    fig, ax = g.plot()
+    assert ax.collections[0].get_clim() == (0.0, 100.0)
+    texts = sorted(t.get_text() for t in ax.texts)
+    assert "85.0\n±7.1" in texts and "" not in texts and len(texts) == 3  # the failed cell has no label
+    files = g.save(tmp_path / "cap.png")
+    assert (tmp_path / "cap.png").stat().st_size > 1000
+    md = (tmp_path / "cap.md").read_text()
+    assert "| rope | 85.0 ±7.1 | 100.0 |" in md and "| cope | 100.0 ±0.0 |  |" in md
+    csv = (tmp_path / "cap.csv").read_text().splitlines()
+    assert csv[0] == "pe,d_model,mean,std,n,n_failed" and "cope,32,,,0,1" in csv
+    assert set(files) == {"png", "csv", "md"}
+
+
+def test_grid_api_reads_files_and_writes_beside_the_png(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    g = grids.grid(path, kind="capacity", out=tmp_path / "g.png")
+    assert g.show == "error"  # flipflop's sweep file shows read error
+    assert g.mean.at["rope", 16] == pytest.approx(15.0)
+    assert (tmp_path / "g.csv").exists() and (tmp_path / "g.md").exists()
+    with pytest.raises(ValueError, match="kind"):
+        grids.grid(path, kind="bogus")
+    with pytest.raises(ValueError, match="grid field 'nosuch'.*allowed"):
+        grids.grid(path, kind="ood", x="nosuch")
+    with pytest.raises(ValueError, match=".png"):
+        grids.grid(path, out=tmp_path / "g.jpg")
+
+
+def test_reader_skips_a_torn_last_line_and_rejects_non_results(tmp_path):
+    path = tmp_path / "r.jsonl"
+    lines = [json.dumps(r) for r in RECORDS[:3]]
+    path.write_text("\n".join(lines) + "\n" + lines[0][:40])  # killed mid-write
+    assert len(grids.read_results(path)) == 3
+    # a torn record followed by a whole one on the same line (appends after the kill)
+    path.write_text(lines[0] + "\n" + lines[1][:30] + lines[2] + "\n")
+    assert [r["run_id"] for r in grids.read_results(path)] == ["rope-16-0", "rope-32-0"]
+    with pytest.raises(ValueError, match="does not exist"):
+        grids.read_results(tmp_path / "missing.jsonl")
+    (tmp_path / "text.jsonl").write_text("hello\nworld\nnot json\n")
+    with pytest.raises(ValueError, match="no result records|not JSON"):
+        grids.read_results(tmp_path / "text.jsonl")
+    (tmp_path / "samples.jsonl").write_text(json.dumps({"task": "flipflop", "tokens": ["w"]}) + "\n")
+    with pytest.raises(ValueError, match="not a result record"):
+        grids.read_results(tmp_path / "samples.jsonl")
+    (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ValueError, match="not JSON lines|no result"):
+        grids.read_results(tmp_path / "bin.jsonl")
+
+
+def test_composite_rows_and_an_all_failed_grid(tmp_path):
+    recs = [rec("rope", 16, 0, 0.5, 0.5, task="binfa"), rec("rope", 16, 0, 0.7, 0.5, task="nfa"),
+            rec("cope", 16, 0, 0, 0, status="failed", task="nfa")]
+    g = grids.make_grid(grids.tidy(recs), "capacity", "d_model", "task,pe", split="test")
+    assert list(g.mean.index) == ["binfa rope", "nfa cope", "nfa rope"]
+    assert g.mean.at["nfa rope", 16] == pytest.approx(70.0) and math.isnan(g.mean.at["nfa cope", 16])
+    dead = grids.make_grid(grids.tidy(recs[2:]), "capacity", "d_model", "pe", split="test")
+    assert dead.mean.isna().all().all()
+    dead.save(tmp_path / "dead.png")  # draws an all-blank grid, no crash
+    assert (tmp_path / "dead.png").exists()

@@ -1,0 +1,167 @@
+"""Sweep files: parsing, validation, grid expansion (no training)."""
+
+from __future__ import annotations
+
+import pytest
+
+from synthlab import sweeping as sw
+
+GOOD = """
+[sweep]
+task = "flipflop"
+default_preset = "smoke"
+metric = "token_acc"
+show = "error"
+ood = ["ood-sparse"]
+
+[axes]
+pe = ["rope", "kerple+dape"]
+d_model = [16, 32]
+dape_k = [1, 3]
+seed = [0, 1]
+
+[presets.smoke]
+model = { n_layers = 1 }
+train = { steps = 5 }
+
+[presets.quick]
+[presets.paper]
+"""
+
+
+def test_good_file_expands_to_the_exhaustive_grid():
+    spec = sw.parse_sweep(GOOD, "good.toml")
+    assert spec.name == "good" and spec.default_preset == "smoke" and spec.show == "error"
+    cells = sw.expand_cells(spec, "smoke")
+    # rope: 2 d_model x 2 seeds; kerple+dape: 2 kernels x 2 d_model x 2 seeds (dape_k only applies to dape)
+    assert len(cells) == 4 + 8
+    pes = sorted({c.pe for c in cells})
+    assert pes == ["kerple+dape:k=1", "kerple+dape:k=3", "rope"]
+    c = cells[0]
+    assert c.overrides == {"model.d_model": 16, "model.n_layers": 1, "train.steps": 5}
+    assert c.seed == 0 and c.axes["d_model"] == 16
+    assert len({c.key for c in cells}) == len(cells)
+
+
+def test_pe_flag_replaces_the_encodings_axis():
+    spec = sw.parse_sweep(GOOD, "good.toml")
+    cells = sw.expand_cells(spec, "smoke", ["cope"])
+    assert {c.pe for c in cells} == {"cope"} and len(cells) == 4
+    with pytest.raises(ValueError, match="--pe"):
+        sw.expand_cells(spec, "smoke", ["cope", ""])
+
+
+def test_cell_key_is_stable_and_names_the_whole_run():
+    spec = sw.parse_sweep(GOOD, "good.toml")
+    a = [c.key for c in sw.expand_cells(spec, "smoke")]
+    b = [c.key for c in sw.expand_cells(sw.parse_sweep(GOOD, "good.toml"), "smoke")]
+    assert a == b
+    changed = sw.parse_sweep(GOOD.replace("steps = 5", "steps = 6"), "good.toml")
+    assert not set(a) & {c.key for c in sw.expand_cells(changed, "smoke")}
+
+
+@pytest.mark.parametrize("text, match", [
+    (GOOD.replace("[axes]", "[axes]\nbogus_table = 1\n").replace("bogus_table = 1", "x = 1"), "axes.x"),
+    (GOOD.replace('metric = "token_acc"', 'metrik = "token_acc"'), r"unknown key sweep.'metrik'.*allowed: name, task"),
+    (GOOD.replace("d_model = [16, 32]", 'd_model = [16, "big"]'), r"axes.d_model: value 'big' has the wrong type \(allowed: integers"),
+    (GOOD.replace("seed = [0, 1]", "seed = [0.5]"), r"axes.seed.*wrong type.*integers"),
+    (GOOD.replace('pe = ["rope", "kerple+dape"]', "pe = [1]"), r"axes.pe.*wrong type.*strings"),
+    (GOOD.replace('show = "error"', 'show = "loss"'), r"sweep.show.*allowed: accuracy, error"),
+    (GOOD.replace("[presets.paper]", ""), r"presets.paper is missing"),
+    (GOOD.replace("[presets.paper]", "[presets.huge]"), r"unknown key presets.'huge'.*allowed: smoke, quick, paper"),
+    (GOOD.replace("model = { n_layers = 1 }", "model = { n_layers = [1] }"), r"presets.smoke.model.n_layers.*wrong type"),
+    (GOOD.replace("[presets.smoke]", "[presets.smoke]\nwarmup = 3"), r"unknown key presets.smoke.'warmup'"),
+    (GOOD + "\n[tune]\nlr = { low = 1e-2, high = 1e-3 }\n", r"tune.lr.*low < high"),
+    (GOOD.replace('d_model = [16, 32]', 'd_model = [16, 16]'), r"axes.d_model: repeated value"),
+    (GOOD.replace('task = "flipflop"\n', ""), r"no task"),
+])
+def test_bad_files_name_file_key_and_allowed_values(text, match):
+    with pytest.raises(ValueError, match=match) as e:
+        sw.parse_sweep(text, "bad.toml")
+    assert str(e.value).startswith("bad.toml: ")
+
+
+def test_malformed_toml_names_file_and_line():
+    with pytest.raises(ValueError, match=r"bad.toml: malformed TOML: .*line 3"):
+        sw.parse_sweep('[sweep]\ntask = "flipflop"\npe = [rope\n', "bad.toml")
+
+
+def test_tuned_parameters_give_distinct_deterministic_slots():
+    text = GOOD + "\n[tune]\ntrials_per_cell = 3\nlr = { low = 1e-4, high = 1e-2, log = true }\n"
+    spec = sw.parse_sweep(text, "t.toml")
+    cells = [c for c in sw.expand_cells(spec, "smoke") if c.pe == "rope" and c.seed == 0 and c.axes["d_model"] == 16]
+    lrs = [c.overrides["train.lr"] for c in cells]
+    assert len(cells) == 3 and len(set(lrs)) == 3
+    assert lrs[0] == pytest.approx(1e-3, rel=1e-3)  # the log-midpoint first
+    assert all(1e-4 <= v <= 1e-2 for v in lrs)
+    listed = sw.parse_sweep(GOOD + "\n[tune]\ntrials_per_cell = 2\nlr = [1e-4, 3e-4]\n", "t.toml")
+    assert sorted({c.overrides["train.lr"] for c in sw.expand_cells(listed, "smoke")}) == [1e-4, 3e-4]
+
+
+def test_pose_chunks_axis_builds_positions():
+    text = GOOD.replace('dape_k = [1, 3]', 'pose_chunks = [1, 3]').replace(
+        "[presets.smoke]", '[presets.smoke]\npositions = "pose:target=64"')
+    spec = sw.parse_sweep(text, "p.toml")
+    pos = sorted({c.positions for c in sw.expand_cells(spec, "smoke")})
+    assert pos == ["pose:chunks=1,target=64", "pose:chunks=3,target=64"]
+    assert sw._with_pose_chunks(None, 2) == "pose:chunks=2"
+    with pytest.raises(ValueError, match="pose"):
+        sw._with_pose_chunks("randomized:max=64", 2)
+
+
+def test_dape_kernel_helper():
+    assert sw._with_dape_k("kerple+dape", 3) == "kerple+dape:k=3"
+    assert sw._with_dape_k("rope", 3) == "rope"
+    with pytest.raises(ValueError, match="already fixes"):
+        sw._with_dape_k("kerple+dape:k=5", 3)
+
+
+def test_installed_sweeps_cover_the_experiments_and_have_all_presets():
+    names = set(sw.installed_sweeps())
+    assert {"flipflop", "selective_copy", "counting", "arithmetic", "binfa", "che", "pose", "mqar"} <= names
+    ff = sw.load_sweep("flipflop")
+    assert ff.default_preset == "quick"
+    assert ff.axes["pe"] == ["cope", "rope", "alibi", "nope", "learned"]
+    counting = sw.load_sweep("counting")
+    assert counting.axes["pe"] == ["cope", "relative", "learned"] and counting.axes["n_vars"] == [1, 3]
+    arith = sw.load_sweep("arithmetic")
+    assert arith.axes["pe"] == ["bipe-alibi", "bipe-rope", "alibi", "rope", "sinusoidal", "xpos"]
+    assert min(arith.preset_axes("quick")["d_model"]) == 32 and max(arith.preset_axes("quick")["d_model"]) == 64
+    assert "nfa" in sw.load_sweep("binfa").tasks
+    che = sw.load_sweep("che")
+    assert len(che.tasks) == 15 and len(che.preset_axes("paper")["dape_k"]) == 4
+    for name in names:
+        spec = sw.load_sweep(name)
+        assert set(spec.presets) == {"smoke", "quick", "paper"}
+        for preset in spec.presets:
+            assert sw.expand_cells(spec, preset)
+
+
+def test_a_che_task_name_restricts_che_and_keeps_its_study():
+    spec = sw.load_sweep("parity_check")
+    assert spec.name == "che" and spec.tasks == ["parity_check"]
+    assert {c.task for c in sw.expand_cells(spec, "smoke")} == {"parity_check"}
+
+
+def test_unknown_sweep_and_missing_file():
+    with pytest.raises(ValueError, match="unknown sweep or task 'nosuch'.*flipflop"):
+        sw.load_sweep("nosuch")
+    with pytest.raises(ValueError, match="does not exist"):
+        sw.load_sweep("/nonexistent/dir/x.toml")
+
+
+def test_storage_urls_are_checked_without_creating_anything(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        sw.check_storage(str(tmp_path / "missing" / "s.journal"))
+    with pytest.raises(ValueError, match="does not exist"):
+        sw.check_storage(f"sqlite:///{tmp_path}/missing/s.db")
+    with pytest.raises(ValueError, match="not a usable storage URL|cannot load"):
+        sw.check_storage("nosuchdialect://x/y")
+    sw.check_storage(str(tmp_path / "ok.journal"))
+    assert list(tmp_path.iterdir()) == []
+    assert sw._redact("postgresql://me:secret@host/db") == "postgresql://me:***@host/db"
+
+
+def test_tuned_value_van_der_corput_spreads():
+    spec = {"low": 0.0, "high": 1.0, "log": False}
+    assert [sw._tuned_value(spec, i, 4) for i in range(4)] == [0.5, 0.25, 0.75, 0.125]
