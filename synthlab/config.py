@@ -132,11 +132,12 @@ _PRESETS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
                   "train": {"steps": 20, "threads": 1, "batch_size": 16, "lr": 3e-3, "warmup": 2, "eval_samples": 32}},
         # spec/tasks.md quick-scale evidence: T = 128, RoPE ~0.01% in-dist read error. The loss
         # is on the read bits only (task option loss=reads): with the paper's whole-sequence
-        # loss, 1,000 steps at this size still leave ~30% read error (RoPE and CoPE alike)
+        # loss, 1,000 steps at this size still leave ~30% read error (RoPE and CoPE alike).
+        # Same budget as sweeps/flipflop.toml's quick preset
         "quick": {"task": {"n_pairs": 64, "loss": "reads"},
                   "model": {"d_model": 64, "n_layers": 2, "n_heads": 4},
-                  "train": {"steps": 1500, "batch_size": 32, "lr": 1e-3, "warmup": 50, "weight_decay": 0.1,
-                            "eval_samples": 1000}},
+                  "train": {"steps": 1000, "batch_size": 32, "lr": 2e-3, "warmup": 50, "weight_decay": 0.1,
+                            "eval_samples": 500}},
         # CoPE App. C: d 256, 4 layers, 4 heads, 10k steps, batch 16, AdamW lr 3e-4, linear decay
         "paper": {"task": {"n_pairs": 256},
                   "model": {"d_model": 256, "n_layers": 4, "n_heads": 4},

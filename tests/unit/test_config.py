@@ -24,7 +24,20 @@ def test_quick_flipflop_matches_spec_evidence():
     assert cfg.task_params["n_pairs"] == 64  # T = 128
     assert (cfg.model.d_model, cfg.model.n_layers, cfg.model.n_heads) == (64, 2, 4)
     t = cfg.train
-    assert (t.steps, t.batch_size, t.lr, t.warmup, t.schedule, t.weight_decay) == (1500, 32, 1e-3, 50, "linear", 0.1)
+    assert (t.steps, t.batch_size, t.lr, t.warmup, t.schedule, t.weight_decay) == (1000, 32, 2e-3, 50, "linear", 0.1)
+    assert cfg.task_params["loss"] == "reads"
+
+
+def test_flipflop_train_quick_is_the_sweep_files_quick_cell():
+    """`synthlab train flipflop --preset quick` runs exactly one cell of the quick sweep."""
+    from synthlab.sweeping import expand_cells, load_sweep
+
+    cell = expand_cells(load_sweep("flipflop"), "quick", ["rope"])[0]
+    import generators
+
+    names = list(generators.get_task("flipflop").PARAMS)
+    swept = apply_overrides(build_config("flipflop", "rope", "quick"), cell.overrides, names)
+    assert swept == build_config("flipflop", "rope", "quick")
 
 
 def test_arithmetic_quick_uses_fewer_operators_than_paper():
