@@ -7,6 +7,8 @@ import string
 import zlib
 from typing import Any
 
+from abc import abstractmethod
+
 import numpy as np
 
 from .base import Param, Sample, Task, positive
@@ -102,9 +104,9 @@ class _AutomatonTask(Task):
         self._ext2, self._table = ext2, table
         self._acc = accept.astype(np.float32)
 
+    @abstractmethod
     def _build(self, rng: np.random.Generator) -> tuple[np.ndarray, int, np.ndarray]:
         """(delta (s+1, Q, Q) bool with ``#`` last, start state, accepting (Q,) bool)."""
-        raise NotImplementedError(f"{type(self).__name__} must define _build")
 
     # -- vocabulary: symbols, #, Y, N ---------------------------------------------------------
     @property

@@ -37,6 +37,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, ClassVar
 
+from abc import abstractmethod
+
 import numpy as np
 
 from ..base import Param, Sample, Task, _check_type, input_hash_bucket, positive
@@ -125,13 +127,13 @@ class CheTask(Task):
         """Number of input tokens for length N."""
         return n
 
+    @abstractmethod
     def n_inputs(self, n: int) -> int:
         """Number of distinct input strings of length N (decides the held-out lengths)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def make(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, int]:
         """(input ids (n_in,), output ids (n_out,), n_scored) for one example of length N."""
-        raise NotImplementedError
 
     # -- protocol -------------------------------------------------------------------------
     def validate(self) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from abc import abstractmethod
+
 import numpy as np
 
 from ..base import Sample
@@ -129,8 +131,9 @@ class _BinaryOp(CheTask):
             return 2**n - 1
         return sum((2**l - 1) * (2 ** (n - 1 - l) - 1) for l in range(1, n - 1))
 
+    @abstractmethod
     def combine(self, a: int, b: int) -> int:
-        raise NotImplementedError
+        """The operation on the two operands."""
 
     def make(self, rng, n):
         ln = int(rng.integers(1, n - 1))

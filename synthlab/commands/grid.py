@@ -12,7 +12,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="draw capacity / OOD grids of a results file (PNG + CSV + Markdown)",
         description="Capacity grid: encoding x d_model, cell = in-distribution headline metric. OOD grid: "
         "encoding x split (or test length; CHE: task x encoding). Cells show mean and spread over seeds "
-        "on a fixed 0-100 %% colour scale; failed runs are blank. CSV and Markdown go beside the PNG.",
+        "on a fixed 0-100 % colour scale; failed runs are blank. CSV and Markdown go beside the PNG.",
         epilog="example: synthlab grid synthlab-runs/flipflop-quick/results.jsonl --kind ood -o ff-ood.png",
     )
     p.add_argument("results", metavar="RESULTS", help="results JSONL (from synthlab train or sweep)")

@@ -11,6 +11,7 @@ Eval-time rope scaling (linear / NTK / YaRN) lives with the rotary encoder
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -53,20 +54,21 @@ def _ids_from_boundaries(new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return seg, idx - start
 
 
-class PositionScheme:
+class PositionScheme(ABC):
     """A training-time index scheme: ``sample(T, generator) -> LongTensor (T,)``."""
 
     name: str
     params: dict[str, Any]
     at_eval: bool  # whether evaluation also samples (randomized) or uses plain 0..T-1 (pose)
 
-    def sample(self, T: int, generator: torch.Generator | None = None) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def sample(self, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sorted, distinct training indices for a length-T sequence."""
 
     @property
-    def max_position(self) -> int:  # pragma: no cover
+    @abstractmethod
+    def max_position(self) -> int:
         """Largest index the scheme can produce + 1."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
