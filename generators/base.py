@@ -210,7 +210,11 @@ class Task(ABC):
             raise ValueError(f"task {self.name!r}: unknown parameter {unknown[0]!r} (allowed: {allowed})")
         resolved: dict[str, Any] = {}
         for name, spec in self.PARAMS.items():
-            value = _check_type(name, params[name], spec) if name in params else spec.default
+            # an optional parameter (default None, e.g. CHE ``length``) may also be passed as None
+            if name not in params or (params[name] is None and spec.default is None):
+                value = spec.default
+            else:
+                value = _check_type(name, params[name], spec)
             if spec.check is not None and value is not None:
                 problem = spec.check(value)
                 if problem:

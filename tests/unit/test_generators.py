@@ -603,3 +603,12 @@ def test_automaton_simulation_paths_agree(name, block_floats, monkeypatch):
         sym, n_seg = task._draw_strings(rng, task.split_params("train"), 3)
         every = task._labels(sym, n_seg)
         assert np.array_equal(task._final_labels(sym, n_seg), every[np.arange(3), n_seg - 1])
+
+
+def test_optional_parameter_accepts_none_but_required_ones_do_not():
+    """CHE ``length`` defaults to None (drawn per split): passing None explicitly is the
+    default; None for a parameter with a value default is a type error."""
+    assert generators.get_task("parity_check", length=None).params == generators.get_task("parity_check").params
+    assert generators.get_task("parity_check", length=12).params["length"] == 12
+    with pytest.raises(ValueError, match="train_max_length"):
+        generators.get_task("parity_check", train_max_length=None)
