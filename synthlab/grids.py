@@ -259,11 +259,12 @@ class Grid:
 
 
 def _order(values: Iterable[Any]) -> list[Any]:
+    """Numbers (d_model, lengths, seeds) ascending; names (encodings, tasks, splits) in the
+    order they first appear, i.e. the sweep file's axis order for a sweep's records."""
     vals = list(dict.fromkeys(v for v in values if not (isinstance(v, float) and math.isnan(v))))
-    try:
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
         return sorted(vals)
-    except TypeError:
-        return vals
+    return vals
 
 
 def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -399,7 +400,7 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
 
 
 def _what(metric: str, show: str) -> str:
-    return f"100 (1 - {metric})" if show == "error" else metric
+    return f"error = 1 - {metric}" if show == "error" else metric
 
 
 def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike) -> list[Grid]:

@@ -40,7 +40,8 @@ def test_tidy_has_one_row_per_record_and_split():
 
 def test_capacity_grid_mean_spread_and_failed_blank():
     g = grids.make_grid(grids.tidy(RECORDS), "capacity", "d_model", "pe", "token_acc", "accuracy", split="test")
-    assert list(g.mean.index) == ["cope", "rope"] and list(g.mean.columns) == [16, 32]
+    # encodings in the order the records name them (a sweep's axis order), sizes ascending
+    assert list(g.mean.index) == ["rope", "cope"] and list(g.mean.columns) == [16, 32]
     assert g.mean.at["rope", 16] == pytest.approx(85.0)
     assert g.std.at["rope", 16] == pytest.approx(math.sqrt(50.0))  # sample std of 90, 80
     assert g.mean.at["rope", 32] == pytest.approx(100.0) and math.isnan(g.std.at["rope", 32])
@@ -126,7 +127,7 @@ def test_composite_rows_and_an_all_failed_grid(tmp_path):
     recs = [rec("rope", 16, 0, 0.5, 0.5, task="binfa"), rec("rope", 16, 0, 0.7, 0.5, task="nfa"),
             rec("cope", 16, 0, 0, 0, status="failed", task="nfa")]
     g = grids.make_grid(grids.tidy(recs), "capacity", "d_model", "task,pe", split="test")
-    assert list(g.mean.index) == ["binfa rope", "nfa cope", "nfa rope"]
+    assert list(g.mean.index) == ["binfa rope", "nfa rope", "nfa cope"]
     assert g.mean.at["nfa rope", 16] == pytest.approx(70.0) and math.isnan(g.mean.at["nfa cope", 16])
     dead = grids.make_grid(grids.tidy(recs[2:]), "capacity", "d_model", "pe", split="test")
     assert dead.mean.isna().all().all()
