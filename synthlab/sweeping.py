@@ -31,12 +31,14 @@ a lock left by a killed process is broken after a short grace period.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import itertools
 import json
 import math
 import os
+import random
 import socket
 import sys
 import threading
@@ -572,7 +574,50 @@ def open_storage(url: str):
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 120}}
-    return optuna.storages.get_storage(RDBStorage(url, engine_kwargs=engine_kwargs))
+    with _schema_lock(url):
+        return optuna.storages.get_storage(_create_rdb_storage(RDBStorage, url, engine_kwargs))
+
+
+# an arbitrary 64-bit key for pg_advisory_lock: "synthlab" in ASCII
+_PG_SCHEMA_LOCK = 0x73796E74686C6162
+
+
+@contextlib.contextmanager
+def _schema_lock(url: str):
+    """Serialise Optuna's table creation across workers on PostgreSQL.
+
+    Two workers starting on an empty database both run ``CREATE TYPE`` / ``CREATE TABLE`` and one
+    dies with a unique violation (Optuna creates the schema without a lock). A session-level
+    advisory lock makes the second wait until the first has created everything."""
+    if not url.startswith(("postgresql", "postgres")):
+        yield
+        return
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": 10})
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_SCHEMA_LOCK})
+    finally:
+        engine.dispose()
+
+
+def _create_rdb_storage(rdb_storage_cls, url: str, engine_kwargs: dict[str, Any], attempts: int = 6):
+    """RDBStorage, retried when a concurrent worker's table creation collides with ours (MySQL,
+    or any database without the advisory lock above): the retry finds the tables in place."""
+    import sqlalchemy.exc
+
+    for attempt in range(attempts):
+        try:
+            return rdb_storage_cls(url, engine_kwargs=engine_kwargs)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1) + random.random() * 0.2)
 
 
 # --------------------------------------------------------------------------------------------

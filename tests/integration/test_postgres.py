@@ -65,8 +65,25 @@ def pg_url() -> str:
     return url
 
 
+@pytest.fixture
+def fresh_db(pg_url: str):
+    """A new, empty database on the server: the workers race to create Optuna's tables in it,
+    as two machines do on the first run of a study."""
+    import sqlalchemy
+
+    name = f"synthlab_{uuid.uuid4().hex[:10]}"
+    admin = sqlalchemy.create_engine(sweeping.normalize_url(pg_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    yield pg_url.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    admin.dispose()
+
+
 @pytest.mark.slow
-def test_two_workers_share_a_postgres_study(tmp_path, pg_url):
+def test_two_workers_share_a_postgres_study(tmp_path, fresh_db):
+    pg_url = fresh_db
     import optuna
     from optuna.trial import TrialState
 
@@ -98,4 +115,3 @@ def test_two_workers_share_a_postgres_study(tmp_path, pg_url):
     # and each worker rebuilt the full grid from the study
     for i in range(2):
         assert len(grids.read_results(tmp_path / f"worker{i}" / "study-results.jsonl")) == 6
-    optuna.delete_study(study_name=study, storage=sweeping.open_storage(pg_url))

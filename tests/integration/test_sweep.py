@@ -295,26 +295,23 @@ def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
 
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 400,").replace("seed = [0, 1]", "seed = [0]"))
     out = tmp_path / "out"
+    # the first cell finishes in a run of its own (--trials 1), so the kill below cannot race it
+    r = subprocess.run(_cmd(str(path), "--out", str(out), "--trials", "1"), env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
     proc = subprocess.Popen(_cmd(str(path), "--out", str(out)), env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     killed_number = None
     deadline = time.time() + 120
-    while time.time() < deadline and killed_number is None:
-        time.sleep(0.5)
-        if not (out / sweeping.JOURNAL_NAME).exists():
-            continue
-        try:
-            _, trials = study_trials(out, "tiny-smoke")
-        except KeyError:
-            continue
-        done = [t for t in trials if t.state == TrialState.COMPLETE]
+    while time.time() < deadline and killed_number is None and proc.poll() is None:
+        time.sleep(0.05)
+        _, trials = study_trials(out, "tiny-smoke")
         running = [t for t in trials if t.state == TrialState.RUNNING and "worker" in t.user_attrs]
-        if done and running:  # one cell finished, the next one is training: kill now
-            time.sleep(1.0)
+        if running:  # the second cell was taken and is starting to train (400 steps): kill now
             killed_number = running[0].number
             os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    assert killed_number is not None, "the sweep never reached its second trial"
+    assert killed_number is not None, "the sweep never took its second cell"
     assert proc.returncode == -signal.SIGKILL
     _, before = study_trials(out, "tiny-smoke")
     finished_before = {t.user_attrs["cell_key"]: t.user_attrs["record"]["run_id"]
