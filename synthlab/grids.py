@@ -200,7 +200,8 @@ class Grid:
     def markdown(self) -> str:
         head = f"**{self.title}** ({self.show} %, mean ± std over seeds; blank = failed or not run)\n\n"
         cols = [str(c) for c in self.mean.columns]
-        lines = ["| " + " | ".join([self.y, *cols]) + " |", "|" + "---|" * (len(cols) + 1)]
+        corner = self.y if self.x == "split" else f"{self.y} / {self.x}"  # rows / columns
+        lines = ["| " + " | ".join([corner, *cols]) + " |", "|" + "---|" * (len(cols) + 1)]
         for yi, row in zip(self.mean.index, self.labels()):
             lines.append("| " + " | ".join([str(yi), *(c.replace("\n", " ") for c in row)]) + " |")
         return head + "\n".join(lines) + "\n"
@@ -286,6 +287,43 @@ def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# what a record's run was, besides its seed: the candidates for a grid axis
+_SETTING_COLUMNS = ("task", "pe", "positions", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr")
+# identity, outcome and derived columns: never grid axes
+_NOT_SETTINGS = {"record", "study", "trial", "run_id", "status", "error", "seed", "wall_s", "params",
+                 "train_len", "split", "length", "dape_k", "pose_chunks"}
+
+
+def _axis_col(df, name: str) -> str:
+    return f"task.{name}" if f"task.{name}" in df.columns else name
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def pooled_axes(df, x: str, y: str) -> list[str]:
+    """Settings that differ between the runs a cell would average (other than the seed),
+    e.g. ``n_vars`` in an encoding x split grid of a sweep over 1 and 3 variables. Named by
+    the bare task parameter (``n_vars``) or the setting (``d_model``)."""
+    used = {*x.split(","), *y.split(",")}
+    cols = [c for c in _SETTING_COLUMNS if c in df.columns]
+    cols += [c for c in df.columns if c.startswith("task.")]
+    keys = [y] + ([] if x in ("split", "length") else [x])
+    per_run = df.drop_duplicates("record")
+    out = []
+    for c in cols:
+        name = c.removeprefix("task.")
+        if name in used or c in used or c in _NOT_SETTINGS:
+            continue
+        # an unknown value (a run that failed before it was configured) is not a distinct one
+        if (per_run.groupby(keys, dropna=False)[c].nunique(dropna=True) > 1).any():
+            out.append(name)
+    return out
+
+
 def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show: str = "accuracy",
               split: str | list[str] | None = None, title: str = "") -> Grid:
     """Pivot a tidy table (see :func:`tidy`) into a :class:`Grid`.
@@ -310,6 +348,14 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
             raise ValueError(f"grid field {field!r} is not in the results (allowed: split, length, {', '.join(allowed)})")
     if metric not in df.columns:
         df[metric] = math.nan
+    pooled = pooled_axes(df, x, y)
+    if pooled:  # never average over a grid axis as if it were seeds: it joins the rows instead
+        label = ", ".join([y, *pooled])
+        joined = df[y].astype(str)
+        for a in pooled:
+            joined = joined + f" {a}=" + df[_axis_col(df, a)].map(_fmt)
+        df[label] = joined
+        y = label
     failed = df[df["status"] != "ok"]
     ok = df[df["status"] == "ok"]
     if x == "length" or y == "length":

@@ -217,6 +217,11 @@ class SweepSpec:
     def preset_tune(self, preset: str) -> dict[str, Any]:
         return {**self.tune, **self.presets[preset]["tune"]}
 
+    def preset_tune_keys(self, preset: str) -> list[str]:
+        """The tuned parameters of a preset (none unless it runs several trials per cell)."""
+        tune = self.preset_tune(preset)
+        return [k for k in tune if k != "trials_per_cell"] if tune.get("trials_per_cell", 1) > 1 else []
+
 
 def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
     """Parse and validate a sweep file's text (``where`` names it in errors)."""
@@ -875,15 +880,50 @@ class _Runner:
                 waited = True
             time.sleep(self.poll)
 
-    def records(self) -> list[dict[str, Any]]:
-        """The record of every cell of this grid that has one (lowest trial per cell)."""
+    def cell_records(self) -> list[tuple[Cell, dict[str, Any]]]:
+        """Every cell of this grid that has a record, with it (lowest trial per cell)."""
         groups = self.by_cell(self.trials())
         out = []
         for c in self.cells:
             with_record = sorted((t for t in groups.get(c.key, []) if "record" in t.user_attrs), key=lambda t: t.number)
             if with_record:
-                out.append(copy.deepcopy(with_record[0].user_attrs["record"]))
+                out.append((c, copy.deepcopy(with_record[0].user_attrs["record"])))
         return out
+
+    def records(self) -> list[dict[str, Any]]:
+        return [r for _, r in self.cell_records()]
+
+
+def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximize: bool,
+               preset: str) -> list[dict[str, Any]]:
+    """The records a grid shows when a sweep tunes parameters (``trials_per_cell`` > 1): of each
+    cell's tuned slots, the one whose objective, averaged over seeds, is best; its records for
+    every seed. A slot with a failed seed counts that seed as missing; a cell with no finished
+    slot keeps slot 0 (drawn blank)."""
+    groups: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for cell, rec in pairs:
+        named = {k: v for k, v in cell.axes.items() if k not in ("seed", "slot")}
+        for k in spec.preset_tune_keys(preset):
+            named.pop(k, None)
+        key = json.dumps(_clean(named), sort_keys=True)
+        groups.setdefault(key, {}).setdefault(cell.slot, []).append(rec)
+    out: list[dict[str, Any]] = []
+    for slots in groups.values():
+        scored = {}
+        for slot, recs in slots.items():
+            vals = [v for v in (_objective(spec, r) for r in recs if r.get("status") == "ok") if v is not None]
+            if vals:
+                scored[slot] = sum(vals) / len(vals)
+        if scored:
+            best = min(scored, key=lambda s: (-scored[s] if maximize else scored[s], s))  # ties: lowest slot
+        else:
+            best = min(slots)
+        out += slots[best]
+    return out
+
+
+def _lower_is_better(spec: SweepSpec) -> bool:
+    return spec.show == "error" and spec.metric.endswith(("error", "_rate"))
 
 
 def _objective(spec: SweepSpec, record: dict[str, Any]) -> float | None:
@@ -935,20 +975,28 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     repair_jsonl(out_dir / "results.jsonl")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = open_storage(url)
-    direction = "minimize" if spec.show == "error" and spec.metric.endswith(("error", "_rate")) else "maximize"
+    direction = "minimize" if _lower_is_better(spec) else "maximize"
     st = optuna.create_study(study_name=study_name, storage=store, direction=direction, load_if_exists=True)
     st.set_user_attr("sweep", spec.name)
     runner = _Runner(spec, preset, cells, store, st, out_dir, quiet, heartbeat_interval, grace_period, poll)
     runner.loop(trials)
-    records = runner.records()
+    pairs = runner.cell_records()
+    records = [r for _, r in pairs]
     _write_all(out_dir / "study-results.jsonl", records)
     if grids:
         from synthlab import grids as grids_mod
 
-        tables = grids_mod.sweep_grids(records, spec, out_dir / "grids")
+        tuned = spec.preset_tune_keys(preset)
+        shown = best_tuned(spec, pairs, not _lower_is_better(spec), preset) if tuned else records
+        tables = grids_mod.sweep_grids(shown, spec, out_dir / "grids")
         missing = len(cells) - sum(1 for r in records if r.get("status") == "ok")
         print(f"study {study_name}: {len(records)}/{len(cells)} cells finished"
               + (f" ({missing} failed or not run)" if missing else "") + f"; results in {out_dir}")
+        if tuned:
+            split = spec.objective_split or (spec.ood[0] if spec.ood else spec.in_dist)
+            print(f"tuned {', '.join(tuned)}: the grids show, per cell, the best of "
+                  f"{spec.preset_tune(preset).get('trials_per_cell', 1)} settings by {spec.metric} on {split} "
+                  "(mean over seeds); study-results.jsonl holds every run")
         for g in tables:
             print()
             print(g.markdown())

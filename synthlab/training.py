@@ -99,7 +99,7 @@ def resolve_config(task: str, pe: str, preset: str = "quick", overrides: dict[st
                          f"(the CHE tasks, one length per batch); task {task!r} pads variable-length batches")
     if probe:
         train_len, eval_len = _probe_lengths(t, cfg.train.seed)
-        _validate_combination(cfg, scheme, train_len, eval_len)
+        _validate_combination(cfg, scheme, train_len, _eval_extent(t, eval_len))
     return cfg
 
 
@@ -119,6 +119,17 @@ def _probe_lengths(task: Any, seed: int) -> tuple[int, int]:
     from synthlab.data import probe_lengths
 
     return probe_lengths(task, seed)
+
+
+def decode_width(length: int) -> int:
+    """Greedy decoding's room for a chunk whose longest sample has ``length`` tokens: 1.5x + 4,
+    so a model that writes a longer chain than the reference still reaches its ``<eos>``."""
+    return int(length * 1.5) + 4
+
+
+def _eval_extent(task: Any, eval_len: int) -> int:
+    """The longest sequence evaluation feeds the model: greedy decoding may run past the data."""
+    return decode_width(eval_len) if task.scoring == "greedy" else eval_len
 
 
 def _position_extent(scheme: Any) -> int:
@@ -392,8 +403,8 @@ def greedy_answers(model: torch.nn.Module, samples: list[Any], ctx: EvalContext,
     for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, False)):
         chunk = [samples[i] for i in idx]
         plen = torch.tensor([task.prompt_length(s) for s in chunk])
-        budget = int(max(len(s) for s in chunk) * 1.5) + 4 - int(plen.min())  # new tokens allowed
-        width = int(plen.max()) + budget
+        width = decode_width(max(len(s) for s in chunk))  # the model never sees more (max_len covers it)
+        budget = width - int(plen.min())  # new tokens allowed
         buf = torch.full((len(chunk), width), ctx.pad_id, dtype=torch.long)
         for r, s in enumerate(chunk):
             buf[r, : plen[r]] = torch.from_numpy(s.ids[: plen[r]])
@@ -570,7 +581,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     sets = dm.eval_sets()
     eval_len = max((len(s) for parts in sets.values() for _, _, ss in parts for s in ss), default=0)
     train_len = max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1])
-    max_len = _validate_combination(cfg, scheme, train_len, eval_len)
+    max_len = _validate_combination(cfg, scheme, train_len, _eval_extent(task, eval_len))
 
     run_id = make_run_id(cfg.task, spec.name, tc.seed)
     run_dir = Path(out) / run_id if out is not None else None

@@ -125,6 +125,36 @@ def test_every_cell_runs_once_and_a_rerun_resumes(tmp_path, fake, capsys):
         sorted(r["run_id"] for r in grids.read_results(out / "results.jsonl"))
 
 
+def test_tuned_lr_the_grid_shows_the_best_setting_per_cell(tmp_path, monkeypatch, capsys):
+    """trials_per_cell = 3 over lr: every (cell, lr) runs once; the grid shows, per encoding,
+    the lr whose objective (mean over seeds) is best; study-results.jsonl keeps all six runs."""
+    import synthlab.training
+
+    class LrTrain(FakeTrain):
+        def __call__(self, task, pe, **kw):
+            rec = super().__call__(task, pe, **kw)
+            lr = kw["overrides"]["train.lr"]
+            good = {"rope": 3e-3, "nope": 1e-3}[pe]  # each encoding has its own best lr
+            acc = 0.95 if lr == good else 0.55
+            rec["metrics"] = {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc - 0.05}}
+            return rec
+
+    f = LrTrain()
+    monkeypatch.setattr(synthlab.training, "train", f)
+    text = TINY.replace("seed = [0, 1]", "seed = [0]").replace(
+        "[presets.quick]", "[presets.smoke.tune]\ntrials_per_cell = 3\nlr = [1e-3, 3e-3, 1e-2]\n\n[presets.quick]")
+    text = text.replace('capacity_x = "lr"', 'objective_split = "test"')
+    out = tmp_path / "out"
+    recs = sweeping.sweep(write_sweep(tmp_path, text), out=out, quiet=True)
+    assert len(f.calls) == 6 == len(set(f.calls)) == len(recs)
+    assert len(grids.read_results(out / "study-results.jsonl")) == 6
+    printed = capsys.readouterr().out
+    assert "tuned lr: the grids show, per cell, the best of 3 settings by token_acc on test" in printed
+    assert "| rope | 5.0 | 10.0 |" in printed and "| nope | 5.0 | 10.0 |" in printed  # no "±": one run per cell
+    md = (out / "grids" / "ood.md").read_text()
+    assert "lr=" not in md
+
+
 def test_trials_flag_caps_this_process(tmp_path, fake):
     path = write_sweep(tmp_path)
     recs = sweeping.sweep(path, out=tmp_path / "o", trials=1, grids=False)

@@ -283,3 +283,26 @@ def test_parity_nope_stays_near_chance_out_of_distribution():
     long = [v for k, v in rec["by_length"].items() if k.startswith("ood/") and int(k.split("/")[1]) >= 40]
     assert len(long) > 10
     assert 0.35 < float(np.mean(long)) < 0.65
+
+
+@pytest.mark.parametrize("pe", ["bipe-alibi", "learned"])
+def test_greedy_decoding_past_the_data_fits_the_position_tables(pe, monkeypatch):
+    """A model that never writes ``=`` or ``<eos>`` (here: forced to write ``1``) makes
+    arithmetic's greedy decoding run to its full budget (1.5x the longest sample), past every
+    data length; the learned position tables (BiPE's intra-segment one, learned APE) must cover
+    it instead of failing the run."""
+    from synthlab.model.transformer import Transformer
+
+    forward = Transformer.forward
+
+    def always_one(self, tokens, *args, **kwargs):
+        out = forward(self, tokens, *args, **kwargs)
+        logits = out[0] if isinstance(out, tuple) else out
+        if not self.training:
+            logits[..., 1] += 1e4  # token "1"
+        return out
+
+    monkeypatch.setattr(Transformer, "forward", always_one)
+    rec = train("arithmetic", pe, preset="smoke", overrides={"steps": 2, "eval_samples": 8})
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["metrics"]["test"]["answer_acc"] == 0.0  # never an answer

@@ -55,8 +55,37 @@ def test_capacity_grid_mean_spread_and_failed_blank():
 def test_error_display_and_split_columns():
     g = grids.make_grid(grids.tidy(RECORDS), "ood", "split", "pe", "token_acc", "error", split=["test", "ood-sparse"])
     assert list(g.mean.columns) == ["test", "ood-sparse"]
-    assert g.mean.at["cope", "ood-sparse"] == pytest.approx(100 * (1 - 0.96))
-    assert g.mean.at["rope", "test"] == pytest.approx(100 * (1 - (0.9 + 0.8 + 1.0) / 3))
+    # d_model varies within an encoding here: it joins the rows instead of being averaged
+    assert list(g.mean.index) == ["rope d_model=16", "rope d_model=32", "cope d_model=16", "cope d_model=32"]
+    assert g.y == "pe, d_model"
+    assert g.mean.at["cope d_model=16", "ood-sparse"] == pytest.approx(100 * (1 - 0.96))
+    assert g.mean.at["rope d_model=16", "test"] == pytest.approx(100 * (1 - (0.9 + 0.8) / 2))
+    assert g.mean.at["rope d_model=32", "test"] == pytest.approx(0.0)
+    assert g.n_failed.loc["cope d_model=32"].tolist() == [1, 1] and g.n_failed.loc["cope d_model=16"].tolist() == [0, 0]
+    one_size = [r for r in RECORDS if r["model"]["d_model"] == 16]
+    g = grids.make_grid(grids.tidy(one_size), "ood", "split", "pe", "token_acc", "error", split=["test", "ood-sparse"])
+    assert list(g.mean.index) == ["rope", "cope"]
+    assert g.mean.at["rope", "test"] == pytest.approx(100 * (1 - (0.9 + 0.8) / 2))
+
+
+def test_a_task_parameter_axis_is_never_averaged_as_seeds():
+    """counting's n_vars axis: an encoding x split grid shows one row per n_vars."""
+    recs = []
+    for pe, accs in (("cope", (1.0, 0.8)), ("relative", (0.9, 0.6))):
+        for n_vars, acc in zip((1, 3), accs):
+            r = rec(pe, 64, 0, acc, acc - 0.1, task="counting")
+            r["task_params"] = {"n_vars": n_vars, "max_steps": 64}
+            recs.append(r)
+    t = grids.tidy(recs)
+    assert grids.pooled_axes(t, "split", "pe") == ["n_vars"]
+    assert grids.pooled_axes(t, "n_vars", "pe") == []
+    g = grids.make_grid(t, "ood", "split", "pe", split=["test", "ood-sparse"])
+    assert list(g.mean.index) == ["cope n_vars=1", "cope n_vars=3", "relative n_vars=1", "relative n_vars=3"]
+    assert g.mean.at["relative n_vars=3", "test"] == pytest.approx(60.0) and g.n.to_numpy().max() == 1
+    assert "| pe, n_vars | test | ood-sparse |" in g.markdown()
+    cap = grids.make_grid(t, "capacity", "n_vars", "pe", split="test")
+    assert list(cap.mean.index) == ["cope", "relative"] and cap.mean.at["cope", 3] == pytest.approx(80.0)
+    assert "| pe / n_vars | 1 | 3 |" in cap.markdown()
 
 
 def test_length_grid_from_by_length(tmp_path):
