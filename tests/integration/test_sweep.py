@@ -401,3 +401,20 @@ def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     row = next(line for line in cap if line.startswith("rope,1e+30"))
     assert row == "rope,1e+30,,,0,1"  # mean and std blank, not 0
     assert "1 failed or not run" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(sweeping.installed_sweeps()))
+def test_every_installed_sweep_runs_end_to_end_at_smoke(name, tmp_path):
+    """Each shipped sweep file, whole grid at its smoke preset: every cell trains and evaluates
+    (no failed cell: an untrained model exercises the longest decoding and every split), and
+    the grids it asks for are drawn."""
+    out = tmp_path / "out"
+    recs = sweeping.sweep(name, preset="smoke", out=out, quiet=True)
+    spec = sweeping.load_sweep(name)
+    assert len(recs) == len(sweeping.expand_cells(spec, "smoke"))
+    assert [(r["pe"], r.get("error")) for r in recs if r["status"] != "ok"] == []
+    drawn = sorted(p.name for p in (out / "grids").glob("*.png"))
+    assert drawn and set(drawn) <= {"capacity.png", "ood.png"}
+    for png in drawn:
+        assert (out / "grids" / png).with_suffix(".md").read_text().count("|") > 4
