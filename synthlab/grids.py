@@ -400,6 +400,9 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
                 nf.loc[oi, :] = grp["record"].nunique()
             elif oi in nf.columns:
                 nf.loc[:, oi] = grp["record"].nunique()
+    # lengths and chunk numbers arrive as floats (NaN-able columns): label them 256, not 256.0
+    whole = {v: int(v) for v in [*mean.index, *mean.columns] if isinstance(v, float) and v.is_integer()}
+    mean, std, n, nf = (f.rename(index=whole, columns=whole) for f in (mean, std, n, nf))
     return Grid(kind=kind, x=x, y=y, metric=value_col, show=show, mean=mean, std=std, n=n, n_failed=nf, title=title)
 
 
