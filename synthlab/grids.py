@@ -350,7 +350,7 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
         df[metric] = math.nan
     pooled = pooled_axes(df, x, y)
     if pooled:  # never average over a grid axis as if it were seeds: it joins the rows instead
-        label = ", ".join([y, *pooled])
+        label = ", ".join([*y.split(","), *pooled])  # "task,pe" + d_model -> "task, pe, d_model"
         joined = df[y].astype(str)
         for a in pooled:
             joined = joined + f" {a}=" + df[_axis_col(df, a)].map(_fmt)
