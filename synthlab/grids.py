@@ -401,9 +401,18 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
             elif oi in nf.columns:
                 nf.loc[:, oi] = grp["record"].nunique()
     # lengths and chunk numbers arrive as floats (NaN-able columns): label them 256, not 256.0
-    whole = {v: int(v) for v in [*mean.index, *mean.columns] if isinstance(v, float) and v.is_integer()}
-    mean, std, n, nf = (f.rename(index=whole, columns=whole) for f in (mean, std, n, nf))
+    rows, cols = _whole_numbers(mean.index), _whole_numbers(mean.columns)
+    mean, std, n, nf = (f.rename(index=rows, columns=cols) for f in (mean, std, n, nf))
     return Grid(kind=kind, x=x, y=y, metric=value_col, show=show, mean=mean, std=std, n=n, n_failed=nf, title=title)
+
+
+def _whole_numbers(labels) -> dict[float, int]:
+    """{256.0: 256, ...} when every label of an axis is a whole float (lengths, chunk counts);
+    nothing for an axis with fractions or huge values (a learning-rate axis keeps 1e+30)."""
+    vals = list(labels)
+    if vals and all(isinstance(v, float) and v.is_integer() and abs(v) < 2**53 for v in vals):
+        return {v: int(v) for v in vals}
+    return {}
 
 
 def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x: str | None = None,
