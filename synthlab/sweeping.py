@@ -568,7 +568,7 @@ def _redact(url: str) -> str:
 def open_storage(url: str):
     """An Optuna storage object for ``url`` (journal file path or RDB URL)."""
     import optuna
-    from optuna.storages import JournalStorage, RDBStorage
+    from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
     url = normalize_url(url)
@@ -580,7 +580,7 @@ def open_storage(url: str):
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 120}}
     with _schema_lock(url):
-        return optuna.storages.get_storage(_create_rdb_storage(RDBStorage, url, engine_kwargs))
+        return optuna.storages.get_storage(_create_rdb_storage(url, engine_kwargs))
 
 
 # an arbitrary 64-bit key for pg_advisory_lock: "synthlab" in ASCII
@@ -611,14 +611,15 @@ def _schema_lock(url: str):
         engine.dispose()
 
 
-def _create_rdb_storage(rdb_storage_cls, url: str, engine_kwargs: dict[str, Any], attempts: int = 6):
+def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], attempts: int = 6):
     """RDBStorage, retried when a concurrent worker's table creation collides with ours (MySQL,
     or any database without the advisory lock above): the retry finds the tables in place."""
     import sqlalchemy.exc
+    from optuna.storages import RDBStorage
 
     for attempt in range(attempts):
         try:
-            return rdb_storage_cls(url, engine_kwargs=engine_kwargs)
+            return RDBStorage(url, engine_kwargs=engine_kwargs)
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError):
             if attempt == attempts - 1:
                 raise
