@@ -289,9 +289,6 @@ def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 # what a record's run was, besides its seed: the candidates for a grid axis
 _SETTING_COLUMNS = ("task", "pe", "positions", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr")
-# identity, outcome and derived columns: never grid axes
-_NOT_SETTINGS = {"record", "study", "trial", "run_id", "status", "error", "seed", "wall_s", "params",
-                 "train_len", "split", "length", "dape_k", "pose_chunks"}
 
 
 def _axis_col(df, name: str) -> str:
@@ -299,7 +296,7 @@ def _axis_col(df, name: str) -> str:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, float) and v.is_integer():
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:  # 64 not 64.0; 1e+30 stays
         return str(int(v))
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
 
@@ -316,7 +313,7 @@ def pooled_axes(df, x: str, y: str) -> list[str]:
     out = []
     for c in cols:
         name = c.removeprefix("task.")
-        if name in used or c in used or c in _NOT_SETTINGS:
+        if name in used or c in used:
             continue
         # an unknown value (a run that failed before it was configured) is not a distinct one
         if (per_run.groupby(keys, dropna=False)[c].nunique(dropna=True) > 1).any():

@@ -891,21 +891,16 @@ class _Runner:
                 out.append((c, copy.deepcopy(with_record[0].user_attrs["record"])))
         return out
 
-    def records(self) -> list[dict[str, Any]]:
-        return [r for _, r in self.cell_records()]
-
 
 def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximize: bool,
-               preset: str) -> list[dict[str, Any]]:
+               tuned: list[str]) -> list[dict[str, Any]]:
     """The records a grid shows when a sweep tunes parameters (``trials_per_cell`` > 1): of each
     cell's tuned slots, the one whose objective, averaged over seeds, is best; its records for
     every seed. A slot with a failed seed counts that seed as missing; a cell with no finished
     slot keeps slot 0 (drawn blank)."""
     groups: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for cell, rec in pairs:
-        named = {k: v for k, v in cell.axes.items() if k not in ("seed", "slot")}
-        for k in spec.preset_tune_keys(preset):
-            named.pop(k, None)
+        named = {k: v for k, v in cell.axes.items() if k not in ("seed", "slot", *tuned)}
         key = json.dumps(_clean(named), sort_keys=True)
         groups.setdefault(key, {}).setdefault(cell.slot, []).append(rec)
     out: list[dict[str, Any]] = []
@@ -927,8 +922,12 @@ def _lower_is_better(spec: SweepSpec) -> bool:
     return spec.show == "error" and spec.metric.endswith(("error", "_rate"))
 
 
+def _objective_split(spec: SweepSpec) -> str:
+    return spec.objective_split or (spec.ood[0] if spec.ood else spec.in_dist)
+
+
 def _objective(spec: SweepSpec, record: dict[str, Any]) -> float | None:
-    split = spec.objective_split or (spec.ood[0] if spec.ood else spec.in_dist)
+    split = _objective_split(spec)
     v = (record.get("metrics") or {}).get(split, {}).get(spec.metric)
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
         return float(v)
@@ -988,15 +987,14 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
         from synthlab import grids as grids_mod
 
         tuned = spec.preset_tune_keys(preset)
-        shown = best_tuned(spec, pairs, not _lower_is_better(spec), preset) if tuned else records
+        shown = best_tuned(spec, pairs, not _lower_is_better(spec), tuned) if tuned else records
         tables = grids_mod.sweep_grids(shown, spec, out_dir / "grids")
         missing = len(cells) - sum(1 for r in records if r.get("status") == "ok")
         print(f"study {study_name}: {len(records)}/{len(cells)} cells finished"
               + (f" ({missing} failed or not run)" if missing else "") + f"; results in {out_dir}")
         if tuned:
-            split = spec.objective_split or (spec.ood[0] if spec.ood else spec.in_dist)
             print(f"tuned {', '.join(tuned)}: the grids show, per cell, the best of "
-                  f"{spec.preset_tune(preset).get('trials_per_cell', 1)} settings by {spec.metric} on {split} "
+                  f"{spec.preset_tune(preset)['trials_per_cell']} settings by {spec.metric} on {_objective_split(spec)} "
                   "(mean over seeds); study-results.jsonl holds every run")
         for g in tables:
             print()
