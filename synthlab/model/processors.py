@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .cache import TensorCache
+from .native import dape_kernel
 
 _PACK_CACHE = TensorCache(max_bytes=128 * 2**20)  # index maps per (T, c, device), shared by all models
 
@@ -134,6 +135,54 @@ class _SeamLeakyReLU(torch.autograd.Function):
         return gi.index_fill_(1, seam, 0.0), None
 
 
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+class _FusedDAPE(torch.autograd.Function):
+    """f([S, bias]) by the native CPU kernel (``native/dape_cpu.cpp``): both convolutions and
+    the LeakyReLU fused per query row, the hidden map recomputed in backward instead of stored.
+    Same function as ``DAPE.forward_full`` (zero above the diagonal in causal mode)."""
+
+    @staticmethod
+    def forward(ctx, S, bias, w1, b1, w2, b2, causal: bool):
+        lib = dape_kernel()
+        B, H, T, _ = S.shape
+        D, C, _, k = w1.shape
+        S = S.contiguous()
+        shared = bias is not None and (bias.shape[0] == 1 or bias.stride(0) == 0)
+        b_in = None if bias is None else (bias[:1].contiguous() if shared else bias.contiguous())
+        w1c, w2c = w1.reshape(D, C, k).contiguous(), w2.reshape(H, D, k).contiguous()
+        out = torch.empty_like(S)
+        rc = lib.dape_forward(_ptr(S), _ptr(b_in), 0 if shared else H * T * T, _ptr(out), _ptr(w1c), _ptr(b1),
+                              _ptr(w2c), _ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
+        if rc:
+            raise RuntimeError(f"native DAPE kernel refused the shapes (C={C})")
+        ctx.save_for_backward(S, b_in, w1c, b1, w2c)
+        ctx.meta = (causal, shared, None if bias is None else bias.shape, w1.shape, w2.shape)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        lib = dape_kernel()
+        S, b_in, w1c, b1, w2c = ctx.saved_tensors
+        causal, shared, bias_shape, w1_shape, w2_shape = ctx.meta
+        B, H, T, _ = S.shape
+        D, C, k = w1c.shape
+        g = g.contiguous()
+        gS = torch.empty_like(S)
+        g_bias_rows = torch.empty_like(S) if b_in is not None and ctx.needs_input_grad[1] else None
+        gw1, gb1, gw2, gb2 = (torch.empty_like(w1c), torch.empty_like(b1), torch.empty_like(w2c),
+                              torch.empty(H, dtype=S.dtype))
+        lib.dape_backward(_ptr(S), _ptr(b_in), 0 if shared else H * T * T, _ptr(g), _ptr(gS), _ptr(g_bias_rows),
+                          _ptr(w1c), _ptr(b1), _ptr(w2c), _ptr(gw1), _ptr(gb1), _ptr(gw2), _ptr(gb2),
+                          B, T, H, C, D, k, int(causal), torch.get_num_threads())
+        g_bias = None
+        if g_bias_rows is not None:
+            g_bias = g_bias_rows.sum(0, keepdim=True) if bias_shape[0] == 1 else g_bias_rows
+        return gS, g_bias, gw1.view(w1_shape), gb1, gw2.view(w2_shape), gb2, None
+
+
 class DAPE(nn.Module):
     """DAPE (Zheng et al. 2024) and DAPE V2 (Sec. 3.3, App. L).
 
@@ -167,11 +216,25 @@ class DAPE(nn.Module):
             return S + bias
         return S
 
+    def _native(self, S: torch.Tensor, bias: torch.Tensor | None) -> bool:
+        tensors = [S, self.conv1.weight, self.conv2.weight] + ([] if bias is None else [bias])
+        return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+                and self.conv1.in_channels <= 64 and dape_kernel() is not None)
+
     def forward(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
         """S (B, H, T, T), bias (1|B, H, T, T) or None, future (T, T) bool -> A (B, H, T, T)."""
+        base = self._inputs(S, bias)
+        if self._native(S, bias):
+            f = _FusedDAPE.apply(S, bias if self.with_bias else None, self.conv1.weight, self.conv1.bias,
+                                 self.conv2.weight, self.conv2.bias, self.causal)
+            return base + f  # f is 0 above the diagonal in causal mode (masked later anyway)
         if not self.causal:
             return self.forward_full(S, bias, None)
-        base = self._inputs(S, bias)
+        return self.forward_packed(S, bias, base)
+
+    def forward_packed(self, S: torch.Tensor, bias: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
+        """The PyTorch path in causal mode (GPU, float64, or no C++ compiler): the lower triangle
+        folded into ceil(T/2) rows, the convolutions as GEMMs."""
         B, H, T, _ = S.shape
         k, c = self.k, self.k // 2
         gather, zero, scatter = _packing(T, c, S.device)

@@ -254,14 +254,17 @@ def test_dape_k_matches_paper_listing_on_lower_triangle(k):
 @pytest.mark.parametrize("k", [1, 3, 5, 7])
 @pytest.mark.parametrize("T", [1, 2, 7, 12])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_dape_packed_causal_path_equals_full_map(k, T, with_bias):
-    """The folded lower-triangle convolution equals the plain one on the tril-zeroed map."""
+@pytest.mark.parametrize("path", ["forward", "packed"])
+def test_dape_causal_paths_equal_full_map(k, T, with_bias, path):
+    """The module's causal path (the native kernel where it builds) and the folded
+    lower-triangle GEMMs (its PyTorch fallback) equal the plain Conv2d on the tril-zeroed map."""
     torch.manual_seed(T * 10 + k)
     d = DAPE(4, with_bias=with_bias, hidden=8, k=k)
     S = torch.randn(2, 4, T, T, requires_grad=True)
     B = torch.randn(2, 4, T, T) if with_bias else None
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    a, b = d(S, B, future), d.forward_full(S, B, future)
+    a = d(S, B, future) if path == "forward" else d.forward_packed(S, B, d._inputs(S, B))
+    b = d.forward_full(S, B, future)
     assert torch.allclose(a[..., ~future], b[..., ~future], atol=1e-5)
     ga = torch.autograd.grad(a[..., ~future].sum(), [S, *d.parameters()])
     gb = torch.autograd.grad(b[..., ~future].sum(), [S, *d.parameters()])

@@ -1,0 +1,422 @@
+// DAPE / DAPE V2 (Zheng et al. 2024; DAPE V2 Sec. 3.3) on CPU: both (1 x k) convolutions and
+// the LeakyReLU between them fused, so the D-channel hidden map (the memory hog of the unfused
+// version: D x B x T^2 floats, written and read several times per step) never leaves the cache.
+// Forward and backward; the backward recomputes the hidden map instead of storing it.
+//
+// Causal mode: query row i sees keys 0..i and the input is zero above the diagonal before each
+// convolution, so row i is an independent 1-D convolution of length L = i + 1 with zero padding
+// on both ends: exactly the tril-zeroed Conv2d of the paper on the lower triangle. Encoder mode:
+// every row has length T (nothing zeroed). Rows are laid end to end in "strips" of a few hundred
+// positions with c = k // 2 zeros between them, so one pass of the convolutions serves many
+// short rows (the zeros are the padding each row needs).
+//
+// Layouts (float32, contiguous): S, out, gS (B, H, T, T); bias (1|B, H, T, T) with batch stride
+// bias_bstride (0 = shared by the batch); w1 (D, C, k) with C = H (no bias) or 2H (input channels
+// [S, bias]); b1 (D); w2 (H, D, k); b2 (H). Entries above the diagonal of out / gS / gbias are 0.
+//
+// Plain C ABI for ctypes. Threads: OpenMP (else std::thread) over contiguous blocks of rows (a
+// deterministic partition; per-thread weight-gradient partials are summed in thread order).
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+
+constexpr int V = 16;   // lanes per vector (one AVX-512 register; two AVX2 / four NEON registers)
+constexpr int WB = 4;   // vectors per register tile along the key axis
+constexpr int VW = V * WB;
+constexpr int STRIP = 512;  // target positions per strip (hidden map D x STRIP floats stays in L2)
+typedef float vf __attribute__((vector_size(V * sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(V * sizeof(float))));
+
+inline vf loadu(const float *p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+inline void storeu(float *p, vf v) { std::memcpy(p, &v, sizeof v); }
+inline vi loadm(const int32_t *p) { vi v; std::memcpy(&v, p, sizeof v); return v; }
+inline vf splat(float x) { return vf{} + x; }  // vector-scalar arithmetic broadcasts the scalar
+inline vf select(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
+inline vf leaky(vf x) { return select(x > splat(0.0f), x, x * splat(0.01f)); }
+inline float hsum(vf v) { float s = 0; for (int l = 0; l < V; ++l) s += v[l]; return s; }
+inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+struct Shape {
+    int B, T, H, C, D, k, c, causal;
+    int cap;  // strip capacity in positions (>= one full row + its seam)
+    int P;    // stride of one padded channel row in the workspaces: element e at [c + e], e in [-c, Ws + c)
+};
+
+Shape make_shape(int B, int T, int H, int C, int D, int k, int causal) {
+    Shape sh{B, T, H, C, D, k, k / 2, causal, 0, 0};
+    sh.cap = std::max(STRIP, T + sh.c);
+    sh.P = round_up(sh.cap, VW) + 2 * sh.c + VW;
+    return sh;
+}
+
+// ---- register-tiled micro-kernels (NB output channels x WB vectors of positions) ----
+
+// y[n][w..] = sum_{m, s} W[n][m][s] * x[m][w + s - c] for n in [n0, n0 + NB); x rows padded
+// (x + m * P + w + s is element w + s - c). W layout (N, M, k).
+template <int NB>
+inline void gather_tile(const float *W, int M, int k, int n0, const float *x, int P, int w, vf acc[NB][WB]) {
+    for (int m = 0; m < M; ++m) {
+        const float *xm = x + (size_t)m * P + w;
+        const float *wm = W + ((size_t)n0 * M + m) * k;
+        for (int s = 0; s < k; ++s) {
+            vf xv[WB];
+            for (int q = 0; q < WB; ++q) xv[q] = loadu(xm + s + q * V);
+            for (int j = 0; j < NB; ++j) {
+                const vf wv = splat(wm[(size_t)j * M * k + s]);
+                for (int q = 0; q < WB; ++q) acc[j][q] += wv * xv[q];
+            }
+        }
+    }
+}
+
+// The transpose: y[m][w..] = sum_{n, s} W[n][m][s] * g[n][w - s + c], for m in [m0, m0 + MB)
+// (g + n * P + w + 2c - s is element w - s + c).
+template <int MB>
+inline void scatter_tile(const float *W, int N, int M, int k, int c, int m0, const float *g, int P, int w, vf acc[MB][WB]) {
+    for (int n = 0; n < N; ++n) {
+        const float *gn = g + (size_t)n * P + w + 2 * c;
+        const float *wn = W + ((size_t)n * M + m0) * k;
+        for (int s = 0; s < k; ++s) {
+            vf gv[WB];
+            for (int q = 0; q < WB; ++q) gv[q] = loadu(gn - s + q * V);
+            for (int j = 0; j < MB; ++j) {
+                const vf wv = splat(wn[(size_t)j * k + s]);
+                for (int q = 0; q < WB; ++q) acc[j][q] += wv * gv[q];
+            }
+        }
+    }
+}
+
+// Weight gradient of a convolution: G[n][m][s] += sum_e a[n][e] * x[m][e + s - c] over the
+// strip (a rows at a + n * P + c, padded x rows as above), for n in [n0, n0 + NB).
+template <int NB>
+inline void correlate(const float *a, int n0, const float *x, int M, int k, int P, int c, int Ws, vf *G) {
+    for (int m = 0; m < M; ++m)
+        for (int s = 0; s < k; ++s) {
+            vf acc[NB];
+            for (int j = 0; j < NB; ++j) acc[j] = vf{};
+            const float *xm = x + (size_t)m * P + s;
+            for (int e = 0; e < Ws; e += V) {
+                const vf xv = loadu(xm + e);
+                for (int j = 0; j < NB; ++j) acc[j] += loadu(a + (size_t)(n0 + j) * P + c + e) * xv;
+            }
+            for (int j = 0; j < NB; ++j) G[((size_t)(n0 + j) * M + m) * k + s] += acc[j];
+        }
+}
+
+template <class Tile4, class Tile1>
+inline void by_blocks(int n, Tile4 t4, Tile1 t1) {  // blocks of 4 channels, then single ones
+    int j = 0;
+    for (; j + 4 <= n; j += 4) t4(j);
+    for (; j < n; ++j) t1(j);
+}
+
+// ---- strips ----
+
+struct Strip {
+    std::vector<int> b, i, off, L;  // per row: batch, query index, first position, length
+    int used = 0;                   // positions incl. the c zeros after each row
+    int Ws = 0;                     // used, rounded up to a whole tile
+    void clear() { b.clear(); i.clear(); off.clear(); L.clear(); used = 0; }
+    int rows() const { return (int)b.size(); }
+};
+
+struct Workspace {
+    const Shape &sh;
+    std::vector<float> xb, hb, yb, gpb;  // inputs (C rows), hidden (D), outputs / output grads (H or C), hidden grads (D)
+    std::vector<int32_t> valid;          // -1 at positions inside a row, 0 at seams and the tail
+    explicit Workspace(const Shape &s, bool backward)
+        : sh(s), xb((size_t)s.C * s.P), hb((size_t)s.D * s.P), yb((size_t)std::max(s.H, s.C) * s.P),
+          gpb(backward ? (size_t)s.D * s.P : 0), valid(s.P) {}
+};
+
+// Pointer to row (b, i) of channel ch of a (B, H, T, T) tensor (or of the bias for ch >= H).
+struct Rows {
+    const Shape &sh;
+    const float *S, *bias;
+    int64_t bias_bstride;
+    const float *in(int b, int i, int ch) const {
+        const size_t TT = (size_t)sh.T * sh.T;
+        if (ch < sh.H) return S + ((size_t)b * sh.H + ch) * TT + (size_t)i * sh.T;
+        return bias + (size_t)b * bias_bstride + (size_t)(ch - sh.H) * TT + (size_t)i * sh.T;
+    }
+};
+
+inline float *row_of(float *t, const Shape &sh, int b, int ch, int i) {
+    return t + ((size_t)b * sh.H + ch) * sh.T * sh.T + (size_t)i * sh.T;
+}
+
+// Copy `n` channel rows of the strip's query rows into a padded buffer (zeros elsewhere).
+template <class Src>
+void load_strip(const Shape &sh, const Strip &st, int n, Src src, float *buf) {
+    for (int ch = 0; ch < n; ++ch) {
+        float *dst = buf + (size_t)ch * sh.P;
+        std::memset(dst, 0, sizeof(float) * (st.Ws + 2 * sh.c + VW));
+        for (int r = 0; r < st.rows(); ++r) std::memcpy(dst + sh.c + st.off[r], src(st.b[r], st.i[r], ch), sizeof(float) * st.L[r]);
+    }
+}
+
+// Copy `n` channel rows from a strip buffer (element e at [c + e]) to the (B, H, T, T) rows,
+// zero beyond each row's length.
+template <class Dst>
+void store_strip(const Shape &sh, const Strip &st, int n, Dst dst, const float *buf) {
+    for (int ch = 0; ch < n; ++ch)
+        for (int r = 0; r < st.rows(); ++r) {
+            float *d = dst(st.b[r], st.i[r], ch);
+            if (!d) continue;
+            std::memcpy(d, buf + (size_t)ch * sh.P + sh.c + st.off[r], sizeof(float) * st.L[r]);
+            std::memset(d + st.L[r], 0, sizeof(float) * (sh.T - st.L[r]));
+        }
+}
+
+void mark_valid(const Shape &sh, const Strip &st, int32_t *valid) {
+    std::memset(valid, 0, sizeof(int32_t) * st.Ws);
+    for (int r = 0; r < st.rows(); ++r) std::fill(valid + st.off[r], valid + st.off[r] + st.L[r], -1);
+    (void)sh;
+}
+
+// hb[d] = LeakyReLU(conv1(x))[d], zero outside the rows (the causal zeroing before conv2).
+void hidden_strip(const Shape &sh, const float *w1, const float *b1, const Strip &st, Workspace &ws) {
+    const int C = sh.C, k = sh.k, P = sh.P, c = sh.c;
+    float *hb = ws.hb.data();
+    for (int w = 0; w < st.Ws; w += VW) {
+        vi valid[WB];
+        for (int q = 0; q < WB; ++q) valid[q] = loadm(ws.valid.data() + w + q * V);
+        by_blocks(sh.D,
+            [&](int d) {
+                vf acc[4][WB];
+                for (int j = 0; j < 4; ++j) for (int q = 0; q < WB; ++q) acc[j][q] = splat(b1[d + j]);
+                gather_tile<4>(w1, C, k, d, ws.xb.data(), P, w, acc);
+                for (int j = 0; j < 4; ++j) for (int q = 0; q < WB; ++q)
+                    storeu(hb + (size_t)(d + j) * P + c + w + q * V, select(valid[q], leaky(acc[j][q]), vf{}));
+            },
+            [&](int d) {
+                vf acc[1][WB];
+                for (int q = 0; q < WB; ++q) acc[0][q] = splat(b1[d]);
+                gather_tile<1>(w1, C, k, d, ws.xb.data(), P, w, acc);
+                for (int q = 0; q < WB; ++q) storeu(hb + (size_t)d * P + c + w + q * V, select(valid[q], leaky(acc[0][q]), vf{}));
+            });
+    }
+    for (int d = 0; d < sh.D; ++d) {  // padding read by conv2 / correlate
+        std::memset(hb + (size_t)d * P, 0, sizeof(float) * c);
+        std::memset(hb + (size_t)d * P + c + st.Ws, 0, sizeof(float) * (c + VW));
+    }
+}
+
+void forward_strip(const Shape &sh, const float *w1, const float *b1, const float *w2, const float *b2,
+                   const Strip &st, const Rows &rows, float *out, Workspace &ws) {
+    const int H = sh.H, D = sh.D, k = sh.k, P = sh.P, c = sh.c;
+    load_strip(sh, st, sh.C, [&](int b, int i, int ch) { return rows.in(b, i, ch); }, ws.xb.data());
+    mark_valid(sh, st, ws.valid.data());
+    hidden_strip(sh, w1, b1, st, ws);
+    float *yb = ws.yb.data();
+    for (int w = 0; w < st.Ws; w += VW)
+        by_blocks(H,
+            [&](int o) {
+                vf acc[4][WB];
+                for (int j = 0; j < 4; ++j) for (int q = 0; q < WB; ++q) acc[j][q] = splat(b2[o + j]);
+                gather_tile<4>(w2, D, k, o, ws.hb.data(), P, w, acc);
+                for (int j = 0; j < 4; ++j) for (int q = 0; q < WB; ++q) storeu(yb + (size_t)(o + j) * P + c + w + q * V, acc[j][q]);
+            },
+            [&](int o) {
+                vf acc[1][WB];
+                for (int q = 0; q < WB; ++q) acc[0][q] = splat(b2[o]);
+                gather_tile<1>(w2, D, k, o, ws.hb.data(), P, w, acc);
+                for (int q = 0; q < WB; ++q) storeu(yb + (size_t)o * P + c + w + q * V, acc[0][q]);
+            });
+    store_strip(sh, st, H, [&](int b, int i, int ch) { return row_of(out, sh, b, ch, i); }, yb);
+}
+
+struct Grads {  // one thread's partial weight gradients, as vectors (summed across lanes at the end)
+    std::vector<vf> w1, b1, w2, b2;
+    explicit Grads(const Shape &sh)
+        : w1((size_t)sh.D * sh.C * sh.k, vf{}), b1(sh.D, vf{}), w2((size_t)sh.H * sh.D * sh.k, vf{}), b2(sh.H, vf{}) {}
+};
+
+void backward_strip(const Shape &sh, const float *w1, const float *b1, const float *w2, const Strip &st, const Rows &rows,
+                    const float *gout, float *gS, float *gbias, Workspace &ws, Grads &gr) {
+    const int H = sh.H, C = sh.C, D = sh.D, k = sh.k, P = sh.P, c = sh.c, Ws = st.Ws;
+    load_strip(sh, st, C, [&](int b, int i, int ch) { return rows.in(b, i, ch); }, ws.xb.data());
+    mark_valid(sh, st, ws.valid.data());
+    hidden_strip(sh, w1, b1, st, ws);  // recomputed, not stored by the forward
+    float *gb = ws.yb.data(), *gpb = ws.gpb.data(), *hb = ws.hb.data(), *xb = ws.xb.data();
+    load_strip(sh, st, H, [&](int b, int i, int ch) { return gout + ((size_t)b * H + ch) * sh.T * sh.T + (size_t)i * sh.T; }, gb);
+
+    // conv2: bias and weights (gW2[o][d][s] += sum_e g[o][e] h[d][e + s - c])
+    for (int o = 0; o < H; ++o)
+        for (int e = 0; e < Ws; e += V) gr.b2[o] += loadu(gb + (size_t)o * P + c + e);
+    by_blocks(H, [&](int o) { correlate<4>(gb, o, hb, D, k, P, c, Ws, gr.w2.data()); },
+                 [&](int o) { correlate<1>(gb, o, hb, D, k, P, c, Ws, gr.w2.data()); });
+
+    // hidden gradient through conv2^T and the LeakyReLU, zero where the hidden map was zeroed
+    for (int w = 0; w < Ws; w += VW) {
+        vi valid[WB];
+        for (int q = 0; q < WB; ++q) valid[q] = loadm(ws.valid.data() + w + q * V);
+        auto finish = [&](int d, const vf a[WB]) {
+            for (int q = 0; q < WB; ++q) {
+                const vf h = loadu(hb + (size_t)d * P + c + w + q * V);
+                const vf gp = select(valid[q], select(h > splat(0.0f), a[q], a[q] * splat(0.01f)), vf{});
+                storeu(gpb + (size_t)d * P + c + w + q * V, gp);
+                gr.b1[d] += gp;
+            }
+        };
+        by_blocks(D,
+            [&](int d) {
+                vf acc[4][WB] = {};
+                scatter_tile<4>(w2, H, D, k, c, d, gb, P, w, acc);
+                for (int j = 0; j < 4; ++j) finish(d + j, acc[j]);
+            },
+            [&](int d) {
+                vf acc[1][WB] = {};
+                scatter_tile<1>(w2, H, D, k, c, d, gb, P, w, acc);
+                finish(d, acc[0]);
+            });
+    }
+    for (int d = 0; d < D; ++d) {
+        std::memset(gpb + (size_t)d * P, 0, sizeof(float) * c);
+        std::memset(gpb + (size_t)d * P + c + Ws, 0, sizeof(float) * (c + VW));
+    }
+
+    // conv1 weights: gW1[d][m][s] += sum_e gp[d][e] x[m][e + s - c]
+    by_blocks(D, [&](int d) { correlate<4>(gpb, d, xb, C, k, P, c, Ws, gr.w1.data()); },
+                 [&](int d) { correlate<1>(gpb, d, xb, C, k, P, c, Ws, gr.w1.data()); });
+
+    // input gradient through conv1^T (into yb, C rows), zero where the input was zeroed
+    float *gx = ws.yb.data();  // gb is no longer needed
+    for (int w = 0; w < Ws; w += VW)
+        by_blocks(C,
+            [&](int m) {
+                vf acc[4][WB] = {};
+                scatter_tile<4>(w1, D, C, k, c, m, gpb, P, w, acc);
+                for (int j = 0; j < 4; ++j) for (int q = 0; q < WB; ++q) storeu(gx + (size_t)(m + j) * P + c + w + q * V, acc[j][q]);
+            },
+            [&](int m) {
+                vf acc[1][WB] = {};
+                scatter_tile<1>(w1, D, C, k, c, m, gpb, P, w, acc);
+                for (int q = 0; q < WB; ++q) storeu(gx + (size_t)m * P + c + w + q * V, acc[0][q]);
+            });
+    store_strip(sh, st, C, [&](int b, int i, int ch) -> float * {
+        if (ch < H) return row_of(gS, sh, b, ch, i);
+        return gbias ? row_of(gbias, sh, b, ch - H, i) : nullptr;
+    }, gx);
+}
+
+// Work units: causal mode pairs query rows r and T-1-r (equal work: T + 1 keys in all); encoder
+// mode takes one full row per unit. Each thread walks its units in order, filling strips.
+struct Units {
+    const Shape &sh;
+    int per_batch() const { return sh.causal ? (sh.T + 1) / 2 : sh.T; }
+    long total() const { return (long)sh.B * per_batch(); }
+    template <class F>
+    void each_strip(long u0, long u1, F f) const {
+        Strip st;
+        auto add = [&](int b, int i, int L) {
+            if (st.rows() && st.used + L + sh.c > sh.cap) { flush(st, f); }
+            st.b.push_back(b); st.i.push_back(i); st.off.push_back(st.used); st.L.push_back(L);
+            st.used += L + sh.c;
+        };
+        for (long u = u0; u < u1; ++u) {
+            const int b = (int)(u / per_batch()), r = (int)(u % per_batch());
+            if (!sh.causal) { add(b, r, sh.T); continue; }
+            add(b, r, r + 1);
+            if (sh.T - 1 - r != r) add(b, sh.T - 1 - r, sh.T - r);
+        }
+        if (st.rows()) flush(st, f);
+    }
+    template <class F>
+    static void flush(Strip &st, F f) {
+        st.Ws = round_up(st.used, VW);
+        f(st);
+        st.clear();
+    }
+};
+
+// f(thread, first unit, end unit) on up to nthreads threads. With OpenMP the threads are
+// PyTorch's own (the library links the libgomp that torch already loaded), so they are warm and
+// do not compete with torch's workers still spinning after the previous op.
+template <class F>
+void parallel_units(long total, int nthreads, F f) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        f(t, total * t / n, total * (t + 1) / n);
+    }
+#else
+    std::vector<std::thread> pool;
+    for (int t = 1; t < nthreads; ++t) pool.emplace_back(f, t, total * t / nthreads, total * (t + 1) / nthreads);
+    f(0, 0L, total / nthreads);
+    for (auto &th : pool) th.join();
+#endif
+}
+
+int clamp_threads(int nthreads, long total) { return std::max(1, (int)std::min<long>(nthreads, total)); }
+
+}  // namespace
+
+extern "C" {
+
+int dape_abi_version() { return 2; }
+
+int dape_uses_openmp() {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int dape_forward(const float *S, const float *bias, int64_t bias_bstride, float *out, const float *w1, const float *b1,
+                 const float *w2, const float *b2, int B, int T, int H, int C, int D, int k, int causal, int nthreads) {
+    const Shape sh = make_shape(B, T, H, C, D, k, causal);
+    const Units units{sh};
+    const Rows rows{sh, S, bias, bias_bstride};
+    parallel_units(units.total(), clamp_threads(nthreads, units.total()), [&](int, long u0, long u1) {
+        Workspace ws(sh, false);
+        units.each_strip(u0, u1, [&](const Strip &st) { forward_strip(sh, w1, b1, w2, b2, st, rows, out, ws); });
+    });
+    return 0;
+}
+
+// gS (B, H, T, T) always written; gbias (B, H, T, T) written when not null (the caller sums it
+// over the batch when the bias was shared); gw1, gb1, gw2, gb2 overwritten.
+int dape_backward(const float *S, const float *bias, int64_t bias_bstride, const float *gout, float *gS, float *gbias,
+                  const float *w1, const float *b1, const float *w2, float *gw1, float *gb1, float *gw2, float *gb2,
+                  int B, int T, int H, int C, int D, int k, int causal, int nthreads) {
+    const Shape sh = make_shape(B, T, H, C, D, k, causal);
+    const Units units{sh};
+    const Rows rows{sh, S, bias, bias_bstride};
+    const int nt = clamp_threads(nthreads, units.total());
+    std::vector<Grads> parts;
+    parts.reserve(nt);
+    for (int t = 0; t < nt; ++t) parts.emplace_back(sh);
+    parallel_units(units.total(), nt, [&](int t, long u0, long u1) {
+        Workspace ws(sh, true);
+        units.each_strip(u0, u1, [&](const Strip &st) {
+            backward_strip(sh, w1, b1, w2, st, rows, gout, gS, gbias, ws, parts[t]);
+        });
+    });
+    auto reduce = [&](float *dst, std::vector<vf> Grads::*field) {  // in thread order: deterministic
+        const size_t n = (parts[0].*field).size();
+        for (size_t i = 0; i < n; ++i) {
+            float s = 0;
+            for (int t = 0; t < nt; ++t) s += hsum((parts[t].*field)[i]);
+            dst[i] = s;
+        }
+    };
+    reduce(gw1, &Grads::w1);
+    reduce(gb1, &Grads::b1);
+    reduce(gw2, &Grads::w2);
+    reduce(gb2, &Grads::b2);
+    return 0;
+}
+
+}  // extern "C"
