@@ -126,17 +126,17 @@ class Attention(nn.Module):
                     mask = ctx.apply_mask(self._bias(ctx, q_raw))
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
         else:
-            S = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
+            S = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T); scaling q touches T x d_h values, not T x T
             add = self._bias(ctx, q_raw) if self.biases else None
             if self.cope is not None:
                 term = self.cope(q_raw, S, x, ctx.future)
                 add = term if add is None else add + term
-            if self.dape is not None:
+            if self.dape is not None:  # returns the masked logits (the native kernel fuses the mask)
                 A = self.dape(S, add, ctx.future if self.causal else None)
             else:
                 A = S if add is None else S + add
-            if self.causal:  # in place: A is a fresh tensor whose producer's backward does not need it
-                A = A.masked_fill_(ctx.future, float("-inf"))
+                if self.causal:  # in place: A is a fresh tensor whose producer's backward does not need it
+                    A = A.masked_fill_(ctx.future, float("-inf"))
             att = F.softmax(A, dim=-1)  # (B, H, T, T)
             y = self.attn_dropout(att) @ v  # (B, H, T, d_h)
         y = y.transpose(1, 2).contiguous().view(B, T, C)

@@ -140,9 +140,10 @@ def _ptr(t: torch.Tensor | None) -> int | None:
 
 
 class _FusedDAPE(torch.autograd.Function):
-    """f([S, bias]) by the native CPU kernel (``native/dape_cpu.cpp``): both convolutions and
-    the LeakyReLU fused per query row, the hidden map recomputed in backward instead of stored.
-    Same function as ``DAPE.forward_full`` (zero above the diagonal in causal mode)."""
+    """A = S + bias + f([S, bias]), -inf above the diagonal in causal mode, by the native CPU
+    kernel (``native/dape_cpu.cpp``): both convolutions and the LeakyReLU fused per strip of
+    query rows, the hidden map recomputed in backward instead of stored. The same function as
+    ``DAPE.forward_full`` followed by the causal mask."""
 
     @staticmethod
     def forward(ctx, S, bias, w1, b1, w2, b2, causal: bool):
@@ -177,7 +178,7 @@ class _FusedDAPE(torch.autograd.Function):
         lib.dape_backward(_ptr(S), _ptr(b_in), 0 if shared else H * T * T, _ptr(g), _ptr(gS), _ptr(g_bias_rows),
                           _ptr(w1c), _ptr(b1), _ptr(w2c), _ptr(gw1), _ptr(gb1), _ptr(gw2), _ptr(gb2),
                           B, T, H, C, D, k, int(causal), torch.get_num_threads())
-        g_bias = None
+        g_bias = None  # the direct path (gA) and the one through f, summed by the kernel
         if g_bias_rows is not None:
             g_bias = g_bias_rows.sum(0, keepdim=True) if bias_shape[0] == 1 else g_bias_rows
         return gS, g_bias, gw1.view(w1_shape), gb1, gw2.view(w2_shape), gb2, None
@@ -222,15 +223,15 @@ class DAPE(nn.Module):
                 and self.conv1.in_channels <= 64 and dape_kernel() is not None)
 
     def forward(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
-        """S (B, H, T, T), bias (1|B, H, T, T) or None, future (T, T) bool -> A (B, H, T, T)."""
-        base = self._inputs(S, bias)
+        """S (B, H, T, T), bias (1|B, H, T, T) or None, future (T, T) bool -> A (B, H, T, T),
+        with the causal mask applied (-inf above the diagonal) in causal mode."""
         if self._native(S, bias):
-            f = _FusedDAPE.apply(S, bias if self.with_bias else None, self.conv1.weight, self.conv1.bias,
-                                 self.conv2.weight, self.conv2.bias, self.causal)
-            return base + f  # f is 0 above the diagonal in causal mode (masked later anyway)
+            return _FusedDAPE.apply(S, bias if self.with_bias else None, self.conv1.weight, self.conv1.bias,
+                                    self.conv2.weight, self.conv2.bias, self.causal)
         if not self.causal:
             return self.forward_full(S, bias, None)
-        return self.forward_packed(S, bias, base)
+        # in place: a fresh tensor whose producer's backward does not need it
+        return self.forward_packed(S, bias, self._inputs(S, bias)).masked_fill_(future, float("-inf"))
 
     def forward_packed(self, S: torch.Tensor, bias: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
         """The PyTorch path in causal mode (GPU, float64, or no C++ compiler): the lower triangle

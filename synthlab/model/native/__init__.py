@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 
 _SOURCE = Path(__file__).with_name("dape_cpu.cpp")
-_ABI_VERSION = 2
+_ABI_VERSION = 3
 _LOCK = threading.Lock()
 _LOADED: dict[str, ctypes.CDLL | None] = {}
 _BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]

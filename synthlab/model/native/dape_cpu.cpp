@@ -10,9 +10,12 @@
 // positions with c = k // 2 zeros between them, so one pass of the convolutions serves many
 // short rows (the zeros are the padding each row needs).
 //
-// Layouts (float32, contiguous): S, out, gS (B, H, T, T); bias (1|B, H, T, T) with batch stride
+// The forward returns the processed logits A = S + bias + f([S, bias]) with -inf above the
+// diagonal in causal mode (the attention mask, fused here to save two passes over B x H x T^2).
+//
+// Layouts (float32, contiguous): S, A, gA, gS (B, H, T, T); bias (1|B, H, T, T) with batch stride
 // bias_bstride (0 = shared by the batch); w1 (D, C, k) with C = H (no bias) or 2H (input channels
-// [S, bias]); b1 (D); w2 (H, D, k); b2 (H). Entries above the diagonal of out / gS / gbias are 0.
+// [S, bias]); b1 (D); w2 (H, D, k); b2 (H). gS / gbias are 0 above the diagonal.
 //
 // Plain C ABI for ctypes. Threads: OpenMP (else std::thread) over contiguous blocks of rows (a
 // deterministic partition; per-thread weight-gradient partials are summed in thread order).
@@ -20,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <vector>
 #ifdef _OPENMP
@@ -131,11 +135,11 @@ struct Strip {
 
 struct Workspace {
     const Shape &sh;
-    std::vector<float> xb, hb, yb, gpb;  // inputs (C rows), hidden (D), outputs / output grads (H or C), hidden grads (D)
+    std::vector<float> xb, hb, yb, gpb, gxb;  // inputs (C rows), hidden (D), outputs / output grads (H), hidden grads (D), input grads (C)
     std::vector<int32_t> valid;          // -1 at positions inside a row, 0 at seams and the tail
     explicit Workspace(const Shape &s, bool backward)
-        : sh(s), xb((size_t)s.C * s.P), hb((size_t)s.D * s.P), yb((size_t)std::max(s.H, s.C) * s.P),
-          gpb(backward ? (size_t)s.D * s.P : 0), valid(s.P) {}
+        : sh(s), xb((size_t)s.C * s.P), hb((size_t)s.D * s.P), yb((size_t)s.H * s.P),
+          gpb(backward ? (size_t)s.D * s.P : 0), gxb(backward ? (size_t)s.C * s.P : 0), valid(s.P) {}
 };
 
 // Pointer to row (b, i) of channel ch of a (B, H, T, T) tensor (or of the bias for ch >= H).
@@ -165,15 +169,15 @@ void load_strip(const Shape &sh, const Strip &st, int n, Src src, float *buf) {
 }
 
 // Copy `n` channel rows from a strip buffer (element e at [c + e]) to the (B, H, T, T) rows,
-// zero beyond each row's length.
+// `fill` beyond each row's length.
 template <class Dst>
-void store_strip(const Shape &sh, const Strip &st, int n, Dst dst, const float *buf) {
+void store_strip(const Shape &sh, const Strip &st, int n, Dst dst, const float *buf, float fill) {
     for (int ch = 0; ch < n; ++ch)
         for (int r = 0; r < st.rows(); ++r) {
             float *d = dst(st.b[r], st.i[r], ch);
             if (!d) continue;
             std::memcpy(d, buf + (size_t)ch * sh.P + sh.c + st.off[r], sizeof(float) * st.L[r]);
-            std::memset(d + st.L[r], 0, sizeof(float) * (sh.T - st.L[r]));
+            std::fill(d + st.L[r], d + sh.T, fill);
         }
 }
 
@@ -218,21 +222,32 @@ void forward_strip(const Shape &sh, const float *w1, const float *b1, const floa
     mark_valid(sh, st, ws.valid.data());
     hidden_strip(sh, w1, b1, st, ws);
     float *yb = ws.yb.data();
+    const float *xb = ws.xb.data();
+    const bool with_bias = sh.C > H;
+    auto finish = [&](int o, int w, const vf a[WB]) {  // A = S + bias + f
+        for (int q = 0; q < WB; ++q) {
+            const size_t at = c + w + q * V;
+            vf v = a[q] + loadu(xb + (size_t)o * P + at);
+            if (with_bias) v += loadu(xb + (size_t)(H + o) * P + at);
+            storeu(yb + (size_t)o * P + at, v);
+        }
+    };
     for (int w = 0; w < st.Ws; w += VW)
         by_blocks(H,
             [&](int o) {
                 vf acc[4][WB];
                 for (int j = 0; j < 4; ++j) for (int q = 0; q < WB; ++q) acc[j][q] = splat(b2[o + j]);
                 gather_tile<4>(w2, D, k, o, ws.hb.data(), P, w, acc);
-                for (int j = 0; j < 4; ++j) for (int q = 0; q < WB; ++q) storeu(yb + (size_t)(o + j) * P + c + w + q * V, acc[j][q]);
+                for (int j = 0; j < 4; ++j) finish(o + j, w, acc[j]);
             },
             [&](int o) {
                 vf acc[1][WB];
                 for (int q = 0; q < WB; ++q) acc[0][q] = splat(b2[o]);
                 gather_tile<1>(w2, D, k, o, ws.hb.data(), P, w, acc);
-                for (int q = 0; q < WB; ++q) storeu(yb + (size_t)o * P + c + w + q * V, acc[0][q]);
+                finish(o, w, acc[0]);
             });
-    store_strip(sh, st, H, [&](int b, int i, int ch) { return row_of(out, sh, b, ch, i); }, yb);
+    store_strip(sh, st, H, [&](int b, int i, int ch) { return row_of(out, sh, b, ch, i); }, yb,
+                -std::numeric_limits<float>::infinity());
 }
 
 struct Grads {  // one thread's partial weight gradients, as vectors (summed across lanes at the end)
@@ -289,24 +304,31 @@ void backward_strip(const Shape &sh, const float *w1, const float *b1, const flo
     by_blocks(D, [&](int d) { correlate<4>(gpb, d, xb, C, k, P, c, Ws, gr.w1.data()); },
                  [&](int d) { correlate<1>(gpb, d, xb, C, k, P, c, Ws, gr.w1.data()); });
 
-    // input gradient through conv1^T (into yb, C rows), zero where the input was zeroed
-    float *gx = ws.yb.data();  // gb is no longer needed
+    // input gradients: the direct path of A = S + bias + f (gA itself) plus conv1^T, zero where
+    // the input was zeroed
+    float *gx = ws.gxb.data();
+    auto finish = [&](int m, int w, const vf a[WB]) {
+        for (int q = 0; q < WB; ++q) {
+            const size_t at = c + w + q * V;
+            storeu(gx + (size_t)m * P + at, a[q] + loadu(gb + (size_t)(m % H) * P + at));
+        }
+    };
     for (int w = 0; w < Ws; w += VW)
         by_blocks(C,
             [&](int m) {
                 vf acc[4][WB] = {};
                 scatter_tile<4>(w1, D, C, k, c, m, gpb, P, w, acc);
-                for (int j = 0; j < 4; ++j) for (int q = 0; q < WB; ++q) storeu(gx + (size_t)(m + j) * P + c + w + q * V, acc[j][q]);
+                for (int j = 0; j < 4; ++j) finish(m + j, w, acc[j]);
             },
             [&](int m) {
                 vf acc[1][WB] = {};
                 scatter_tile<1>(w1, D, C, k, c, m, gpb, P, w, acc);
-                for (int q = 0; q < WB; ++q) storeu(gx + (size_t)m * P + c + w + q * V, acc[0][q]);
+                finish(m, w, acc[0]);
             });
     store_strip(sh, st, C, [&](int b, int i, int ch) -> float * {
         if (ch < H) return row_of(gS, sh, b, ch, i);
         return gbias ? row_of(gbias, sh, b, ch - H, i) : nullptr;
-    }, gx);
+    }, gx, 0.0f);
 }
 
 // Work units: causal mode pairs query rows r and T-1-r (equal work: T + 1 keys in all); encoder
@@ -364,7 +386,7 @@ int clamp_threads(int nthreads, long total) { return std::max(1, (int)std::min<l
 
 extern "C" {
 
-int dape_abi_version() { return 2; }
+int dape_abi_version() { return 3; }
 
 int dape_uses_openmp() {
 #ifdef _OPENMP
