@@ -35,7 +35,10 @@ namespace {
 constexpr int V = 16;   // lanes per vector (one AVX-512 register; two AVX2 / four NEON registers)
 constexpr int WB = 4;   // vectors per register tile along the key axis
 constexpr int VW = V * WB;
-constexpr int STRIP = 512;  // target positions per strip (hidden map D x STRIP floats stays in L2)
+#ifndef DAPE_STRIP
+#define DAPE_STRIP 512
+#endif
+constexpr int STRIP = DAPE_STRIP;  // target positions per strip (hidden map D x STRIP floats stays in L2)
 typedef float vf __attribute__((vector_size(V * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(V * sizeof(float))));
 
@@ -43,8 +46,12 @@ inline vf loadu(const float *p) { vf v; std::memcpy(&v, p, sizeof v); return v; 
 inline void storeu(float *p, vf v) { std::memcpy(p, &v, sizeof v); }
 inline vi loadm(const int32_t *p) { vi v; std::memcpy(&v, p, sizeof v); return v; }
 inline vf splat(float x) { return vf{} + x; }  // vector-scalar arithmetic broadcasts the scalar
+#if defined(__GNUC__) && !defined(__clang__)
+inline vf select(vi m, vf a, vf b) { return m ? a : b; }  // GCC's vector ?: (a blend / masked move)
+#else
 inline vf select(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
-inline vf leaky(vf x) { return select(x > splat(0.0f), x, x * splat(0.01f)); }
+#endif
+inline vf leaky(vf x) { const vf y = x * splat(0.01f); return select(x > y, x, y); }  // max(x, 0.01 x)
 inline float hsum(vf v) { float s = 0; for (int l = 0; l < V; ++l) s += v[l]; return s; }
 inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -188,12 +195,15 @@ void mark_valid(const Shape &sh, const Strip &st, int32_t *valid) {
 }
 
 // hb[d] = LeakyReLU(conv1(x))[d], zero outside the rows (the causal zeroing before conv2).
+// Masked = false for k = 1: a position outside the rows then only reaches outputs and gradients
+// outside the rows (its output gradient is 0), so the zeroing can be skipped.
+template <bool Masked>
 void hidden_strip(const Shape &sh, const float *w1, const float *b1, const Strip &st, Workspace &ws) {
     const int C = sh.C, k = sh.k, P = sh.P, c = sh.c;
     float *hb = ws.hb.data();
     for (int w = 0; w < st.Ws; w += VW) {
         vi valid[WB];
-        for (int q = 0; q < WB; ++q) valid[q] = loadm(ws.valid.data() + w + q * V);
+        for (int q = 0; q < WB; ++q) valid[q] = Masked ? loadm(ws.valid.data() + w + q * V) : vi{} - 1;
         by_blocks(sh.D,
             [&](int d) {
                 vf acc[4][WB];
@@ -213,6 +223,11 @@ void hidden_strip(const Shape &sh, const float *w1, const float *b1, const Strip
         std::memset(hb + (size_t)d * P, 0, sizeof(float) * c);
         std::memset(hb + (size_t)d * P + c + st.Ws, 0, sizeof(float) * (c + VW));
     }
+}
+
+void hidden_strip(const Shape &sh, const float *w1, const float *b1, const Strip &st, Workspace &ws) {
+    if (sh.k > 1) hidden_strip<true>(sh, w1, b1, st, ws);
+    else hidden_strip<false>(sh, w1, b1, st, ws);
 }
 
 void forward_strip(const Shape &sh, const float *w1, const float *b1, const float *w2, const float *b2,
@@ -272,16 +287,20 @@ void backward_strip(const Shape &sh, const float *w1, const float *b1, const flo
                  [&](int o) { correlate<1>(gb, o, hb, D, k, P, c, Ws, gr.w2.data()); });
 
     // hidden gradient through conv2^T and the LeakyReLU, zero where the hidden map was zeroed
+    const bool masked = k > 1;  // see hidden_strip
     for (int w = 0; w < Ws; w += VW) {
         vi valid[WB];
-        for (int q = 0; q < WB; ++q) valid[q] = loadm(ws.valid.data() + w + q * V);
+        for (int q = 0; q < WB; ++q) valid[q] = masked ? loadm(ws.valid.data() + w + q * V) : vi{} - 1;
         auto finish = [&](int d, const vf a[WB]) {
+            vf sum{};
             for (int q = 0; q < WB; ++q) {
                 const vf h = loadu(hb + (size_t)d * P + c + w + q * V);
-                const vf gp = select(valid[q], select(h > splat(0.0f), a[q], a[q] * splat(0.01f)), vf{});
+                vf gp = select(h > splat(0.0f), a[q], a[q] * splat(0.01f));
+                if (masked) gp = select(valid[q], gp, vf{});
                 storeu(gpb + (size_t)d * P + c + w + q * V, gp);
-                gr.b1[d] += gp;
+                sum += gp;
             }
+            gr.b1[d] += sum;
         };
         by_blocks(D,
             [&](int d) {
