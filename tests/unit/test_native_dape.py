@@ -21,7 +21,7 @@ def test_kernel_builds_where_a_compiler_exists():
         pytest.skip("no C++ compiler on this machine: DAPE runs its PyTorch path")
     lib = native.dape_kernel()
     assert lib is not None, "a compiler exists but the DAPE kernel did not build"
-    assert lib.dape_abi_version() == native._ABI_VERSION
+    assert lib.dape_abi_version() == native.abi_version("dape")
 
 
 needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="native DAPE kernel unavailable (no C++ compiler)")

@@ -7,7 +7,44 @@ import math
 import torch
 import torch.nn as nn
 
+from ..native import cope_kernel
 from .bias import alibi_slopes
+
+
+class _FusedCoPE(torch.autograd.Function):
+    """CoPE's positions, clamp and interpolation by the native CPU kernel
+    (``native/cope_cpu.cpp``), one pass per query row each way. gates = sigmoid(logits) with
+    the future not yet zeroed (the kernel reads the lower triangle only); table = q . pos_emb
+    (B, H, T, npos), or None with ``slopes`` (H,) for CoPE-ALiBi. Returns the additive term,
+    0 above the diagonal."""
+
+    @staticmethod
+    def forward(ctx, gates, table, slopes, npos: int):
+        lib = cope_kernel()
+        B, H, T, _ = gates.shape
+        gates = gates.contiguous()
+        table = None if table is None else table.contiguous()
+        slopes = None if slopes is None else slopes.reshape(H).contiguous()
+        out = torch.empty_like(gates)
+        lib.cope_forward(gates.data_ptr(), None if table is None else table.data_ptr(),
+                         None if slopes is None else slopes.data_ptr(), out.data_ptr(), B, H, T, npos,
+                         torch.get_num_threads())
+        ctx.save_for_backward(gates, table, slopes)
+        ctx.npos = npos
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        lib = cope_kernel()
+        gates, table, slopes = ctx.saved_tensors
+        B, H, T, _ = gates.shape
+        g = g.contiguous()
+        g_gates = torch.empty_like(gates)
+        g_table = None if table is None else torch.empty_like(table)
+        lib.cope_backward(gates.data_ptr(), None if table is None else table.data_ptr(),
+                          None if slopes is None else slopes.data_ptr(), g.data_ptr(), g_gates.data_ptr(),
+                          None if g_table is None else g_table.data_ptr(), B, H, T, ctx.npos, torch.get_num_threads())
+        return g_gates, g_table, None, None
 
 
 class CoPE(nn.Module):
@@ -36,6 +73,11 @@ class CoPE(nn.Module):
         else:
             self.pos_emb = nn.Parameter(torch.zeros(self.head_dim, npos))  # (d_h, npos)
 
+    def _native(self, G: torch.Tensor) -> bool:
+        params = [] if self.alibi else [self.pos_emb]
+        return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in [G, *params])
+                and cope_kernel() is not None)
+
     @staticmethod
     def positions(gates: torch.Tensor) -> torch.Tensor:
         """p_ij = sum_{t=j..i} g_it for gates (.., T, T) with future gates already 0."""
@@ -50,6 +92,9 @@ class CoPE(nn.Module):
             G = (q @ kg.transpose(-2, -1)) * self.scale
         else:
             G = S
+        if self._native(G):
+            table = None if self.alibi else q @ self.pos_emb  # (B, H, T, npos)
+            return _FusedCoPE.apply(torch.sigmoid(G), table, self.slopes if self.alibi else None, self.npos)
         gates = torch.sigmoid(G).masked_fill(future, 0.0)  # (B, H, T, T), future gates exactly 0
         p = self.positions(gates).clamp(0.0, self.npos - 1)  # (rounding can give -1e-7 past the diagonal)
         if self.alibi:

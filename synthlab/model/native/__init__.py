@@ -1,13 +1,15 @@
 """Native CPU kernels, compiled on first use with the system C++ compiler and loaded by ctypes.
 
-Only one so far: DAPE / DAPE V2's two (1 x k) convolutions fused per query row
-(``dape_cpu.cpp``), which keeps the D-channel hidden map in cache instead of writing
-D x B x T^2 floats to memory several times per step (the unfused version is memory-bound).
+- ``dape_cpu.cpp``: DAPE / DAPE V2's two (1 x k) convolutions and the LeakyReLU fused per strip
+  of query rows; the D-channel hidden map stays in cache instead of going to memory (D x B x T^2
+  floats, several times per step: the unfused version is memory-bound).
+- ``cope_cpu.cpp``: CoPE's positions (a reverse scan of the gates), clamp and interpolation
+  fused per query row, instead of a dozen passes over B x H x T^2 tensors.
 
-The shared library is built once per (source, compiler, flags, CPU) into a cache directory
-(``$SYNTHLAB_CACHE_DIR`` or ``~/.cache/synthlab``) and reused by every process; the build
-takes about a second. Where no compiler is found or the build fails, ``dape_kernel()``
-returns None once with a warning and DAPE runs its PyTorch path (same results, slower).
+Each shared library is built once per (source, compiler, flags, CPU) into a cache directory
+(``$SYNTHLAB_CACHE_DIR`` or ``~/.cache/synthlab``) and reused by every process; a build takes
+about a second. Where no compiler is found or the build fails, ``kernel(name)`` warns once and
+returns None, and the encoding runs its PyTorch path (same results, slower).
 ``SYNTHLAB_NATIVE=0`` turns the kernels off.
 """
 
@@ -24,8 +26,7 @@ import threading
 import warnings
 from pathlib import Path
 
-_SOURCE = Path(__file__).with_name("dape_cpu.cpp")
-_ABI_VERSION = 3
+_DIR = Path(__file__).parent
 _LOCK = threading.Lock()
 _LOADED: dict[str, ctypes.CDLL | None] = {}
 _BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]
@@ -64,13 +65,13 @@ def _cpu_signature() -> str:
     return sig
 
 
-def _build(cxx: str, out: Path) -> None:
+def _build(cxx: str, source: Path, out: Path) -> None:
     errors = []
     for arch in _ARCH_FLAGS:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
-        cmd = [cxx, *_BASE_FLAGS, *arch, str(_SOURCE), "-o", tmp]
+        cmd = [cxx, *_BASE_FLAGS, *arch, str(source), "-o", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode == 0:
             os.replace(tmp, out)  # atomic: concurrent builders (sweep workers) never see a partial file
@@ -80,37 +81,71 @@ def _build(cxx: str, out: Path) -> None:
     raise RuntimeError("; ".join(errors))
 
 
-def _load(name: str) -> ctypes.CDLL | None:
+def _dape_signatures(lib: ctypes.CDLL) -> None:
+    p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+    lib.dape_forward.argtypes = [p, p, i64, p, p, p, p, p] + [i32] * 8
+    lib.dape_backward.argtypes = [p, p, i64, p, p, p, p, p, p, p, p, p, p] + [i32] * 8
+    lib.dape_forward.restype = lib.dape_backward.restype = i32
+
+
+def _cope_signatures(lib: ctypes.CDLL) -> None:
+    p, i32 = ctypes.c_void_p, ctypes.c_int
+    lib.cope_forward.argtypes = [p, p, p, p] + [i32] * 5
+    lib.cope_backward.argtypes = [p, p, p, p, p, p] + [i32] * 5
+    lib.cope_forward.restype = lib.cope_backward.restype = i32
+
+
+# name -> (source, ABI version, display name, ctypes signatures)
+KERNELS = {
+    "dape": ("dape_cpu.cpp", 3, "DAPE", _dape_signatures),
+    "cope": ("cope_cpu.cpp", 1, "CoPE", _cope_signatures),
+}
+
+
+def abi_version(name: str) -> int:
+    return KERNELS[name][1]
+
+
+def _load(name: str) -> ctypes.CDLL:
+    source_name, abi, _, signatures = KERNELS[name]
+    source = _DIR / source_name
     cxx = _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (set CXX, or install g++ / clang++)")
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\0".join([_SOURCE.read_text(), cxx, version, " ".join(_BASE_FLAGS), _cpu_signature()])
+    texts = [source.read_text()] + [h.read_text() for h in sorted(_DIR.glob("*.h"))]
+    key = hashlib.sha256("\0".join([*texts, cxx, version, " ".join(_BASE_FLAGS), _cpu_signature()])
                          .encode()).hexdigest()[:20]
-    path = cache_dir() / f"{name}-{key}.so"
+    path = cache_dir() / f"{source.stem}-{key}.so"
     if not path.exists():
-        _build(cxx, path)
+        _build(cxx, source, path)
     lib = ctypes.CDLL(str(path))
-    if lib.dape_abi_version() != _ABI_VERSION:
-        raise RuntimeError(f"{path} has ABI version {lib.dape_abi_version()}, expected {_ABI_VERSION}")
-    f32, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-    lib.dape_forward.argtypes = [f32, f32, i64, f32, f32, f32, f32, f32] + [i32] * 8
-    lib.dape_forward.restype = i32
-    lib.dape_backward.argtypes = [f32, f32, i64, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32] + [i32] * 8
-    lib.dape_backward.restype = i32
+    got = getattr(lib, f"{name}_abi_version")()
+    if got != abi:
+        raise RuntimeError(f"{path} has ABI version {got}, expected {abi}")
+    signatures(lib)
     return lib
 
 
-def dape_kernel() -> ctypes.CDLL | None:
-    """The fused DAPE library, or None (disabled, or it could not be built: warned once)."""
+def kernel(name: str) -> ctypes.CDLL | None:
+    """The native library of ``name`` (a key of KERNELS), or None (disabled, or it could not be
+    built: warned once per process)."""
     if not enabled():
         return None
     with _LOCK:
-        if "dape" not in _LOADED:
+        if name not in _LOADED:
             try:
-                _LOADED["dape"] = _load("dape_cpu")
+                _LOADED[name] = _load(name)
             except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-                warnings.warn(f"synthlab: the native DAPE kernel is unavailable ({e}); "
+                warnings.warn(f"synthlab: the native {KERNELS[name][2]} kernel is unavailable ({e}); "
                               "using the slower PyTorch path", RuntimeWarning, stacklevel=2)
-                _LOADED["dape"] = None
-        return _LOADED["dape"]
+                _LOADED[name] = None
+        return _LOADED[name]
+
+
+def dape_kernel() -> ctypes.CDLL | None:
+    return kernel("dape")
+
+
+def cope_kernel() -> ctypes.CDLL | None:
+    return kernel("cope")

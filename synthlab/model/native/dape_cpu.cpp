@@ -24,11 +24,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <vector>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+
+#include "parallel.h"
 
 namespace {
 
@@ -380,26 +378,8 @@ struct Units {
     }
 };
 
-// f(thread, first unit, end unit) on up to nthreads threads. With OpenMP the threads are
-// PyTorch's own (the library links the libgomp that torch already loaded), so they are warm and
-// do not compete with torch's workers still spinning after the previous op.
-template <class F>
-void parallel_units(long total, int nthreads, F f) {
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads)
-    {
-        const int t = omp_get_thread_num(), n = omp_get_num_threads();
-        f(t, total * t / n, total * (t + 1) / n);
-    }
-#else
-    std::vector<std::thread> pool;
-    for (int t = 1; t < nthreads; ++t) pool.emplace_back(f, t, total * t / nthreads, total * (t + 1) / nthreads);
-    f(0, 0L, total / nthreads);
-    for (auto &th : pool) th.join();
-#endif
-}
-
-int clamp_threads(int nthreads, long total) { return std::max(1, (int)std::min<long>(nthreads, total)); }
+using synthlab::clamp_threads;
+using synthlab::parallel_units;
 
 }  // namespace
 
@@ -407,13 +387,7 @@ extern "C" {
 
 int dape_abi_version() { return 3; }
 
-int dape_uses_openmp() {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
+int dape_uses_openmp() { return synthlab::uses_openmp(); }
 
 int dape_forward(const float *S, const float *bias, int64_t bias_bstride, float *out, const float *w1, const float *b1,
                  const float *w2, const float *b2, int B, int T, int H, int C, int D, int k, int causal, int nthreads) {
