@@ -155,10 +155,8 @@ class _FusedDAPE(torch.autograd.Function):
         b_in = None if bias is None else (bias[:1].contiguous() if shared else bias.contiguous())
         w1c, w2c = w1.reshape(D, C, k).contiguous(), w2.reshape(H, D, k).contiguous()
         out = torch.empty_like(S)
-        rc = lib.dape_forward(_ptr(S), _ptr(b_in), 0 if shared else H * T * T, _ptr(out), _ptr(w1c), _ptr(b1),
-                              _ptr(w2c), _ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
-        if rc:
-            raise RuntimeError(f"native DAPE kernel refused the shapes (C={C})")
+        lib.dape_forward(_ptr(S), _ptr(b_in), 0 if shared else H * T * T, _ptr(out), _ptr(w1c), _ptr(b1),
+                         _ptr(w2c), _ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
         ctx.save_for_backward(S, b_in, w1c, b1, w2c)
         ctx.meta = (causal, shared, None if bias is None else bias.shape, w1.shape, w2.shape)
         return out
@@ -194,9 +192,11 @@ class DAPE(nn.Module):
     zeroed above the diagonal before each convolution, so no future score reaches a past
     query. f sees the finite pre-mask scores.
 
-    Causal mode runs the convolutions on the lower triangle only, folded into ceil(T/2) rows
-    (see ``_packing``): the same function at half the cost. ``forward_full`` is the plain
-    version on the whole T x T map (used in encoder mode and by the tests).
+    On CPU in float32 the native kernel (``native/dape_cpu.cpp``) computes A directly: the
+    convolutions on the lower triangle only, both fused with the LeakyReLU so the hidden map
+    stays in cache. Elsewhere (GPU, float64, no C++ compiler) ``forward_packed`` runs them as
+    GEMMs on the lower triangle folded into ceil(T/2) rows (see ``_packing``), and
+    ``forward_full`` is the plain version on the whole T x T map (encoder mode, tests).
     """
 
     def __init__(self, n_heads: int, with_bias: bool, hidden: int = 32, k: int = 1, causal: bool = True):
@@ -219,8 +219,7 @@ class DAPE(nn.Module):
 
     def _native(self, S: torch.Tensor, bias: torch.Tensor | None) -> bool:
         tensors = [S, self.conv1.weight, self.conv2.weight] + ([] if bias is None else [bias])
-        return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
-                and self.conv1.in_channels <= 64 and dape_kernel() is not None)
+        return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and dape_kernel() is not None
 
     def forward(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
         """S (B, H, T, T), bias (1|B, H, T, T) or None, future (T, T) bool -> A (B, H, T, T),
