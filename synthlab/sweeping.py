@@ -676,12 +676,14 @@ def _stale_reason(t, grace_period: float, me: dict[str, Any]) -> str | None:
     return None
 
 
-def _is_live(t) -> bool:
+def _is_live(t, retried: set[int]) -> bool:
+    """Whether trial ``t`` holds (or will hold) its cell's result. A failed run does, until a
+    --retry-failed sweep sets it aside (its number in ``retried``)."""
     from optuna.trial import TrialState
 
     if t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE):
         return True
-    return t.state == TrialState.FAIL and "record" in t.user_attrs
+    return t.state == TrialState.FAIL and "record" in t.user_attrs and t.number not in retried
 
 
 class _Heartbeat:
@@ -753,12 +755,17 @@ class _Runner:
         self.heartbeat_interval, self.grace_period, self.poll = heartbeat_interval, grace_period, poll
         self.me = _worker_id()
         self.ran = 0
+        self.retried: set[int] = set()
 
     def log(self, msg: str) -> None:
         if not self.quiet:
             print(msg, file=sys.stderr, flush=True)
 
     def trials(self):
+        """The study's trials; also refreshes ``self.retried``, the failed trials set aside by
+        --retry-failed (study attributes ``retried:<number>``: Optuna does not let a finished
+        trial's own attributes change, and one key per trial needs no read-modify-write)."""
+        self.retried = {int(k.split(":", 1)[1]) for k in self.study.user_attrs if k.startswith("retried:")}
         return self.study.get_trials(deepcopy=False)
 
     def by_cell(self, trials) -> dict[str, list]:
@@ -788,10 +795,27 @@ class _Runner:
             self.log(f"[sweep] trial {t.number} ({cell.label() if cell else 'a cell of another grid'}) died: "
                      f"{reason}; its cell runs again")
 
+    def retry_failed(self, trials) -> int:
+        """Set aside the failed result of every cell of this grid whose only result is a failure
+        (marked ``retried``, kept in the study and in results.jsonl), so the cell is queued
+        again. Returns how many cells."""
+        groups = self.by_cell(trials)
+        n = 0
+        for c in self.cells:
+            live = [t for t in groups.get(c.key, []) if _is_live(t, self.retried)]
+            failed = [t for t in live if "record" in t.user_attrs and t.user_attrs["record"].get("status") != "ok"]
+            if failed and len(failed) == len(live):
+                for t in failed:
+                    self.study.set_user_attr(f"retried:{t.number}", time.time())
+                self.log(f"[sweep] {c.label()} failed before ({failed[0].user_attrs['record'].get('error', '?')}); "
+                         "running it again")
+                n += 1
+        return n
+
     def enqueue_missing(self, trials) -> None:
         groups = self.by_cell(trials)
         for c in self.cells:
-            if not any(_is_live(t) for t in groups.get(c.key, [])):
+            if not any(_is_live(t, self.retried) for t in groups.get(c.key, [])):
                 self.study.enqueue_trial({}, user_attrs={"cell_key": c.key, "cell": _clean(c.axes)})
 
     def pop(self, trials):
@@ -816,7 +840,7 @@ class _Runner:
         self.storage.set_trial_user_attr(sid, "worker", self.me)
         self.storage.set_trial_user_attr(sid, "heartbeat", time.time())
         key = t.user_attrs["cell_key"]
-        lower = [u for u in self.by_cell(self.trials()).get(key, []) if u.number < t.number and _is_live(u)]
+        lower = [u for u in self.by_cell(self.trials()).get(key, []) if u.number < t.number and _is_live(u, self.retried)]
         if lower:  # a duplicate enqueue (two workers started together): the lowest trial runs
             self.storage.set_trial_user_attr(sid, "duplicate_of", min(u.number for u in lower))
             self.study.tell(t.number, state=TrialState.PRUNED, skip_if_finished=True)
@@ -857,9 +881,11 @@ class _Runner:
                 _append_jsonl(self.results, record)  # the trainer did not record it itself
             return record
 
-    def loop(self, max_trials: int | None) -> None:
+    def loop(self, max_trials: int | None, retry_failed: bool = False) -> None:
         from optuna.trial import TrialState
 
+        if retry_failed:
+            self.retry_failed(self.trials())
         self.enqueue_missing(self.trials())
         waited = False
         while max_trials is None or self.ran < max_trials:
@@ -886,7 +912,8 @@ class _Runner:
         groups = self.by_cell(self.trials())
         out = []
         for c in self.cells:
-            with_record = sorted((t for t in groups.get(c.key, []) if "record" in t.user_attrs), key=lambda t: t.number)
+            with_record = sorted((t for t in groups.get(c.key, []) if "record" in t.user_attrs
+                                  and t.number not in self.retried), key=lambda t: t.number)
             if with_record:
                 out.append((c, copy.deepcopy(with_record[0].user_attrs["record"])))
         return out
@@ -942,13 +969,16 @@ def _validate_name(name: str, flag: str) -> None:
 def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, preset: str | None = None,
           trials: int | None = None, storage: str | None = None, study: str | None = None,
           out: str | os.PathLike | None = None, quiet: bool = True, *, grids: bool = True,
-          heartbeat_interval: float = 30.0, grace_period: float = 180.0, poll: float = 2.0) -> list[dict]:
+          retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
+          poll: float = 2.0) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
     caps how many trials this process runs; ``storage`` is any Optuna storage URL or a journal
     file path (default ``OUT/study.journal``); ``study`` defaults to ``<sweep>-<preset>``;
-    ``out`` to ``synthlab-runs/<study>``. Everything is validated before anything is written.
+    ``out`` to ``synthlab-runs/<study>``. A failed cell counts as finished (its record says
+    why) unless ``retry_failed``, which runs every failed cell again (the failed records stay
+    in results.jsonl). Everything is validated before anything is written.
     """
     spec = load_sweep(task_or_file)
     preset = preset or spec.default_preset
@@ -979,7 +1009,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     st = optuna.create_study(study_name=study_name, storage=store, direction=direction, load_if_exists=True)
     st.set_user_attr("sweep", spec.name)
     runner = _Runner(spec, preset, cells, store, st, out_dir, quiet, heartbeat_interval, grace_period, poll)
-    runner.loop(trials)
+    runner.loop(trials, retry_failed=retry_failed)
     pairs = runner.cell_records()
     records = [r for _, r in pairs]
     _write_all(out_dir / "study-results.jsonl", records)

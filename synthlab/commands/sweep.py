@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: OUT/study.journal)")
     p.add_argument("--study", help="study name (default: <sweep>-<preset>)")
     p.add_argument("--out", help="output directory (default: synthlab-runs/<study>)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run the cells that failed before again (a failed cell otherwise counts as finished)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
@@ -37,5 +39,5 @@ def run(args: argparse.Namespace) -> int:
 
     quiet = args.quiet or not sys.stderr.isatty()
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
-                    study=args.study, out=args.out, quiet=quiet)
+                    study=args.study, out=args.out, quiet=quiet, retry_failed=args.retry_failed)
     return 0 if records is not None else 1

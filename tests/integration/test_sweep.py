@@ -388,6 +388,46 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
 
 
 @pytest.mark.slow
+def test_retry_failed_runs_only_the_failed_cells_again(tmp_path, monkeypatch, capsys):
+    import synthlab.training
+
+    broken = FakeTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
+                       raise_when=lambda pe, seed, ov: pe == "rope" and seed == 1)
+    monkeypatch.setattr(synthlab.training, "train", broken)
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    sweeping.sweep(path, out=out, grids=False)
+    assert len(broken.calls) == 4
+    fixed = FakeTrain()
+    monkeypatch.setattr(synthlab.training, "train", fixed)
+    sweeping.sweep(path, out=out, grids=False)  # without the flag a failed cell is finished
+    assert fixed.calls == []
+    recs = sweeping.sweep(path, out=out, retry_failed=True)
+    assert sorted((pe, seed) for _, pe, seed, _ in fixed.calls) == [("nope", 1), ("rope", 1)]
+    assert len(recs) == 4 and all(r["status"] == "ok" for r in recs)
+    assert "4/4 cells finished;" in capsys.readouterr().out
+    # every run stays in results.jsonl (2 failed + 4 ok); study-results.jsonl has each cell's latest
+    on_disk = grids.read_results(out / "results.jsonl")
+    assert [r["status"] for r in on_disk].count("failed") == 2 and len(on_disk) == 6
+    latest = grids.read_results(out / "study-results.jsonl")
+    assert len(latest) == 4 and all(r["status"] == "ok" for r in latest)
+    assert not (out / "grids" / "ood.csv").read_text().count(",,")  # no blank cell left
+    # nothing failed now: a second retry runs nothing
+    sweeping.sweep(path, out=out, retry_failed=True, grids=False)
+    assert len(fixed.calls) == 2
+
+
+def test_retry_failed_flag_on_the_command_line():
+    import argparse
+
+    from synthlab.commands import sweep as sweep_cmd
+
+    p = argparse.ArgumentParser()
+    sweep_cmd.add_parser(p.add_subparsers())
+    assert p.parse_args(["sweep", "flipflop", "--retry-failed"]).retry_failed is True
+    assert p.parse_args(["sweep", "flipflop"]).retry_failed is False
+
+
 def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     text = TINY.replace("seed = [0, 1]", "seed = [0]\nlr = [3e-3, 1e30]").replace('pe = ["rope", "nope"]', 'pe = ["rope"]')
     path = write_sweep(tmp_path, text)
@@ -400,6 +440,13 @@ def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     cap = (out / "grids" / "capacity.csv").read_text().splitlines()
     row = next(line for line in cap if line.startswith("rope,1e+30"))
     assert row == "rope,1e+30,,,0,1"  # mean and std blank, not 0
+    assert "1 failed or not run" in r.stdout
+    # --retry-failed runs that cell (only that one) again: it diverges again
+    r = subprocess.run(_cmd(str(path), "--out", str(out), "--retry-failed"), env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lrs = [rec["train"]["lr"] for rec in grids.read_results(out / "results.jsonl")]
+    assert sorted(lrs) == [3e-3, 1e30, 1e30]
     assert "1 failed or not run" in r.stdout
 
 
