@@ -710,6 +710,11 @@ class _Heartbeat:
         self._thread.join()
 
 
+def _section(overrides: dict[str, Any], name: str) -> dict[str, Any]:
+    """{"model.d_model": 64, "train.lr": 1e-3} -> {"d_model": 64} for name "model"."""
+    return {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith(name + ".")}
+
+
 def _clean(obj: Any) -> Any:
     """JSON-safe copy: NaN/inf -> None (spec: NaN written as null)."""
     if isinstance(obj, float):
@@ -873,8 +878,10 @@ class _Runner:
                 quiet=self.quiet, results=str(self.results), study=self.study.study_name, trial=number,
                 overrides=dict(cell.overrides))
         except Exception as e:  # the trainer should return status "failed"; never stop the sweep
-            record = {"schema": 1, "task": cell.task, "pe": cell.pe, "positions": cell.positions,
-                      "train": {"seed": cell.seed}, "overrides": cell.overrides,
+            ov = cell.overrides  # what the cell sets, so the failure sits in the right grid row
+            record = {"schema": 1, "task": cell.task, "task_params": _section(ov, "task"), "pe": cell.pe,
+                      "positions": cell.positions, "model": _section(ov, "model"),
+                      "train": {**_section(ov, "train"), "seed": cell.seed}, "overrides": ov,
                       "study": self.study.study_name, "trial": number, "status": "failed",
                       "error": f"{type(e).__name__}: {e}"}
             if not self.results.exists() or self.results.stat().st_size == size:

@@ -245,6 +245,9 @@ def test_a_failed_cell_is_recorded_the_sweep_goes_on_and_the_grid_shows_it_missi
     status = {(r["pe"], r["train"]["seed"]): r for r in recs}
     assert status[("nope", 1)]["status"] == "failed" and "diverged" in status[("nope", 1)]["error"]
     assert status[("rope", 1)]["status"] == "failed" and "out of memory" in status[("rope", 1)]["error"]
+    # the trainer raised before writing a record: the sweep's own keeps what the cell set
+    assert status[("rope", 1)]["model"] == {"d_model": 16, "n_layers": 1, "n_heads": 2}
+    assert status[("rope", 1)]["task_params"] == {"n_pairs": 8} and status[("rope", 1)]["train"]["steps"] == 10
     assert status[("rope", 0)]["status"] == "ok"
     # the trainer raised, so the sweep recorded the failure in the JSONL itself
     on_disk = grids.read_results(out / "results.jsonl")
