@@ -30,8 +30,15 @@
 
 namespace {
 
-constexpr int V = 16;   // lanes per vector (one AVX-512 register; two AVX2 / four NEON registers)
-constexpr int WB = 4;   // vectors per register tile along the key axis
+// Register tiles of 4 channels x WB vectors of V lanes: 16 accumulators where the machine has 32
+// vector registers (AVX-512), 8 where it has 16 (AVX2; SSE and NEON use 4-lane vectors).
+#if defined(__AVX512F__)
+constexpr int V = 16, WB = 4;
+#elif defined(__AVX__)
+constexpr int V = 8, WB = 2;
+#else
+constexpr int V = 4, WB = 2;
+#endif
 constexpr int VW = V * WB;
 #ifndef DAPE_STRIP
 #define DAPE_STRIP 512
