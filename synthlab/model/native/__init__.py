@@ -72,11 +72,14 @@ def _build(cxx: str, source: Path, out: Path) -> None:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
         cmd = [cxx, *_BASE_FLAGS, *arch, str(source), "-o", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode == 0:
-            os.replace(tmp, out)  # atomic: concurrent builders (sweep workers) never see a partial file
-            return
-        os.unlink(tmp)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if proc.returncode == 0:
+                os.replace(tmp, out)  # atomic: concurrent builders (sweep workers) never see a partial file
+                return
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         errors.append(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
     raise RuntimeError("; ".join(errors))
 
@@ -112,7 +115,7 @@ def _load(name: str) -> ctypes.CDLL:
     cxx = _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (set CXX, or install g++ / clang++)")
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
     texts = [source.read_text()] + [h.read_text() for h in sorted(_DIR.glob("*.h"))]
     key = hashlib.sha256("\0".join([*texts, cxx, version, " ".join(_BASE_FLAGS), _cpu_signature()])
                          .encode()).hexdigest()[:20]
