@@ -117,7 +117,7 @@ def _load(name: str) -> ctypes.CDLL:
         raise RuntimeError("no C++ compiler found (set CXX, or install g++ / clang++)")
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
     texts = [source.read_text()] + [h.read_text() for h in sorted(_DIR.glob("*.h"))]
-    key = hashlib.sha256("\0".join([*texts, cxx, version, " ".join(_BASE_FLAGS), _cpu_signature()])
+    key = hashlib.sha256("\0".join([*texts, cxx, version, repr((_BASE_FLAGS, _ARCH_FLAGS)), _cpu_signature()])
                          .encode()).hexdigest()[:20]
     path = cache_dir() / f"{source.stem}-{key}.so"
     if not path.exists():
