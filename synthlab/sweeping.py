@@ -800,12 +800,11 @@ class _Runner:
             self.log(f"[sweep] trial {t.number} ({cell.label() if cell else 'a cell of another grid'}) died: "
                      f"{reason}; its cell runs again")
 
-    def retry_failed(self, trials) -> int:
+    def retry_failed(self, trials) -> None:
         """Set aside the failed result of every cell of this grid whose only result is a failure
         (marked ``retried``, kept in the study and in results.jsonl), so the cell is queued
-        again. Returns how many cells."""
+        again."""
         groups = self.by_cell(trials)
-        n = 0
         for c in self.cells:
             live = [t for t in groups.get(c.key, []) if _is_live(t, self.retried)]
             failed = [t for t in live if "record" in t.user_attrs and t.user_attrs["record"].get("status") != "ok"]
@@ -814,8 +813,6 @@ class _Runner:
                     self.study.set_user_attr(f"retried:{t.number}", time.time())
                 self.log(f"[sweep] {c.label()} failed before ({failed[0].user_attrs['record'].get('error', '?')}); "
                          "running it again")
-                n += 1
-        return n
 
     def enqueue_missing(self, trials) -> None:
         groups = self.by_cell(trials)

@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .cache import TensorCache
-from .native import dape_kernel
+from .native import dape_kernel, ptr
 
 _PACK_CACHE = TensorCache(max_bytes=128 * 2**20)  # index maps per (T, c, device), shared by all models
 
@@ -135,10 +135,6 @@ class _SeamLeakyReLU(torch.autograd.Function):
         return gi.index_fill_(1, seam, 0.0), None
 
 
-def _ptr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
-
-
 class _FusedDAPE(torch.autograd.Function):
     """A = S + bias + f([S, bias]), -inf above the diagonal in causal mode, by the native CPU
     kernel (``native/dape_cpu.cpp``): both convolutions and the LeakyReLU fused per strip of
@@ -155,8 +151,8 @@ class _FusedDAPE(torch.autograd.Function):
         b_in = None if bias is None else (bias[:1].contiguous() if shared else bias.contiguous())
         w1c, w2c = w1.reshape(D, C, k).contiguous(), w2.reshape(H, D, k).contiguous()
         out = torch.empty_like(S)
-        lib.dape_forward(_ptr(S), _ptr(b_in), 0 if shared else H * T * T, _ptr(out), _ptr(w1c), _ptr(b1),
-                         _ptr(w2c), _ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
+        lib.dape_forward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(out), ptr(w1c), ptr(b1),
+                         ptr(w2c), ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
         ctx.save_for_backward(S, b_in, w1c, b1, w2c)
         ctx.meta = (causal, shared, None if bias is None else bias.shape, w1.shape, w2.shape)
         return out
@@ -173,8 +169,8 @@ class _FusedDAPE(torch.autograd.Function):
         g_bias_rows = torch.empty_like(S) if b_in is not None and ctx.needs_input_grad[1] else None
         gw1, gb1, gw2, gb2 = (torch.empty_like(w1c), torch.empty_like(b1), torch.empty_like(w2c),
                               torch.empty(H, dtype=S.dtype))
-        lib.dape_backward(_ptr(S), _ptr(b_in), 0 if shared else H * T * T, _ptr(g), _ptr(gS), _ptr(g_bias_rows),
-                          _ptr(w1c), _ptr(b1), _ptr(w2c), _ptr(gw1), _ptr(gb1), _ptr(gw2), _ptr(gb2),
+        lib.dape_backward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(g), ptr(gS), ptr(g_bias_rows),
+                          ptr(w1c), ptr(b1), ptr(w2c), ptr(gw1), ptr(gb1), ptr(gw2), ptr(gb2),
                           B, T, H, C, D, k, int(causal), torch.get_num_threads())
         g_bias = None  # the direct path (gA) and the one through f, summed by the kernel
         if g_bias_rows is not None:

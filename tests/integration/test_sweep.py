@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from synthlab import grids, sweeping
@@ -76,6 +77,12 @@ class FakeTrain:
             with open(results, "a") as f:
                 f.write(json.dumps(rec) + "\n")
         return rec
+
+
+def failing_fake() -> FakeTrain:
+    """nope seed 1 diverges (a failed record), rope seed 1 raises (no record from the trainer)."""
+    return FakeTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
+                     raise_when=lambda pe, seed, ov: pe == "rope" and seed == 1)
 
 
 @pytest.fixture
@@ -235,8 +242,7 @@ def test_a_failed_cell_is_recorded_the_sweep_goes_on_and_the_grid_shows_it_missi
     import synthlab.training
     from optuna.trial import TrialState
 
-    f = FakeTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
-                  raise_when=lambda pe, seed, ov: pe == "rope" and seed == 1)
+    f = failing_fake()
     monkeypatch.setattr(synthlab.training, "train", f)
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
@@ -390,12 +396,10 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
         (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2))
 
 
-@pytest.mark.slow
 def test_retry_failed_runs_only_the_failed_cells_again(tmp_path, monkeypatch, capsys):
     import synthlab.training
 
-    broken = FakeTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
-                       raise_when=lambda pe, seed, ov: pe == "rope" and seed == 1)
+    broken = failing_fake()
     monkeypatch.setattr(synthlab.training, "train", broken)
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
@@ -414,23 +418,14 @@ def test_retry_failed_runs_only_the_failed_cells_again(tmp_path, monkeypatch, ca
     assert [r["status"] for r in on_disk].count("failed") == 2 and len(on_disk) == 6
     latest = grids.read_results(out / "study-results.jsonl")
     assert len(latest) == 4 and all(r["status"] == "ok" for r in latest)
-    assert not (out / "grids" / "ood.csv").read_text().count(",,")  # no blank cell left
+    ood = pd.read_csv(out / "grids" / "ood.csv")
+    assert ood["n_failed"].sum() == 0 and ood["mean"].notna().all()  # no blank cell left
     # nothing failed now: a second retry runs nothing
     sweeping.sweep(path, out=out, retry_failed=True, grids=False)
     assert len(fixed.calls) == 2
 
 
-def test_retry_failed_flag_on_the_command_line():
-    import argparse
-
-    from synthlab.commands import sweep as sweep_cmd
-
-    p = argparse.ArgumentParser()
-    sweep_cmd.add_parser(p.add_subparsers())
-    assert p.parse_args(["sweep", "flipflop", "--retry-failed"]).retry_failed is True
-    assert p.parse_args(["sweep", "flipflop"]).retry_failed is False
-
-
+@pytest.mark.slow
 def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     text = TINY.replace("seed = [0, 1]", "seed = [0]\nlr = [3e-3, 1e30]").replace('pe = ["rope", "nope"]', 'pe = ["rope"]')
     path = write_sweep(tmp_path, text)

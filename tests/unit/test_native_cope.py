@@ -14,14 +14,6 @@ needs_kernel = pytest.mark.skipif(native._compiler() is None or native.cope_kern
                                   reason="native CoPE kernel unavailable (no C++ compiler)")
 
 
-def test_kernel_builds_where_a_compiler_exists():
-    if native._compiler() is None:
-        pytest.skip("no C++ compiler on this machine: CoPE runs its PyTorch path")
-    lib = native.cope_kernel()
-    assert lib is not None, "a compiler exists but the CoPE kernel did not build"
-    assert lib.cope_abi_version() == native.abi_version("cope")
-
-
 def _run(cope, q, S, x, future, g):
     term = cope(q, S, x, future)
     grads = torch.autograd.grad((term.masked_fill(future, 0.0) * g).sum(), [q, S, *cope.parameters()],
@@ -70,24 +62,32 @@ def test_native_equals_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
 
 
 @needs_kernel
-def test_native_clamp_passes_no_gradient_past_npos():
-    """Gates all 1 (large logits): p_ij = i - j + 1, clamped at npos - 1 = 3. The term is the
-    table's last entry and the logits get no gradient through the positions where p > 3."""
-    H, T, npos = 1, 10, 4
-    cope = CoPE(d_model=4, n_heads=H, npos=npos)
-    with torch.no_grad():
-        cope.pos_emb.copy_(torch.arange(4.0).expand(4, 4))  # q . e[p] = p * sum(q)
-    q = torch.ones(1, H, T, 4)
-    S = torch.full((1, H, T, T), 30.0, requires_grad=True)
+@pytest.mark.parametrize("alibi", [False, True])
+def test_native_clamp_by_hand(alibi):
+    """Logits 0: every gate is 0.5 (sigmoid' = 0.25), so p_ij = (i - j + 1) / 2, clamped at
+    npos - 1 = 3 from i - j + 1 = 7 on. Table e[p] = p (q = 1): the term is min(p, 3) (CoPE-ALiBi:
+    -m min(p, 3)); d term_ij / d S_it = 0.25 (x -m) for j <= t <= i while p_ij < 3, and 0 once
+    p_ij is clamped."""
+    T, npos, i = 12, 4, 11
+    cope = CoPE(d_model=1, n_heads=1, npos=npos, alibi=alibi)
+    if not alibi:
+        with torch.no_grad():
+            cope.pos_emb.copy_(torch.arange(4.0).view(1, 4))
+    slope = -float(cope.slopes.flatten()[0]) if alibi else 1.0
+    S = torch.zeros(1, 1, T, T, requires_grad=True)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    term = cope(q, S, torch.zeros(1, T, 4), future)[0, 0]
-    i, j = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
-    p = (i - j + 1).clamp(max=npos - 1).float()
-    low = ~future
-    assert torch.allclose(term[low], 4 * p[low], atol=1e-4)
-    (gS,) = torch.autograd.grad(term[low].sum(), [S])
-    # d term_ij / d g_it is nonzero only through unclamped p_ij (i - j + 1 <= 3); sigmoid'(30) ~ 1e-13
-    assert torch.all(gS[0, 0][future] == 0)
+    assert cope._native(S)
+    term = cope(torch.ones(1, 1, T, 1), S, torch.zeros(1, T, 1), future)[0, 0]
+    ii, jj = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
+    p = ((ii - jj + 1) / 2).clamp(max=npos - 1)
+    assert torch.allclose(term[~future], slope * p[~future], atol=1e-6)
+    unclamped, clamped = i - 3, i - 8  # i - j + 1 = 4 (p = 2) and 9 (p = 4.5 -> 3)
+    (g,) = torch.autograd.grad(term[i, unclamped], [S])
+    want = torch.zeros(T)
+    want[unclamped: i + 1] = 0.25 * slope
+    assert torch.allclose(g[0, 0, i], want, atol=1e-7)
+    (g,) = torch.autograd.grad(cope(torch.ones(1, 1, T, 1), S, torch.zeros(1, T, 1), future)[0, 0, i, clamped], [S])
+    assert torch.all(g == 0)
 
 
 @needs_kernel

@@ -1,5 +1,6 @@
 """The native CPU kernel of DAPE / DAPE V2 (synthlab/model/native): same function and gradients
-as the plain Conv2d formulation, deterministic, and a clean fallback when it cannot be built."""
+as the plain Conv2d formulation, deterministic, and a clean fallback when it cannot be built
+(the build test covers every native kernel)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from synthlab.model.processors import DAPE, _FusedDAPE
 HAS_KERNEL = native._compiler() is not None and native.dape_kernel() is not None
 
 
-def test_kernel_builds_where_a_compiler_exists():
+@pytest.mark.parametrize("name", sorted(native.KERNELS))
+def test_every_kernel_builds_where_a_compiler_exists(name):
     if native._compiler() is None:
-        pytest.skip("no C++ compiler on this machine: DAPE runs its PyTorch path")
-    lib = native.dape_kernel()
-    assert lib is not None, "a compiler exists but the DAPE kernel did not build"
-    assert lib.dape_abi_version() == native.abi_version("dape")
+        pytest.skip(f"no C++ compiler on this machine: {name} runs its PyTorch path")
+    lib = native.kernel(name)
+    assert lib is not None, f"a compiler exists but the {name} kernel did not build"
+    assert getattr(lib, f"{name}_abi_version")() == native.abi_version(name)
 
 
 needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="native DAPE kernel unavailable (no C++ compiler)")

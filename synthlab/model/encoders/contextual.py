@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ..native import cope_kernel
+from ..native import cope_kernel, ptr
 from .bias import alibi_slopes
 
 
@@ -26,9 +26,7 @@ class _FusedCoPE(torch.autograd.Function):
         table = None if table is None else table.contiguous()
         slopes = None if slopes is None else slopes.reshape(H).contiguous()
         out = torch.empty_like(gates)
-        lib.cope_forward(gates.data_ptr(), None if table is None else table.data_ptr(),
-                         None if slopes is None else slopes.data_ptr(), out.data_ptr(), B, H, T, npos,
-                         torch.get_num_threads())
+        lib.cope_forward(ptr(gates), ptr(table), ptr(slopes), ptr(out), B, H, T, npos, torch.get_num_threads())
         ctx.save_for_backward(gates, table, slopes)
         ctx.npos = npos
         return out
@@ -41,9 +39,8 @@ class _FusedCoPE(torch.autograd.Function):
         g = g.contiguous()
         g_gates = torch.empty_like(gates)
         g_table = None if table is None else torch.empty_like(table)
-        lib.cope_backward(gates.data_ptr(), None if table is None else table.data_ptr(),
-                          None if slopes is None else slopes.data_ptr(), g.data_ptr(), g_gates.data_ptr(),
-                          None if g_table is None else g_table.data_ptr(), B, H, T, ctx.npos, torch.get_num_threads())
+        lib.cope_backward(ptr(gates), ptr(table), ptr(slopes), ptr(g), ptr(g_gates), ptr(g_table), B, H, T, ctx.npos,
+                          torch.get_num_threads())
         return g_gates, g_table, None, None
 
 

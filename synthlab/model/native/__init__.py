@@ -36,6 +36,11 @@ _BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-
 _ARCH_FLAGS = [[*omp, *arch] for arch in (["-march=native"], ["-mcpu=native"], []) for omp in (["-fopenmp"], [])]
 
 
+def ptr(t) -> int | None:
+    """A tensor's data pointer for a kernel argument (None -> NULL)."""
+    return None if t is None else t.data_ptr()
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("SYNTHLAB_CACHE_DIR") or Path.home() / ".cache" / "synthlab") / "native"
 

@@ -142,8 +142,6 @@ extern "C" {
 
 int cope_abi_version() { return 1; }
 
-int cope_uses_openmp() { return synthlab::uses_openmp(); }
-
 int cope_forward(const float *gates, const float *table, const float *slopes, float *out, int B, int H, int T,
                  int npos, int nthreads) {
     const Shape sh{B, H, T, npos};

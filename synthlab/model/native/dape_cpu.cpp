@@ -40,10 +40,7 @@ constexpr int V = 8, WB = 2;
 constexpr int V = 4, WB = 2;
 #endif
 constexpr int VW = V * WB;
-#ifndef DAPE_STRIP
-#define DAPE_STRIP 512
-#endif
-constexpr int STRIP = DAPE_STRIP;  // target positions per strip (hidden map D x STRIP floats stays in L2)
+constexpr int STRIP = 512;  // target positions per strip (hidden map D x STRIP floats stays in L2)
 typedef float vf __attribute__((vector_size(V * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(V * sizeof(float))));
 
@@ -145,12 +142,11 @@ struct Strip {
     int rows() const { return (int)b.size(); }
 };
 
-struct Workspace {
-    const Shape &sh;
+struct Workspace {  // one thread's strip buffers, channel rows of stride P
     std::vector<float> xb, hb, yb, gpb, gxb;  // inputs (C rows), hidden (D), outputs / output grads (H), hidden grads (D), input grads (C)
-    std::vector<int32_t> valid;          // -1 at positions inside a row, 0 at seams and the tail
+    std::vector<int32_t> valid;               // -1 at positions inside a row, 0 at seams and the tail
     explicit Workspace(const Shape &s, bool backward)
-        : sh(s), xb((size_t)s.C * s.P), hb((size_t)s.D * s.P), yb((size_t)s.H * s.P),
+        : xb((size_t)s.C * s.P), hb((size_t)s.D * s.P), yb((size_t)s.H * s.P),
           gpb(backward ? (size_t)s.D * s.P : 0), gxb(backward ? (size_t)s.C * s.P : 0), valid(s.P) {}
 };
 
@@ -166,7 +162,8 @@ struct Rows {
     }
 };
 
-inline float *row_of(float *t, const Shape &sh, int b, int ch, int i) {
+template <class F>  // float or const float
+inline F *row_of(F *t, const Shape &sh, int b, int ch, int i) {
     return t + ((size_t)b * sh.H + ch) * sh.T * sh.T + (size_t)i * sh.T;
 }
 
@@ -193,10 +190,9 @@ void store_strip(const Shape &sh, const Strip &st, int n, Dst dst, const float *
         }
 }
 
-void mark_valid(const Shape &sh, const Strip &st, int32_t *valid) {
+void mark_valid(const Strip &st, int32_t *valid) {
     std::memset(valid, 0, sizeof(int32_t) * st.Ws);
     for (int r = 0; r < st.rows(); ++r) std::fill(valid + st.off[r], valid + st.off[r] + st.L[r], -1);
-    (void)sh;
 }
 
 // hb[d] = LeakyReLU(conv1(x))[d], zero outside the rows (the causal zeroing before conv2).
@@ -239,7 +235,7 @@ void forward_strip(const Shape &sh, const float *w1, const float *b1, const floa
                    const Strip &st, const Rows &rows, float *out, Workspace &ws) {
     const int H = sh.H, D = sh.D, k = sh.k, P = sh.P, c = sh.c;
     load_strip(sh, st, sh.C, [&](int b, int i, int ch) { return rows.in(b, i, ch); }, ws.xb.data());
-    mark_valid(sh, st, ws.valid.data());
+    mark_valid(st, ws.valid.data());
     hidden_strip(sh, w1, b1, st, ws);
     float *yb = ws.yb.data();
     const float *xb = ws.xb.data();
@@ -280,10 +276,10 @@ void backward_strip(const Shape &sh, const float *w1, const float *b1, const flo
                     const float *gout, float *gS, float *gbias, Workspace &ws, Grads &gr) {
     const int H = sh.H, C = sh.C, D = sh.D, k = sh.k, P = sh.P, c = sh.c, Ws = st.Ws;
     load_strip(sh, st, C, [&](int b, int i, int ch) { return rows.in(b, i, ch); }, ws.xb.data());
-    mark_valid(sh, st, ws.valid.data());
+    mark_valid(st, ws.valid.data());
     hidden_strip(sh, w1, b1, st, ws);  // recomputed, not stored by the forward
     float *gb = ws.yb.data(), *gpb = ws.gpb.data(), *hb = ws.hb.data(), *xb = ws.xb.data();
-    load_strip(sh, st, H, [&](int b, int i, int ch) { return gout + ((size_t)b * H + ch) * sh.T * sh.T + (size_t)i * sh.T; }, gb);
+    load_strip(sh, st, H, [&](int b, int i, int ch) { return row_of(gout, sh, b, ch, i); }, gb);
 
     // conv2: bias and weights (gW2[o][d][s] += sum_e g[o][e] h[d][e + s - c])
     for (int o = 0; o < H; ++o)
@@ -393,8 +389,6 @@ using synthlab::parallel_units;
 extern "C" {
 
 int dape_abi_version() { return 3; }
-
-int dape_uses_openmp() { return synthlab::uses_openmp(); }
 
 int dape_forward(const float *S, const float *bias, int64_t bias_bstride, float *out, const float *w1, const float *b1,
                  const float *w2, const float *b2, int B, int T, int H, int C, int D, int k, int causal, int nthreads) {

@@ -31,12 +31,4 @@ void parallel_units(long total, int nthreads, F f) {
 #endif
 }
 
-inline int uses_openmp() {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 }  // namespace synthlab
