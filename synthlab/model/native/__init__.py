@@ -10,7 +10,8 @@ Each shared library is built once per (source, compiler, flags, CPU) into a cach
 (``$SYNTHLAB_CACHE_DIR`` or ``~/.cache/synthlab``) and reused by every process; a build takes
 about a second. Where no compiler is found or the build fails, ``kernel(name)`` warns once and
 returns None, and the encoding runs its PyTorch path (same results, slower).
-``SYNTHLAB_NATIVE=0`` turns the kernels off.
+``SYNTHLAB_NATIVE=0`` turns the kernels off. They use OpenMP only where the OpenMP build runs on
+the runtime torch already loaded (Linux + GCC + torch's libgomp); elsewhere std::thread.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,11 +31,18 @@ from pathlib import Path
 _DIR = Path(__file__).parent
 _LOCK = threading.Lock()
 _LOADED: dict[str, ctypes.CDLL | None] = {}
+_TORCH_OPENMP: set[str] | None = None  # the OpenMP runtimes mapped before any kernel was loaded
+_OPENMP_USABLE: dict[str, bool] = {}  # compiler -> whether its OpenMP build runs on torch's runtime
 _BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]
-# OpenMP first: the library then links the libgomp torch already loaded (same soname) and runs on
-# torch's own warm worker threads; -march=native (x86, Linux ARM), -mcpu=native (Apple clang on
-# arm64), then portable code; each with and without OpenMP (Apple clang has none by default).
-_ARCH_FLAGS = [[*omp, *arch] for arch in (["-march=native"], ["-mcpu=native"], []) for omp in (["-fopenmp"], [])]
+# -march=native (x86, Linux ARM), -mcpu=native (Apple clang on arm64), then portable code.
+_ARCH_FLAGS = [["-march=native"], ["-mcpu=native"], []]
+# OpenMP only where the library then runs on the OpenMP runtime torch already loaded (see
+# _openmp_runtimes): torch's own warm worker threads. A second runtime beside torch's (clang's
+# libomp next to torch's libgomp, or a libgomp of another soname) measured 3-7x slower than
+# std::thread: two pools of spinning threads on the same cores. LLVM's libomp also aborts when a
+# second copy of itself starts ("OMP: Error #15").
+_OPENMP_FLAGS = ["-fopenmp"]
+_OPENMP_LIB = re.compile(r"^lib(g|i|)omp[0-9]*([-.].*)?\.(so|dylib)(\.[0-9]+)*$")
 
 
 def ptr(t) -> int | None:
@@ -70,13 +79,24 @@ def _cpu_signature() -> str:
     return sig
 
 
-def _build(cxx: str, source: Path, out: Path) -> None:
+def _openmp_runtimes() -> set[str] | None:
+    """The OpenMP runtimes mapped into this process (torch's, once torch is imported), by path;
+    None where the process's mappings cannot be read (not Linux): OpenMP is then not used."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+    except OSError:
+        return None
+    return {p for p in paths if _OPENMP_LIB.match(os.path.basename(p))}
+
+
+def _build(cxx: str, source: Path, out: Path, extra: list[str]) -> None:
     errors = []
     for arch in _ARCH_FLAGS:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
-        cmd = [cxx, *_BASE_FLAGS, *arch, str(source), "-o", tmp]
+        cmd = [cxx, *_BASE_FLAGS, *extra, *arch, str(source), "-o", tmp]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             if proc.returncode == 0:
@@ -114,23 +134,52 @@ def abi_version(name: str) -> int:
     return KERNELS[name][1]
 
 
+def _library(cxx: str, version: str, source: Path, extra: list[str]) -> Path:
+    """The cached library of ``source`` built with ``extra`` flags (built now if missing)."""
+    texts = [source.read_text()] + [h.read_text() for h in sorted(_DIR.glob("*.h"))]
+    key = hashlib.sha256("\0".join([*texts, cxx, version, repr((_BASE_FLAGS, extra, _ARCH_FLAGS)), _cpu_signature()])
+                         .encode()).hexdigest()[:20]
+    path = cache_dir() / f"{source.stem}-{key}{'-omp' if extra else ''}.so"
+    failed = path.with_suffix(".failed")  # an OpenMP build this compiler cannot do: not retried
+    if not path.exists():
+        if extra and failed.exists():
+            raise RuntimeError(failed.read_text())
+        try:
+            _build(cxx, source, path, extra)
+        except RuntimeError as e:
+            if extra:
+                failed.write_text(str(e))
+            raise
+    return path
+
+
 def _load(name: str) -> ctypes.CDLL:
+    import torch
+
     source_name, abi, _, signatures = KERNELS[name]
     source = _DIR / source_name
     cxx = _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (set CXX, or install g++ / clang++)")
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
-    texts = [source.read_text()] + [h.read_text() for h in sorted(_DIR.glob("*.h"))]
-    key = hashlib.sha256("\0".join([*texts, cxx, version, repr((_BASE_FLAGS, _ARCH_FLAGS)), _cpu_signature()])
-                         .encode()).hexdigest()[:20]
-    path = cache_dir() / f"{source.stem}-{key}.so"
-    if not path.exists():
-        _build(cxx, source, path)
-    lib = ctypes.CDLL(str(path))
+    global _TORCH_OPENMP
+    if _TORCH_OPENMP is None:
+        torch.get_num_threads()  # torch's OpenMP runtime is mapped by now; none of ours yet
+        _TORCH_OPENMP = _openmp_runtimes() or set()
+    lib = None
+    if _TORCH_OPENMP and _OPENMP_USABLE.get(cxx, True):
+        try:
+            lib = ctypes.CDLL(str(_library(cxx, version, source, _OPENMP_FLAGS)))
+        except (OSError, RuntimeError):
+            lib = None  # no OpenMP in this compiler (Apple clang, clang without libomp)
+        if lib is not None and (_openmp_runtimes() or set()) - _TORCH_OPENMP:
+            lib = None  # it brought a runtime of its own: use the std::thread build instead
+        _OPENMP_USABLE[cxx] = lib is not None
+    if lib is None:
+        lib = ctypes.CDLL(str(_library(cxx, version, source, [])))
     got = getattr(lib, f"{name}_abi_version")()
     if got != abi:
-        raise RuntimeError(f"{path} has ABI version {got}, expected {abi}")
+        raise RuntimeError(f"{name} kernel has ABI version {got}, expected {abi}")
     signatures(lib)
     return lib
 
@@ -149,6 +198,19 @@ def kernel(name: str) -> ctypes.CDLL | None:
                               "using the slower PyTorch path", RuntimeWarning, stacklevel=2)
                 _LOADED[name] = None
         return _LOADED[name]
+
+
+def describe() -> str:
+    """One line on the native kernels of this process: built with what, threaded how."""
+    if not enabled():
+        return "native kernels: off (SYNTHLAB_NATIVE=0)"
+    libs = {name: kernel(name) for name in KERNELS}
+    if not any(libs.values()):
+        return "native kernels: unavailable (PyTorch paths)"
+    cxx = _compiler()
+    threads = "OpenMP, on torch's runtime" if _OPENMP_USABLE.get(cxx) else "std::thread"
+    return (f"native kernels: {', '.join(n for n, lib in libs.items() if lib)} built with {cxx} ({threads})"
+            + "".join(f"; {n} unavailable" for n, lib in libs.items() if lib is None))
 
 
 def dape_kernel() -> ctypes.CDLL | None:

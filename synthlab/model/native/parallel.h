@@ -1,7 +1,7 @@
 // Threads for the native kernels: f(thread, first unit, end unit) over contiguous blocks of work
-// units (a deterministic partition). With OpenMP the threads are PyTorch's own (the library links
-// the libgomp that torch already loaded: same soname), so they are warm and do not compete with
-// torch's workers still spinning after the previous op; without OpenMP, std::thread.
+// units (a deterministic partition). With OpenMP the threads are PyTorch's own (the loader uses an
+// OpenMP build only when it links the runtime torch already loaded), so they are warm and do not
+// compete with torch's workers still spinning after the previous op; otherwise std::thread.
 #pragma once
 
 #include <algorithm>

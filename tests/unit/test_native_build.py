@@ -1,0 +1,147 @@
+"""How the native kernels are built and threaded (synthlab/model/native/__init__.py): OpenMP only
+on the OpenMP runtime torch already runs, otherwise std::thread, with the same results either way;
+and a clang build where clang is installed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+from synthlab.model import native
+from synthlab.model.processors import DAPE
+
+pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C++ compiler: the PyTorch paths run")
+
+
+@pytest.mark.parametrize("name, is_runtime", [
+    ("libgomp.so.1", True), ("libgomp.so.1.0.0", True), ("libgomp-a34b3233.so.1", True),  # GCC; vendored by auditwheel
+    ("libomp.so.5", True), ("libomp.so", True), ("libomp.dylib", True), ("libiomp5.so", True),  # LLVM; Intel
+    ("libgompx.so", False), ("libcomp.so", False), ("libtorch_cpu.so", False), ("libgomp.txt", False),
+])
+def test_openmp_runtime_names(name, is_runtime):
+    assert bool(native._OPENMP_LIB.match(name)) == is_runtime
+
+
+def test_torch_openmp_runtime_is_found_on_linux():
+    if not sys.platform.startswith("linux") or "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("torch's OpenMP runtime is looked up in /proc/self/maps (Linux, an OpenMP build of torch)")
+    found = native._openmp_runtimes()
+    assert found, "torch runs OpenMP but no runtime was found among the process's mappings"
+
+
+@pytest.fixture
+def fresh_loader(monkeypatch, tmp_path):
+    """A loader with nothing loaded yet and an empty kernel cache."""
+    monkeypatch.setattr(native, "_LOADED", {})
+    monkeypatch.setattr(native, "_OPENMP_USABLE", {})
+    monkeypatch.setenv("SYNTHLAB_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _dape_output_and_grads():
+    torch.manual_seed(0)
+    d = DAPE(4, with_bias=True, hidden=8, k=3)
+    S = torch.randn(2, 4, 40, 40, requires_grad=True)
+    bias = torch.randn(1, 4, 40, 40, requires_grad=True)
+    future = torch.ones(40, 40, dtype=torch.bool).triu(1)
+    assert d._native(S, bias)
+    out = d(S, bias, future)
+    g = torch.randn_like(out).masked_fill(future, 0)
+    grads = torch.autograd.grad((out.masked_fill(future, 0) * g).sum(), [S, bias, *d.parameters()])
+    ref = d.forward_full(S, bias, future)
+    assert torch.allclose(out.masked_fill(future, 0), ref.masked_fill(future, 0), atol=1e-5)
+    return out.detach(), grads
+
+
+def test_no_known_torch_runtime_builds_with_std_thread(fresh_loader, monkeypatch):
+    monkeypatch.setattr(native, "_TORCH_OPENMP", set())  # as on macOS: mappings unreadable
+    lib = native.kernel("dape")
+    assert lib is not None and not lib._name.endswith("-omp.so")
+    assert "std::thread" in native.describe()
+    threaded, threaded_grads = _dape_output_and_grads()
+    # the OpenMP build, where this machine allows it, gives the same function and gradients
+    monkeypatch.setattr(native, "_LOADED", {})
+    monkeypatch.setattr(native, "_TORCH_OPENMP", None)
+    native.kernel("dape")
+    omp, omp_grads = _dape_output_and_grads()
+    assert torch.allclose(threaded, omp, atol=1e-6)
+    for a, b in zip(threaded_grads, omp_grads):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_a_build_that_brings_its_own_openmp_runtime_is_not_used(fresh_loader, monkeypatch):
+    torch_runtime = {"/opt/torch/lib/libgomp.so.1"}
+    monkeypatch.setattr(native, "_TORCH_OPENMP", torch_runtime)
+    loads = []
+
+    def mappings():  # read once the OpenMP build is loaded: it brought a second runtime
+        loads.append(1)
+        return torch_runtime | {"/usr/lib/llvm/libomp.so.5"}
+
+    monkeypatch.setattr(native, "_openmp_runtimes", mappings)
+    lib = native.kernel("dape")
+    assert lib is not None and not lib._name.endswith("-omp.so")
+    assert native._OPENMP_USABLE == {native._compiler(): False}
+    assert native.kernel("cope")._name.endswith(".so") and not native.kernel("cope")._name.endswith("-omp.so")
+    assert len(loads) == 1, "the second kernel tried OpenMP again"
+    assert sorted(p.name.endswith("-omp.so") for p in fresh_loader.rglob("*.so")) == [False, False, True]
+
+
+def test_default_build_runs_on_torchs_gnu_openmp():
+    """The common case (Linux, GCC, torch's libgomp) must keep OpenMP: std::thread measured
+    30-70 % slower there (benchmarks/encodings.py), torch's idle workers spinning on the cores."""
+    cxx = native._compiler()
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    if native.kernel("dape") is None or "clang" in version.lower() or not any(
+            "libgomp" in p for p in native._TORCH_OPENMP or ()):
+        pytest.skip("not GCC beside a torch that runs libgomp")
+    assert native._OPENMP_USABLE.get(cxx) is True and native.kernel("dape")._name.endswith("-omp.so")
+    assert "OpenMP, on torch's runtime" in native.describe()
+
+
+@pytest.mark.skipif(shutil.which("clang++") is None, reason="clang++ not installed (apt install clang)")
+def test_clang_build_matches(fresh_loader, monkeypatch):
+    expected = _dape_output_and_grads() if native.kernel("dape") else None
+    monkeypatch.setattr(native, "_LOADED", {})
+    monkeypatch.setenv("CXX", "clang++")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "kernel unavailable" fallback
+        lib = native.kernel("dape")
+        assert lib is not None and native.kernel("cope") is not None
+    out, grads = _dape_output_and_grads()
+    if expected is not None:
+        assert torch.allclose(out, expected[0], atol=1e-6)
+        for a, b in zip(grads, expected[1]):
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_a_compiler_without_openmp_falls_back_once(fresh_loader, monkeypatch):
+    """Apple clang, or clang without libomp: the OpenMP build fails, the std::thread one runs, and
+    later processes do not try OpenMP again with that compiler (a marker in the cache)."""
+    real = native._compiler()
+    log = fresh_loader / "calls.log"
+    fake = fresh_loader / "cxx-without-openmp"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n"
+                    f"case \" $* \" in *\" -fopenmp \"*) echo 'fatal error: omp.h: not found' >&2; exit 1;; esac\n"
+                    f"exec {real} \"$@\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    monkeypatch.setattr(native, "_TORCH_OPENMP", {"/opt/torch/lib/libgomp.so.1"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lib = native.kernel("dape")
+    assert lib is not None and not lib._name.endswith("-omp.so")
+    assert any("-fopenmp" in line for line in log.read_text().splitlines())
+    assert len(list(fresh_loader.rglob("*.failed"))) == 1
+    _dape_output_and_grads()
+    # a new process (fresh loader state): the marker spares the failing OpenMP compiles
+    log.write_text("")
+    monkeypatch.setattr(native, "_LOADED", {})
+    monkeypatch.setattr(native, "_OPENMP_USABLE", {})
+    assert native.kernel("dape") is not None
+    assert not any("-fopenmp" in line for line in log.read_text().splitlines())
