@@ -145,3 +145,29 @@ def test_a_compiler_without_openmp_falls_back_once(fresh_loader, monkeypatch):
     monkeypatch.setattr(native, "_OPENMP_USABLE", {})
     assert native.kernel("dape") is not None
     assert not any("-fopenmp" in line for line in log.read_text().splitlines())
+
+
+def test_a_new_build_prunes_libraries_unused_for_a_month(fresh_loader, monkeypatch):
+    import os
+    import time
+
+    lib_dir = fresh_loader / "native"
+    lib_dir.mkdir()
+    month = native.PRUNE_DAYS * 86400
+    stale = [lib_dir / "dape_cpu-0000old.so", lib_dir / "dape_cpu-0000old-omp.failed"]
+    recent, other = lib_dir / "dape_cpu-1111new.so", lib_dir / "cope_cpu-0000old.so"
+    for f in (*stale, recent, other):
+        f.write_text("x")
+    for f in (*stale, other):
+        os.utime(f, (time.time() - month - 60, time.time() - month - 60))
+    assert native.kernel("dape") is not None  # a build: the cache holds no library of this source
+    assert not any(f.exists() for f in stale)
+    assert recent.exists() and other.exists()  # used lately; another kernel's library
+    # loading a cached library marks it used, so an old but busy library is kept
+    built = [p for p in lib_dir.glob("dape_cpu-*.so") if p != recent]
+    for p in built:
+        os.utime(p, (time.time() - month - 60, time.time() - month - 60))
+    monkeypatch.setattr(native, "_LOADED", {})
+    monkeypatch.setattr(native, "_OPENMP_USABLE", {})
+    native.kernel("dape")
+    assert any(time.time() - p.stat().st_mtime < 60 for p in built)

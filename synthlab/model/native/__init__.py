@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -32,7 +33,8 @@ _DIR = Path(__file__).parent
 _LOCK = threading.Lock()
 _LOADED: dict[str, ctypes.CDLL | None] = {}
 _TORCH_OPENMP: set[str] | None = None  # the OpenMP runtimes mapped before any kernel was loaded
-_OPENMP_USABLE: dict[str, bool] = {}  # compiler -> whether its OpenMP build runs on torch's runtime
+_OPENMP_USABLE: dict[str, bool] = {}
+PRUNE_DAYS = 30  # a kernel library unused this long is removed when a new one is built  # compiler -> whether its OpenMP build runs on torch's runtime
 _BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]
 # -march=native (x86, Linux ARM), -mcpu=native (Apple clang on arm64), then portable code.
 _ARCH_FLAGS = [["-march=native"], ["-mcpu=native"], []]
@@ -150,7 +152,25 @@ def _library(cxx: str, version: str, source: Path, extra: list[str]) -> Path:
             if extra:
                 failed.write_text(str(e))
             raise
+        _prune(source.stem, keep=path)
+    else:
+        try:
+            os.utime(path)  # "last used": what _prune goes by
+        except OSError:
+            pass  # a read-only shared cache
     return path
+
+
+def _prune(stem: str, keep: Path) -> None:
+    """Remove this kernel's libraries unused for PRUNE_DAYS (older sources, compilers, CPUs of a
+    shared cache); one still in use is rebuilt on its next load, in about a second."""
+    cutoff = time.time() - PRUNE_DAYS * 86400
+    for old in cache_dir().glob(f"{stem}-*"):
+        try:
+            if old != keep and old.suffix in (".so", ".failed") and old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:
+            pass  # another process pruned it first
 
 
 def _load(name: str) -> ctypes.CDLL:
