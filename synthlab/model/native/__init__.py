@@ -33,15 +33,15 @@ _DIR = Path(__file__).parent
 _LOCK = threading.Lock()
 _LOADED: dict[str, ctypes.CDLL | None] = {}
 _TORCH_OPENMP: set[str] | None = None  # the OpenMP runtimes mapped before any kernel was loaded
-_OPENMP_USABLE: dict[str, bool] = {}
-PRUNE_DAYS = 30  # a kernel library unused this long is removed when a new one is built  # compiler -> whether its OpenMP build runs on torch's runtime
+_OPENMP_USABLE: dict[str, bool] = {}  # compiler -> whether its OpenMP build runs on torch's runtime
+PRUNE_DAYS = 30  # a kernel library unused this long is removed when a new one is built
 _BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]
 # -march=native (x86, Linux ARM), -mcpu=native (Apple clang on arm64), then portable code.
 _ARCH_FLAGS = [["-march=native"], ["-mcpu=native"], []]
 # OpenMP only where the library then runs on the OpenMP runtime torch already loaded (see
 # _openmp_runtimes): torch's own warm worker threads. A second runtime beside torch's (clang's
-# libomp next to torch's libgomp, or a libgomp of another soname) measured 3-7x slower than
-# std::thread: two pools of spinning threads on the same cores. LLVM's libomp also aborts when a
+# libomp next to torch's libgomp, or a libgomp of another soname) measured 2.2-2.8x slower than
+# the std::thread build: two pools of spinning threads on the same cores. LLVM's libomp also aborts when a
 # second copy of itself starts ("OMP: Error #15").
 _OPENMP_FLAGS = ["-fopenmp"]
 _OPENMP_LIB = re.compile(r"^lib(g|i|)omp[0-9]*([-.].*)?\.(so|dylib)(\.[0-9]+)*$")
