@@ -143,39 +143,69 @@ class _FusedDAPE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, S, bias, w1, b1, w2, b2, causal: bool):
-        lib = dape_kernel()
-        B, H, T, _ = S.shape
-        D, C, _, k = w1.shape
-        S = S.contiguous()
-        shared = bias is not None and (bias.shape[0] == 1 or bias.stride(0) == 0)
-        b_in = None if bias is None else (bias[:1].contiguous() if shared else bias.contiguous())
-        w1c, w2c = w1.reshape(D, C, k).contiguous(), w2.reshape(H, D, k).contiguous()
-        out = torch.empty_like(S)
-        lib.dape_forward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(out), ptr(w1c), ptr(b1),
-                         ptr(w2c), ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
-        ctx.save_for_backward(S, b_in, w1c, b1, w2c)
-        ctx.meta = (causal, shared, None if bias is None else bias.shape, w1.shape, w2.shape)
+        out, saved = _dape_forward(ctx, S, bias, w1, b1, w2, b2, causal)
+        ctx.save_for_backward(*saved)
         return out
 
     @staticmethod
     def backward(ctx, g):
-        lib = dape_kernel()
         S, b_in, w1c, b1, w2c = ctx.saved_tensors
-        causal, shared, bias_shape, w1_shape, w2_shape = ctx.meta
-        B, H, T, _ = S.shape
-        D, C, k = w1c.shape
-        g = g.contiguous()
-        gS = torch.empty_like(S)
-        g_bias_rows = torch.empty_like(S) if b_in is not None and ctx.needs_input_grad[1] else None
-        gw1, gb1, gw2, gb2 = (torch.empty_like(w1c), torch.empty_like(b1), torch.empty_like(w2c),
-                              torch.empty(H, dtype=S.dtype))
-        lib.dape_backward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(g), ptr(gS), ptr(g_bias_rows),
-                          ptr(w1c), ptr(b1), ptr(w2c), ptr(gw1), ptr(gb1), ptr(gw2), ptr(gb2),
-                          B, T, H, C, D, k, int(causal), torch.get_num_threads())
-        g_bias = None  # the direct path (gA) and the one through f, summed by the kernel
-        if g_bias_rows is not None:
-            g_bias = g_bias_rows.sum(0, keepdim=True) if bias_shape[0] == 1 else g_bias_rows
-        return gS, g_bias, gw1.view(w1_shape), gb1, gw2.view(w2_shape), gb2, None
+        return _dape_backward(ctx, g, None, S, b_in, w1c, b1, w2c)
+
+
+class _FusedDAPESoftmax(torch.autograd.Function):
+    """P = softmax(A) with A as in ``_FusedDAPE``; the backward hands dP and P to the kernel,
+    which forms dA = P (dP - <dP, P>) row by row as it loads them (softmax's backward fused:
+    one pass over B x H x T^2 instead of three). What the attention of a DAPE layer uses."""
+
+    @staticmethod
+    def forward(ctx, S, bias, w1, b1, w2, b2, causal: bool):
+        A, saved = _dape_forward(ctx, S, bias, w1, b1, w2, b2, causal)
+        P = torch.softmax(A, dim=-1)
+        del A
+        ctx.save_for_backward(*saved, P)
+        return P
+
+    @staticmethod
+    def backward(ctx, g):
+        S, b_in, w1c, b1, w2c, P = ctx.saved_tensors
+        return _dape_backward(ctx, g, P, S, b_in, w1c, b1, w2c)
+
+
+def _dape_forward(ctx, S, bias, w1, b1, w2, b2, causal: bool):
+    """The kernel's forward for both Functions -> (A, tensors the backward needs)."""
+    lib = dape_kernel()
+    B, H, T, _ = S.shape
+    D, C, _, k = w1.shape
+    S = S.contiguous()
+    shared = bias is not None and (bias.shape[0] == 1 or bias.stride(0) == 0)
+    b_in = None if bias is None else (bias[:1].contiguous() if shared else bias.contiguous())
+    w1c, w2c = w1.reshape(D, C, k).contiguous(), w2.reshape(H, D, k).contiguous()
+    out = torch.empty_like(S)
+    lib.dape_forward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(out), ptr(w1c), ptr(b1),
+                     ptr(w2c), ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
+    ctx.meta = (causal, shared, None if bias is None else bias.shape, w1.shape, w2.shape)
+    return out, (S, b_in, w1c, b1, w2c)
+
+
+def _dape_backward(ctx, g, P, S, b_in, w1c, b1, w2c):
+    """The kernel's backward for both Functions (g is dA, or dP when P is given)."""
+    lib = dape_kernel()
+    causal, shared, bias_shape, w1_shape, w2_shape = ctx.meta
+    B, H, T, _ = S.shape
+    D, C, k = w1c.shape
+    g = g.contiguous()
+    gS = torch.empty_like(S)
+    g_bias_rows = torch.empty_like(S) if b_in is not None and ctx.needs_input_grad[1] else None
+    gw1, gb1, gw2, gb2 = (torch.empty_like(w1c), torch.empty_like(b1), torch.empty_like(w2c),
+                          torch.empty(H, dtype=S.dtype))
+    lib.dape_backward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(g), ptr(P), ptr(gS), ptr(g_bias_rows),
+                      ptr(w1c), ptr(b1), ptr(w2c), ptr(gw1), ptr(gb1), ptr(gw2), ptr(gb2),
+                      B, T, H, C, D, k, int(causal), torch.get_num_threads())
+    g_bias = None  # the direct path (gA) and the one through f, summed by the kernel
+    if g_bias_rows is not None:
+        g_bias = g_bias_rows.sum(0, keepdim=True) if bias_shape[0] == 1 else g_bias_rows
+    return gS, g_bias, gw1.view(w1_shape), gb1, gw2.view(w2_shape), gb2, None
 
 
 class DAPE(nn.Module):
@@ -227,6 +257,14 @@ class DAPE(nn.Module):
             return self.forward_full(S, bias, None)
         # in place: a fresh tensor whose producer's backward does not need it
         return self.forward_packed(S, bias, self._inputs(S, bias)).masked_fill_(future, float("-inf"))
+
+    def attention(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
+        """softmax(forward(S, bias, future)) over the keys: the attention weights (B, H, T, T),
+        with the softmax's backward fused into the native kernel's."""
+        if self._native(S, bias):
+            return _FusedDAPESoftmax.apply(S, bias if self.with_bias else None, self.conv1.weight, self.conv1.bias,
+                                           self.conv2.weight, self.conv2.bias, self.causal)
+        return F.softmax(self(S, bias, future), dim=-1)
 
     def forward_packed(self, S: torch.Tensor, bias: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
         """The PyTorch path in causal mode (GPU, float64, or no C++ compiler): the lower triangle

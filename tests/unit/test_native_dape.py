@@ -74,6 +74,40 @@ def test_native_causal_equals_conv2d_on_tril_zeroed_map(H, T, k, hidden, bias):
 
 
 @needs_kernel
+@pytest.mark.parametrize("H,T,k,bias,causal", [
+    (4, 1, 1, "none", True), (4, 70, 1, "none", True), (4, 70, 3, "shared", True), (3, 17, 5, "batch", True),
+    (2, 600, 3, "shared", True), (4, 33, 1, "shared", False), (2, 9, 1, "batch", False),
+])
+def test_native_attention_fuses_softmax_and_its_backward(H, T, k, bias, causal):
+    """DAPE.attention on the kernel (softmax's backward fused into the kernel's) against
+    softmax of the Conv2d formulation: probabilities and every gradient."""
+    torch.manual_seed(1)
+    B = 2
+    d = DAPE(H, with_bias=bias != "none", hidden=6, k=k, causal=causal)
+    with torch.no_grad():
+        for p in d.parameters():
+            p.mul_(3.0)
+    S = torch.randn(B, H, T, T, requires_grad=True)
+    b = {"none": None, "shared": torch.randn(1, H, T, T, requires_grad=True),
+         "batch": torch.randn(B, H, T, T, requires_grad=True)}[bias]
+    future = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None
+    assert d._native(S, b)
+    got = d.attention(S, b, future)
+    ref = torch.softmax(d.forward_full(S, b, future).masked_fill(future, float("-inf")) if causal
+                        else d.forward_full(S, b, None), dim=-1)
+    assert torch.allclose(got, ref, atol=1e-6)
+    if causal:
+        assert torch.all(got[..., future] == 0)
+    g = torch.randn_like(got)
+    inputs = [S] + ([b] if b is not None else []) + list(d.parameters())
+    got_grads = torch.autograd.grad((got * g).sum(), inputs)
+    ref_grads = torch.autograd.grad((ref * g).sum(), inputs)
+    for a, r in zip(got_grads, ref_grads):
+        scale = r.abs().max().clamp_min(1.0)
+        assert torch.allclose(a / scale, r / scale, atol=2e-5)
+
+
+@needs_kernel
 def test_native_row_longer_than_a_strip():
     _check_against_full_map(1, 600, 3, 4, "shared", causal=True, B=1)
 

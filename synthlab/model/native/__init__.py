@@ -114,7 +114,7 @@ def _build(cxx: str, source: Path, out: Path, extra: list[str]) -> None:
 def _dape_signatures(lib: ctypes.CDLL) -> None:
     p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
     lib.dape_forward.argtypes = [p, p, i64, p, p, p, p, p] + [i32] * 8
-    lib.dape_backward.argtypes = [p, p, i64, p, p, p, p, p, p, p, p, p, p] + [i32] * 8
+    lib.dape_backward.argtypes = [p, p, i64, p, p, p, p, p, p, p, p, p, p, p] + [i32] * 8
     lib.dape_forward.restype = lib.dape_backward.restype = i32
 
 
@@ -127,7 +127,7 @@ def _cope_signatures(lib: ctypes.CDLL) -> None:
 
 # name -> (source, ABI version, display name, ctypes signatures)
 KERNELS = {
-    "dape": ("dape_cpu.cpp", 3, "DAPE", _dape_signatures),
+    "dape": ("dape_cpu.cpp", 4, "DAPE", _dape_signatures),
     "cope": ("cope_cpu.cpp", 1, "CoPE", _cope_signatures),
 }
 

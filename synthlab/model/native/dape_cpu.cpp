@@ -145,9 +145,11 @@ struct Strip {
 struct Workspace {  // one thread's strip buffers, channel rows of stride P
     std::vector<float> xb, hb, yb, gpb, gxb;  // inputs (C rows), hidden (D), outputs / output grads (H), hidden grads (D), input grads (C)
     std::vector<int32_t> valid;               // -1 at positions inside a row, 0 at seams and the tail
+    std::vector<float> row;                   // one row of gA when the backward starts from softmax's output
     explicit Workspace(const Shape &s, bool backward)
         : xb((size_t)s.C * s.P), hb((size_t)s.D * s.P), yb((size_t)s.H * s.P),
-          gpb(backward ? (size_t)s.D * s.P : 0), gxb(backward ? (size_t)s.C * s.P : 0), valid(s.P) {}
+          gpb(backward ? (size_t)s.D * s.P : 0), gxb(backward ? (size_t)s.C * s.P : 0), valid(s.P),
+          row(backward ? s.T : 0) {}
 };
 
 // Pointer to row (b, i) of channel ch of a (B, H, T, T) tensor (or of the bias for ch >= H).
@@ -272,14 +274,30 @@ struct Grads {  // one thread's partial weight gradients, as vectors (summed acr
         : w1((size_t)sh.D * sh.C * sh.k, vf{}), b1(sh.D, vf{}), w2((size_t)sh.H * sh.D * sh.k, vf{}), b2(sh.H, vf{}) {}
 };
 
+// gout is dL/dA, or with `prob` (softmax(A) rows) dL/dP: then dL/dA = P (dL/dP - <dL/dP, P>)
+// per row, computed here while the row is loaded (fusing softmax's backward: one pass over
+// B x H x T^2 instead of three).
 void backward_strip(const Shape &sh, const float *w1, const float *b1, const float *w2, const Strip &st, const Rows &rows,
-                    const float *gout, float *gS, float *gbias, Workspace &ws, Grads &gr) {
+                    const float *gout, const float *prob, float *gS, float *gbias, Workspace &ws, Grads &gr) {
     const int H = sh.H, C = sh.C, D = sh.D, k = sh.k, P = sh.P, c = sh.c, Ws = st.Ws;
     load_strip(sh, st, C, [&](int b, int i, int ch) { return rows.in(b, i, ch); }, ws.xb.data());
     mark_valid(st, ws.valid.data());
     hidden_strip(sh, w1, b1, st, ws);  // recomputed, not stored by the forward
     float *gb = ws.yb.data(), *gpb = ws.gpb.data(), *hb = ws.hb.data(), *xb = ws.xb.data();
-    load_strip(sh, st, H, [&](int b, int i, int ch) { return row_of(gout, sh, b, ch, i); }, gb);
+    load_strip(sh, st, H, [&](int b, int i, int ch) -> const float * {
+        const float *g = row_of(gout, sh, b, ch, i);
+        if (!prob) return g;
+        const float *p = row_of(prob, sh, b, ch, i);
+        const int L = sh.causal ? i + 1 : sh.T;  // the row's length, as Units lays it out
+        vf acc{};  // <g, p> in V lanes (a float reduction is not vectorised without -ffast-math)
+        int j = 0;
+        for (; j + V <= L; j += V) acc += loadu(g + j) * loadu(p + j);
+        float dot = hsum(acc);
+        for (; j < L; ++j) dot += g[j] * p[j];
+        float *ga = ws.row.data();
+        for (int j = 0; j < L; ++j) ga[j] = p[j] * (g[j] - dot);
+        return ga;
+    }, gb);
 
     // conv2: bias and weights (gW2[o][d][s] += sum_e g[o][e] h[d][e + s - c])
     for (int o = 0; o < H; ++o)
@@ -388,7 +406,7 @@ using synthlab::parallel_units;
 
 extern "C" {
 
-int dape_abi_version() { return 3; }
+int dape_abi_version() { return 4; }
 
 int dape_forward(const float *S, const float *bias, int64_t bias_bstride, float *out, const float *w1, const float *b1,
                  const float *w2, const float *b2, int B, int T, int H, int C, int D, int k, int causal, int nthreads) {
@@ -403,8 +421,10 @@ int dape_forward(const float *S, const float *bias, int64_t bias_bstride, float 
 }
 
 // gS (B, H, T, T) always written; gbias (B, H, T, T) written when not null (the caller sums it
-// over the batch when the bias was shared); gw1, gb1, gw2, gb2 overwritten.
-int dape_backward(const float *S, const float *bias, int64_t bias_bstride, const float *gout, float *gS, float *gbias,
+// over the batch when the bias was shared); gw1, gb1, gw2, gb2 overwritten. With `prob` not null
+// (softmax of the forward's output), gout is the gradient of the probabilities.
+int dape_backward(const float *S, const float *bias, int64_t bias_bstride, const float *gout, const float *prob,
+                  float *gS, float *gbias,
                   const float *w1, const float *b1, const float *w2, float *gw1, float *gb1, float *gw2, float *gb2,
                   int B, int T, int H, int C, int D, int k, int causal, int nthreads) {
     const Shape sh = make_shape(B, T, H, C, D, k, causal);
@@ -417,7 +437,7 @@ int dape_backward(const float *S, const float *bias, int64_t bias_bstride, const
     parallel_units(units.total(), nt, [&](int t, long u0, long u1) {
         Workspace ws(sh, true);
         units.each_strip(u0, u1, [&](const Strip &st) {
-            backward_strip(sh, w1, b1, w2, st, rows, gout, gS, gbias, ws, parts[t]);
+            backward_strip(sh, w1, b1, w2, st, rows, gout, prob, gS, gbias, ws, parts[t]);
         });
     });
     auto reduce = [&](float *dst, std::vector<vf> Grads::*field) {  // in thread order: deterministic
