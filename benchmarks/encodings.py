@@ -84,9 +84,8 @@ def synthlab_step(pe: str, size: dict, x, y):
                     n_heads=size["n_heads"], max_len=size["length"], separator_ids=(1,)).train()
     for block in m.blocks if plain_conv or torch_path else []:
         dape = block.attn.dape
-        if torch_path:
-            dape._native = lambda S, bias: False
-        else:  # DAPE.forward returns the masked logits
+        dape._native = lambda S, bias: False  # attention() is then softmax(forward(...))
+        if plain_conv:  # DAPE.forward returns the masked logits
             dape.forward = lambda S, bias, future, _d=dape: _d.forward_full(S, bias, future).masked_fill_(future, float("-inf"))
     return _step_fn(m, x, y)
 
