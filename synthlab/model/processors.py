@@ -220,7 +220,8 @@ class DAPE(nn.Module):
 
     On CPU in float32 the native kernel (``native/dape_cpu.cpp``) computes A directly: the
     convolutions on the lower triangle only, both fused with the LeakyReLU so the hidden map
-    stays in cache. Elsewhere (GPU, float64, no C++ compiler) ``forward_packed`` runs them as
+    stays in cache. ``attention`` (what the attention layer calls) returns softmax(A), with the
+    softmax's backward fused into the kernel's; ``forward`` returns A itself. Elsewhere (GPU, float64, no C++ compiler) ``forward_packed`` runs them as
     GEMMs on the lower triangle folded into ceil(T/2) rows (see ``_packing``), and
     ``forward_full`` is the plain version on the whole T x T map (encoder mode, tests).
     """

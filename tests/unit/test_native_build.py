@@ -87,14 +87,14 @@ def test_a_build_that_brings_its_own_openmp_runtime_is_not_used(fresh_loader, mo
     lib = native.kernel("dape")
     assert lib is not None and not lib._name.endswith("-omp.so")
     assert native._OPENMP_USABLE == {native._compiler(): False}
-    assert native.kernel("cope")._name.endswith(".so") and not native.kernel("cope")._name.endswith("-omp.so")
+    assert not native.kernel("cope")._name.endswith("-omp.so")
     assert len(loads) == 1, "the second kernel tried OpenMP again"
     assert sorted(p.name.endswith("-omp.so") for p in fresh_loader.rglob("*.so")) == [False, False, True]
 
 
 def test_default_build_runs_on_torchs_gnu_openmp():
     """The common case (Linux, GCC, torch's libgomp) must keep OpenMP: std::thread measured
-    30-70 % slower there (benchmarks/encodings.py), torch's idle workers spinning on the cores."""
+    20-40 % slower there (benchmarks/encodings.py), torch's idle workers spinning on the cores."""
     cxx = native._compiler()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     if native.kernel("dape") is None or "clang" in version.lower() or not any(

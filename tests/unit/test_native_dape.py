@@ -33,15 +33,28 @@ def _grads(out, mask, g, tensors):
     return torch.autograd.grad((out.masked_fill(mask, 0.0) * g).sum(), tensors, allow_unused=True)
 
 
-def _check_against_full_map(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
+def _dape_case(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
+    """A DAPE module with weights away from zero (the LeakyReLU's negative side and the biases
+    matter), scores S and a bias ("none", "shared" over the batch, or per "batch" element)."""
     torch.manual_seed(seed)
     d = DAPE(H, with_bias=bias_mode != "none", hidden=hidden, k=k, causal=causal)
-    with torch.no_grad():  # away from zero: exercise the LeakyReLU's negative side and the biases
+    with torch.no_grad():
         for p in d.parameters():
             p.mul_(3.0)
     S = torch.randn(B, H, T, T, requires_grad=True)
     bias = {"none": None, "shared": torch.randn(1, H, T, T, requires_grad=True),
             "batch": torch.randn(B, H, T, T, requires_grad=True)}[bias_mode]
+    return d, S, bias
+
+
+def _assert_grads_close(got_grads, ref_grads, names):
+    for name, a, b in zip(names, got_grads, ref_grads):
+        scale = b.abs().max().clamp_min(1.0)
+        assert torch.allclose(a / scale, b / scale, atol=2e-5), f"gradient of {name} differs"
+
+
+def _check_against_full_map(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
+    d, S, bias = _dape_case(H, T, k, hidden, bias_mode, causal, B, seed)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     mask = future if causal else torch.zeros(T, T, dtype=torch.bool)
     assert d._native(S, bias), "the module did not take the native path"
@@ -52,9 +65,7 @@ def _check_against_full_map(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
     inputs = [S] + ([bias] if bias is not None else []) + list(d.parameters())
     names = ["S"] + (["bias"] if bias is not None else []) + ["w1", "b1", "w2", "b2"]
     got_grads, ref_grads = _grads(got, mask, g, inputs), _grads(ref, mask, g, inputs)
-    for name, a, b in zip(names, got_grads, ref_grads):
-        scale = b.abs().max().clamp_min(1.0)
-        assert torch.allclose(a / scale, b / scale, atol=2e-5), f"gradient of {name} differs"
+    _assert_grads_close(got_grads, ref_grads, names)
     if causal:  # nothing above the diagonal reaches the function or its input gradient
         assert torch.all(got_grads[0][..., future] == 0)
 
@@ -81,30 +92,20 @@ def test_native_causal_equals_conv2d_on_tril_zeroed_map(H, T, k, hidden, bias):
 def test_native_attention_fuses_softmax_and_its_backward(H, T, k, bias, causal):
     """DAPE.attention on the kernel (softmax's backward fused into the kernel's) against
     softmax of the Conv2d formulation: probabilities and every gradient."""
-    torch.manual_seed(1)
-    B = 2
-    d = DAPE(H, with_bias=bias != "none", hidden=6, k=k, causal=causal)
-    with torch.no_grad():
-        for p in d.parameters():
-            p.mul_(3.0)
-    S = torch.randn(B, H, T, T, requires_grad=True)
-    b = {"none": None, "shared": torch.randn(1, H, T, T, requires_grad=True),
-         "batch": torch.randn(B, H, T, T, requires_grad=True)}[bias]
+    d, S, b = _dape_case(H, T, k, 6, bias, causal, seed=1)
     future = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None
     assert d._native(S, b)
     got = d.attention(S, b, future)
-    ref = torch.softmax(d.forward_full(S, b, future).masked_fill(future, float("-inf")) if causal
-                        else d.forward_full(S, b, None), dim=-1)
+    ref = d.forward_full(S, b, future)
+    ref = torch.softmax(ref.masked_fill(future, float("-inf")) if causal else ref, dim=-1)
     assert torch.allclose(got, ref, atol=1e-6)
     if causal:
         assert torch.all(got[..., future] == 0)
     g = torch.randn_like(got)
     inputs = [S] + ([b] if b is not None else []) + list(d.parameters())
-    got_grads = torch.autograd.grad((got * g).sum(), inputs)
-    ref_grads = torch.autograd.grad((ref * g).sum(), inputs)
-    for a, r in zip(got_grads, ref_grads):
-        scale = r.abs().max().clamp_min(1.0)
-        assert torch.allclose(a / scale, r / scale, atol=2e-5)
+    names = ["S"] + (["bias"] if b is not None else []) + ["w1", "b1", "w2", "b2"]
+    _assert_grads_close(torch.autograd.grad((got * g).sum(), inputs), torch.autograd.grad((ref * g).sum(), inputs),
+                        names)
 
 
 @needs_kernel

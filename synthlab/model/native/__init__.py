@@ -86,7 +86,8 @@ def _openmp_runtimes() -> set[str] | None:
     None where the process's mappings cannot be read (not Linux): OpenMP is then not used."""
     try:
         with open("/proc/self/maps") as f:
-            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+            fields = [line.split(None, 5) for line in f]
+        paths = {x[5].strip() for x in fields if len(x) == 6}  # the 6th field: the mapped file
     except OSError:
         return None
     return {p for p in paths if _OPENMP_LIB.match(os.path.basename(p))}
@@ -190,8 +191,8 @@ def _load(name: str) -> ctypes.CDLL:
     if _TORCH_OPENMP and _OPENMP_USABLE.get(cxx, True):
         try:
             lib = ctypes.CDLL(str(_library(cxx, version, source, _OPENMP_FLAGS)))
-        except (OSError, RuntimeError):
-            lib = None  # no OpenMP in this compiler (Apple clang, clang without libomp)
+        except (OSError, RuntimeError, subprocess.SubprocessError):
+            lib = None  # no OpenMP in this compiler (Apple clang, clang without libomp), or it timed out
         if lib is not None and (_openmp_runtimes() or set()) - _TORCH_OPENMP:
             lib = None  # it brought a runtime of its own: use the std::thread build instead
         _OPENMP_USABLE[cxx] = lib is not None
