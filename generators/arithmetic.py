@@ -28,11 +28,17 @@ class Arithmetic(Task):
     and the previous token is ``*``/``-`` or the next one is ``*``/``/``. So each chain step
     E_k -> E_(k-1) evaluates exactly the operator inserted last.
 
-    Train / test: n ~ U{min_ops..n_ops} (the paper's training set mixes 1..n_ops);
+    Splits, after the reference (guyuntian/CoT_benchmark, arithmetic/data.py: ``get(length)``
+    for the test set, the ``--under`` block for the training mix):
+    ``train``: n ~ U{min_ops..n_ops} (the reference mixes 1..n_ops with P(n) ~ n, topped up
+    with n_ops-operator chains to a deduplicated set; here uniform, fresh samples);
+    ``test``: exactly n_ops operators, as the reference's test set (and BiPE Fig. 3);
+    ``test-mix`` (only when min_ops < n_ops): the training mix, reported per operator count
+    (``op_counts``: metrics ``answer_acc_ops_k`` besides ``answer_acc``);
     ``ood-ops-k`` for k = n_ops+1..ood_ops_max: exactly k operators (more ``=`` segments),
-    disjoint from train by construction (another operator count). ``test`` is disjoint from
-    train by the hash of the prompt ``<bos> E_n =`` (not of the whole chain), so a test prompt is
-    never a training prompt.
+    disjoint from train by construction (another operator count). ``test`` and ``test-mix``
+    are disjoint from train by the hash of the prompt ``<bos> E_n =`` (not of the whole chain),
+    so a held-out prompt is never a training prompt (the reference deduplicates whole chains).
 
     Scoring (``scoring = "greedy"``): the record holds the whole chain; loss / scored positions
     are the first ``=`` .. the token before ``<eos>`` (targets: every token after the first
@@ -48,10 +54,11 @@ class Arithmetic(Task):
     paper = "Feng et al. 2023; BiPE Sec. 4.1"
     scoring = "greedy"
     metrics = ("answer_acc",)
+    HELD_OUT_SPLITS = ("test", "test-mix")
     PARAMS = {
         "modulus": Param(11, int, "prime modulus p (numbers 0..p-1)", prime),
-        "n_ops": Param(6, int, "most operators in train / test", positive),
-        "min_ops": Param(1, int, "fewest operators in train / test (paper mixes 1..n_ops)", positive),
+        "n_ops": Param(6, int, "most operators in train; test has exactly n_ops", positive),
+        "min_ops": Param(1, int, "fewest operators in train / test-mix (paper mixes 1..n_ops)", positive),
         "ood_ops_max": Param(8, int, "ood-ops-k splits for k = n_ops+1..ood_ops_max (0: none)", _ood_max),
     }
 
@@ -75,21 +82,41 @@ class Arithmetic(Task):
     def splits(self) -> tuple[str, ...]:
         p = self.params
         ood = tuple(f"ood-ops-{k}" for k in range(p["n_ops"] + 1, p["ood_ops_max"] + 1)) if p["ood_ops_max"] else ()
-        return ("train", "test") + ood
+        mix = ("test-mix",) if p["min_ops"] < p["n_ops"] else ()
+        return ("train", "test") + mix + ood
 
     def split_params(self, split: str) -> dict[str, Any]:
         p = self.params
-        if split.startswith("ood-ops-"):
-            k = int(split.rsplit("-", 1)[1])
-            return {"modulus": p["modulus"], "min_ops": k, "n_ops": k}
-        return {"modulus": p["modulus"], "min_ops": p["min_ops"], "n_ops": p["n_ops"]}
+        if split in ("train", "test-mix"):
+            return {"modulus": p["modulus"], "min_ops": p["min_ops"], "n_ops": p["n_ops"]}
+        k = p["n_ops"] if split == "test" else int(split.rsplit("-", 1)[1])  # test, ood-ops-k
+        return {"modulus": p["modulus"], "min_ops": k, "n_ops": k}
+
+    def op_counts(self, split: str) -> tuple[int, ...]:
+        """Operator counts whose answer accuracy is reported separately on ``split``
+        (``answer_acc_ops_k``): min_ops..n_ops on ``test-mix``, none elsewhere (one count)."""
+        p = self.params
+        return tuple(range(p["min_ops"], p["n_ops"] + 1)) if split == "test-mix" else ()
+
+    def op_count(self, sample: Sample) -> int:
+        """n, the operators of the prompt ``E_n`` (one per chain step)."""
+        return sum(t in OPS for t in sample.tokens[:self.prompt_length(sample)])
 
     # ids: numbers 0..p-1, then + - * / ( ) = <bos> <eos>
     def _ids(self, p: dict[str, Any]) -> dict[str, int]:
         m = p["modulus"]
         return {t: m + i for i, t in enumerate(list(OPS) + ["(", ")", "=", BOS, EOS])}
 
+    def draw_params(self, rng: np.random.Generator, p: dict[str, Any]) -> dict[str, Any]:
+        """The operator count n ~ U{min_ops..n_ops}, drawn before the prompt-hash rejection:
+        a prompt space of one count (small for n = 1) can hold more or less than 1/16 of its
+        mass in the held-out bucket, which would otherwise reweight the counts of ``test-mix``."""
+        n = int(rng.integers(p["min_ops"], p["n_ops"] + 1))
+        return {**p, "min_ops": n, "n_ops": n}
+
     def generate(self, rng: np.random.Generator, p: dict[str, Any]):
+        """One chain with n operators, ``p["min_ops"] <= n <= p["n_ops"]`` (one count once
+        :meth:`draw_params` has fixed it)."""
         m = p["modulus"]
         tid = self._ids(p)
         plus, minus, times, div, lp, rp = (tid[t] for t in ("+", "-", "*", "/", "(", ")"))

@@ -100,8 +100,8 @@ def input_hash_bucket(ids: np.ndarray, buckets: int) -> int:
 class Sample:
     """One example. ``logits[scored[k]]`` must predict ``target_ids[k]``.
 
-    For next-token tasks ``target_ids[k] == ids[scored[k] + 1]``; for placeholder tasks (CHE)
-    the targets are not part of ``ids``. ``loss_positions``/``loss_targets`` say where the
+    For next-token tasks ``target_ids[k] == ids[scored[k] + 1]``, except MQAR (its values are
+    labels only, as in Zoology); for placeholder tasks (CHE) the targets are not part of ``ids``. ``loss_positions``/``loss_targets`` say where the
     training loss goes (defaults: the scored positions).
     """
 
@@ -255,6 +255,12 @@ class Task(ABC):
         """Recompute the target strings from ``sample.tokens`` alone."""
         ...
 
+    def draw_params(self, rng: np.random.Generator, p: dict[str, Any]) -> dict[str, Any]:
+        """Per-sample parameters drawn once, before the hash rejection of :meth:`sample_one`
+        (arithmetic: the operator count), so that rejection cannot reweight them: a held-out
+        split keeps the training mix. Default: ``p`` unchanged, nothing drawn."""
+        return p
+
     def loss_positions(self, ids: np.ndarray, scored: np.ndarray, target_ids: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """Where the training loss goes, and its targets. Default: the scored positions."""
         return scored, target_ids
@@ -303,8 +309,9 @@ class Task(ABC):
         if p is None:
             p = self.resolved_split_params(split, overrides)
         rng = example_rng(seed, split, index, overrides)
+        q = self.draw_params(rng, p)
         for _ in range(10_000):
-            ids, scored, target_ids = self.generate(rng, p)
+            ids, scored, target_ids = self.generate(rng, q)
             if self._accept(ids, split):
                 break
         else:  # pragma: no cover - only with a degenerate parameter choice

@@ -24,15 +24,27 @@ def _power(v: Any) -> str | None:
 
 
 class MQAR(Task):
-    """Zoology's MQAR layout: ``n_kv`` pairs ``k v`` (keys distinct, from the first half of the
-    vocabulary; values from the second half, distinct), then a query region of
-    ``length - 2 n_kv`` tokens of filler ``.`` in which every key is asked once: at slot g
-    (offset 2g) stand the key and, as the next token, its value. Query slots are drawn without
-    replacement with Zoology's power law P(g) ~ g^(power_a - 1), g = 1..(length - 2 n_kv)//2,
-    so most queries come early. Token ids as in Zoology: 0 = filler, keys 1..V/2-1, values
-    V/2..V-1 (V = ``vocab_size``).
+    """Zoology's MQAR layout (HazyResearch/zoology, zoology/data/multiquery_ar.py,
+    ``multiquery_ar`` with ``random_non_queries=False``): ``n_kv`` pairs ``k v`` (keys distinct,
+    from the first half of the vocabulary; values distinct, from the second half), then a query
+    region of ``length - 2 n_kv`` tokens of filler ``.`` in which every key is asked once, at
+    offset 2g of the region for a gap g. The value is a label only: the input slot after a
+    query key stays filler, so no value ever appears in the query region (a visible value would
+    let a model eliminate values already shown and score ~H_n/n without any recall). Gaps are
+    drawn without replacement with Zoology's power law P(g) ~ g^(power_a - 1),
+    g = 1..(length - 2 n_kv)//2, in draw order: the i-th pair of the context is asked at the
+    i-th gap drawn, as in Zoology (so most queries come early). Token ids as in Zoology:
+    0 = filler, keys 1..V/2-1, values V/2..V-1 (V = ``vocab_size``)::
 
-    Scored: every query key (target: its value, the next token). Metric: accuracy over queries.
+        input   k2 v8 k4 v7 .  .  k4 .  .  .  .  .  k2 .  .  .
+        scored                    ^ v7              ^ v8          (Zoology: label -100 elsewhere)
+
+    Scored: every query key (target: its value; logits at the key predict it, Zoology's
+    shifted labels). Metric: accuracy over queries.
+    Deviations from Zoology: non-query slots hold the filler token (Zoology's default
+    ``random_non_queries=True`` fills them with random tokens; spec/tasks.md asks for a
+    dedicated filler); ``length`` may be odd and need not be below ``vocab_size``; ``test``
+    is kept apart from train by the input hash (Zoology draws it with another seed).
     Splits: train / test (``length``, ``n_kv``); ``ood-length``: longer sequences with
     proportionally more pairs, one eval group per entry of ``ood_lengths``
     (n_kv scaled as n_kv * L / length). Every OOD length must differ from ``length``, so
@@ -105,19 +117,21 @@ class MQAR(Task):
         keys = 1 + rng.choice(half - 1, size=n, replace=False)  # (n,)
         values = half + rng.choice(V - half, size=n, replace=False)  # (n,)
         space = (L - 2 * n) // 2
-        # Zoology: P(gap g) ~ a g^(a-1), g = 1..space, n gaps without replacement; Gumbel top-k
-        logp = (a - 1.0) * np.log(np.arange(1, space + 1))
-        gaps = np.argpartition(-(logp + rng.gumbel(size=space)), n - 1)[:n] if n < space else np.arange(space)
-        ids = np.zeros(L, dtype=np.int64)
+        # Zoology: gaps = np.random.choice(space, n, replace=False, p ~ a g^(a-1)), g = 1..space,
+        # an ordered draw; Gumbel top-k sorted by score draws the same ordered sample
+        score = (a - 1.0) * np.log(np.arange(1, space + 1)) + rng.gumbel(size=space)  # (space,)
+        gaps = np.argsort(-score, kind="stable")[:n]  # (n,) the i-th key is asked at gaps[i]
+        ids = np.zeros(L, dtype=np.int64)  # 0 = filler, also the slot after every query key
         ids[0:2 * n:2] = keys
         ids[1:2 * n:2] = values
-        q = 2 * n + 2 * gaps  # query positions, the i-th key asked at gap i
+        q = 2 * n + 2 * gaps  # (n,) query positions
         ids[q] = keys
-        ids[q + 1] = values
-        scored = np.sort(q)
-        return ids, scored, ids[scored + 1]
+        order = np.argsort(q)
+        return ids, q[order], values[order]  # the values are labels only, never inputs here
 
     def solve(self, sample: Sample) -> list[str]:
+        """The value of every key in the query region, in order, read from the pairs
+        ``k v`` at the start (every key occurs twice: once in its pair, once as a query)."""
         toks = sample.tokens
         n = sum(1 for t in toks if t.startswith("k")) // 2
         table = {toks[i]: toks[i + 1] for i in range(0, 2 * n, 2)}

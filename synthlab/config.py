@@ -93,6 +93,8 @@ class TrainConfig:
     eval_batch_size: int = _f(64, _ge(1), "evaluation batch size")
     seed: int = _f(0, _ge(0), "run seed (data, init, positions)")
     threads: int = _f(0, _ge(0), "CPU threads for this run (0 = torch's default); tiny models run faster on 1")
+    deterministic: bool = _f(False, None, "GPU: deterministic algorithms only (cuBLAS workspace, no atomics; slower). "
+                                          "CPU runs repeat exactly for a given thread count either way")
 
 
 @dataclass

@@ -153,16 +153,19 @@ class TrainStream:
 
 
 class PositionSampler:
-    """Training-time position indices (randomized / PoSE) for batch ``s``: one (T,) tensor
-    shared by the batch, from a torch Generator seeded by (seed, s)."""
+    """Training-time position indices (randomized / PoSE) for batch ``s``, from a torch
+    Generator seeded by (seed, s): one (T,) tensor shared by the batch, or (B, T), one row
+    per example, for a scheme with ``per_example`` (PoSE Sec. 3.2)."""
 
     def __init__(self, scheme: Any, seed: int) -> None:
         self.scheme, self.seed = scheme, int(seed)
         self.gen = torch.Generator()
 
-    def __call__(self, T: int, step: int) -> torch.Tensor:
+    def __call__(self, T: int, step: int, B: int = 1) -> torch.Tensor:
         self.gen.manual_seed(int(np.random.SeedSequence([self.seed, _POSITIONS, int(step)]).generate_state(1)[0]))
-        return self.scheme.sample(T, self.gen)
+        if getattr(self.scheme, "per_example", False):
+            return self.scheme.sample_rows(B, T, self.gen)  # (B, T)
+        return self.scheme.sample(T, self.gen)  # (T,)
 
 
 class TrainBatches(torch.utils.data.IterableDataset):
@@ -181,7 +184,7 @@ class TrainBatches(torch.utils.data.IterableDataset):
             if self.positions is None:
                 yield b.ids, b.targets
             else:
-                yield b.ids, b.targets, self.positions(b.ids.shape[1], s)
+                yield b.ids, b.targets, self.positions(b.ids.shape[1], s, b.ids.shape[0])
 
 
 def eval_sets(task: Any, seed: int, n: int) -> dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]]:

@@ -41,7 +41,7 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     import generators
     from safetensors.torch import load_model
 
-    from synthlab.model import build_model
+    from synthlab.model import Transformer, parse_pe
     from synthlab.model.encoders.rotary import PAIR_LAYOUTS, Rotary
 
     run_dir = Path(run_dir)
@@ -56,11 +56,13 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
     task = generators.get_task(cfg["task"], **{k: v for k, v in cfg["task_params"].items() if v is not None})
     m = cfg["model"]
-    model = build_model(
-        pe=cfg["pe"], vocab_size=len(task.vocab) + 1, d_model=m["d_model"], n_layers=m["n_layers"],
+    # runs saved before config.json recorded the encodings' forms are pe revision 1 (registry.PE_REVISION)
+    model = Transformer(
+        parse_pe(cfg["pe"]), vocab_size=len(task.vocab) + 1, d_model=m["d_model"], n_layers=m["n_layers"],
         n_heads=m["n_heads"], max_len=cfg["max_len"], dropout=m["dropout"], tie_embeddings=m["tie_embeddings"],
         causal=m["causal"], separator_ids=tuple(task.token_id(s) for s in task.separators),
         segment_start_ids=tuple(task.token_id(s) for s in getattr(task, "segment_starts", ())),
+        revision=cfg.get("pe_revision", 1),
     )
     # runs saved before the rotary layout was recorded used pairs (k, k + d/2)
     pairs = cfg.get("rotary_pairs", "half")

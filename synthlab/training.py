@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ import generators
 from synthlab import __version__
 from synthlab.config import RunConfig, apply_overrides, build_config, validate_fields
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
+from synthlab.model.registry import PE_REVISION
 
 SCHEMA = 1
 
@@ -280,17 +282,30 @@ def _threads(n: int):
             torch.set_num_threads(before)
 
 
+CUBLAS_WORKSPACE = ":4096:8"  # what cuBLAS needs for reproducible results (CUDA docs, "Results reproducibility")
+
+
 @contextlib.contextmanager
-def _deterministic(enabled: bool):
-    """torch.use_deterministic_algorithms for the run only (restored afterwards)."""
+def _deterministic(strict: bool):
+    """torch.use_deterministic_algorithms for the run only (restored afterwards).
+
+    Always on with ``warn_only`` (CPU kernels are deterministic already; a nondeterministic op
+    warns). ``strict`` (``train.deterministic``): an op without a deterministic implementation
+    raises, cuBLAS gets a fixed workspace (read when its handle is created, so set before the
+    first GPU matmul of the process) and cuDNN picks deterministic algorithms: two GPU runs of
+    one seed then agree."""
     before = torch.are_deterministic_algorithms_enabled()
     warn_before = torch.is_deterministic_algorithms_warn_only_enabled()
-    if enabled:
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    cudnn_before = torch.backends.cudnn.deterministic
+    if strict:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=not strict)
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before, warn_only=warn_before)
+        torch.backends.cudnn.deterministic = cudnn_before
 
 
 def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, desc: str = "") -> dict[str, Any]:
@@ -310,6 +325,10 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
         sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
         try:
             trainer.fit(module, datamodule=datamodule)
+        except SystemExit:
+            if trainer.interrupted:  # Lightning's answer to Ctrl-C is exit(1): give the caller the Ctrl-C
+                raise KeyboardInterrupt from None
+            raise
         finally:
             if sigint is not None:
                 signal.signal(signal.SIGINT, sigint)
@@ -392,10 +411,11 @@ def score_samples(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, 
 
 
 @torch.no_grad()
-def greedy_answers(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, key: int = 0) -> float:
+def greedy_right(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, key: int = 0) -> np.ndarray:
     """Arithmetic: decode greedily from each prompt (``task.prompt_length``) until ``<eos>``;
     a sample is right when the token before the generated ``<eos>`` is ``task.answer_id``.
-    Batched: every row advances one token per step (no KV cache, causal model)."""
+    Returns one bool per sample, (N,). Batched: every row advances one token per step (no KV
+    cache, causal model)."""
     task = ctx.task
     eos = task.token_id("<eos>")
     n = len(samples)
@@ -430,7 +450,27 @@ def greedy_answers(model: torch.nn.Module, samples: list[Any], ctx: EvalContext,
                 break
         want = torch.tensor([task.answer_id(s) for s in chunk], device=ctx.device)
         right[idx] = (answer == want).cpu().numpy()
-    return float(right.mean()) if n else float("nan")
+    return right
+
+
+def greedy_answers(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, key: int = 0) -> float:
+    """Arithmetic's ``answer_acc``: the fraction of :func:`greedy_right` samples."""
+    return _fraction(greedy_right(model, samples, ctx, key))
+
+
+def answer_acc_by_ops(task: Any, split: str, samples: list[Any], right: np.ndarray) -> dict[str, float]:
+    """Arithmetic: ``answer_acc_ops_k`` = answer accuracy over the samples with k operators, for
+    each k of ``task.op_counts(split)`` (the training mix on ``test-mix``, where the headline
+    ``answer_acc`` averages over counts); NaN (None in the record) for a count with no sample."""
+    counts = task.op_counts(split) if hasattr(task, "op_counts") else ()
+    if not counts:
+        return {}
+    ops = np.array([task.op_count(s) for s in samples])  # (N,)
+    return {f"answer_acc_ops_{k}": _fraction(right[ops == k]) for k in counts}
+
+
+def _fraction(right: np.ndarray) -> float:
+    return float(right.mean()) if len(right) else float("nan")
 
 
 def _headline(task: Any, m: dict[str, float]) -> dict[str, float]:
@@ -444,7 +484,8 @@ def _headline(task: Any, m: dict[str, float]) -> dict[str, float]:
 
 def evaluate(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]],
              ctx: EvalContext) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
-    """Metrics per split (a split spanning lengths: the mean over its groups) and per group.
+    """Metrics per split (a split spanning lengths: the mean over its groups) and per group;
+    greedy tasks add ``answer_acc`` and, on a split mixing operator counts, ``answer_acc_ops_k``.
 
     Returns (metrics[split][name], groups[split][group key][name]).
     """
@@ -459,7 +500,9 @@ def evaluate(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict
                 key = s_i * 100_003 + g_i
                 m = score_samples(model, samples, ctx, key)
                 if ctx.task.scoring == "greedy":
-                    m["answer_acc"] = greedy_answers(model, samples, ctx, key)
+                    right = greedy_right(model, samples, ctx, key)  # (N,) bool
+                    m["answer_acc"] = _fraction(right)
+                    m.update(answer_acc_by_ops(ctx.task, split, samples, right))
                 per[gkey if gkey is not None else ""] = _headline(ctx.task, m)
             if len(parts) == 1 and parts[0][0] is None:
                 metrics[split] = per[""]
@@ -596,10 +639,16 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
         segment_start_ids=tuple(task.token_id(s) for s in getattr(task, "segment_starts", ())),
     )
     n_params = int(sum(p.numel() for p in model.parameters()))
+    # PoSE interpolates at one static factor L_t / L_c in training and at evaluation (see
+    # indices.PoSE.rope_factor); other runs scale at evaluation only (_rope_scaled)
+    rope_factor = scheme.rope_factor(train_len) if scheme is not None and cfg.rope_scaling else None
+    if rope_factor is not None:
+        model.set_rope_scaling(cfg.rope_scaling, rope_factor, train_len)
     if run_dir is not None:  # everything is validated and built: now the run directory
         run_dir.mkdir(parents=True, exist_ok=False)
         (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), "max_len": max_len, "run_id": run_id,
-                                                         "rotary_pairs": CURRENT_PAIRS},
+                                                         "rotary_pairs": CURRENT_PAIRS, "rope_factor": rope_factor,
+                                                         "pe_revision": PE_REVISION},
                                                         indent=1) + "\n")
     log_every = max(1, tc.steps // 200)
     module = make_module(model, cfg, log_every)
@@ -616,7 +665,10 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     }
     lines: list[dict[str, Any]] = []
     try:
-        with _deterministic(True), _threads(tc.threads):
+        with _deterministic(tc.deterministic), _threads(tc.threads):
+            # CPU results repeat exactly for one thread count (reductions split by thread)
+            record["train"]["threads"] = torch.get_num_threads()
+            record["train"]["deterministic"] = tc.deterministic
             info = fit(module, dm, cfg, progress=progress, desc=f"{cfg.task} {spec.name}")
             record["device"] = info["device"]
             lines += [{"step": s, "loss": float(v)} for s, v in module.losses]
@@ -628,7 +680,8 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
             if failure is None:
                 ctx = EvalContext(
                     task=task, pad_id=dm.pad_id, batch_size=tc.eval_batch_size, device=next(model.parameters()).device,
-                    causal=cfg.model.causal, rope_scaling=cfg.rope_scaling, rotary=spec.rotary, train_len=train_len,
+                    causal=cfg.model.causal, rope_scaling=cfg.rope_scaling if rope_factor is None else None,
+                    rotary=spec.rotary, train_len=train_len,
                     positions=PositionSampler(scheme, tc.seed + 1) if scheme is not None and scheme.at_eval else None,
                 )
                 metrics, groups = evaluate(model, sets, ctx)
@@ -641,6 +694,10 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
                 record["status"] = "failed"
                 record["error"] = failure
                 record["train"]["steps_done"] = info["steps_done"]
+    except KeyboardInterrupt:  # Ctrl-C / a stopped sweep worker: not the run's failure, so no record
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     except BaseException as e:  # record the failure, then let the caller see it
         record["status"] = "failed"
         record["error"] = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

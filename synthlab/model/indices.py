@@ -5,15 +5,16 @@
 - randomized positions (Ruoss et al. 2023) and PoSE skip-wise positions (Zhu et al. 2024),
   parsed from ``--positions`` strings by :func:`parse_positions`.
 
-Eval-time rope scaling (linear / NTK / YaRN) lives with the rotary encoder
-(``encoders/rotary.py``) because it changes frequencies, not only indices.
+Rope scaling (linear / NTK / YaRN) lives with the rotary encoder (``encoders/rotary.py``)
+because it changes frequencies, not only indices; a scheme only says whether it pairs with
+one static factor for the whole run (:meth:`PositionScheme.rope_factor`: PoSE, L_t / L_c).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
@@ -55,15 +56,30 @@ def _ids_from_boundaries(new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 class PositionScheme(ABC):
-    """A training-time index scheme: ``sample(T, generator) -> LongTensor (T,)``."""
+    """A training-time index scheme: ``sample_rows(B, T, generator) -> LongTensor (B, T)``.
+
+    ``per_example``: the training batch gets one row of positions per example (B, T) (PoSE),
+    or one row (T,) shared by the batch (randomized); :class:`synthlab.data.PositionSampler`
+    reads it.
+    """
 
     name: str
     params: dict[str, Any]
     at_eval: bool  # whether evaluation also samples (randomized) or uses plain 0..T-1 (pose)
+    per_example: ClassVar[bool] = False
 
     @abstractmethod
+    def sample_rows(self, B: int, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """(B, T): B independent draws of sorted, distinct training indices for length T."""
+
     def sample(self, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Sorted, distinct training indices for a length-T sequence."""
+        """(T,): one draw (the first row of :meth:`sample_rows`)."""
+        return self.sample_rows(1, T, generator)[0]
+
+    def rope_factor(self, train_len: int) -> float | None:
+        """A static rope-scaling factor for the whole run (training and evaluation), or None:
+        rope scaling then stays eval-time only, with s = L_eval / L_train."""
+        return None
 
     @property
     @abstractmethod
@@ -79,7 +95,7 @@ class Randomized(PositionScheme):
     """Ruoss et al. 2023: a sorted sample of T distinct positions from [0, L_max).
 
     Resampled every batch, shared by the batch, also at evaluation (as the reference does);
-    L_max must cover the longest test sequence.
+    L_max must cover the longest test sequence. PoSE's RandPos arm draws one per example.
     """
 
     max: int = 2048
@@ -99,27 +115,45 @@ class Randomized(PositionScheme):
     def max_position(self) -> int:
         return self.max
 
-    def sample(self, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    def sample_rows(self, B: int, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
         if T > self.max:
             raise ValueError(f"randomized positions: sequence length {T} exceeds max={self.max}; raise randomized:max")
-        perm = torch.randperm(self.max, generator=generator)[:T]
-        return perm.sort().values
+        rows = [torch.randperm(self.max, generator=generator)[:T] for _ in range(B)]  # B x (T,)
+        return torch.stack(rows).sort(-1).values  # (B, T)
 
 
 @dataclass(repr=False)
 class PoSE(PositionScheme):
-    """PoSE (Zhu et al. 2024, Sec. 3.2): skip-wise positions for a window L_c = T.
+    """PoSE (Zhu et al. 2024, Sec. 3.2): skip-wise positions for a window L_c = T, target L_t.
 
     The window is split into N chunks of random positive lengths l_c (sum T); chunk c keeps
     its natural offset st_c = sum_{c'<c} l_c' plus a skipping bias u_c with
-    0 = u_0 <= u_1 <= ... <= u_{N-1} <= L_t - L_c, each u_c ~ U{u_{c-1}, ..., L_t - L_c}.
-    Content stays contiguous; evaluation uses plain positions (training only).
+    0 = u_0 <= u_1 <= ... <= u_{N-1} <= L_t - L_c, each u_c ~ U{u_{c-1}, ..., L_t - L_c}:
+    PoSE(c) = {u_c + st_c, ..., u_c + st_c + l_c - 1}. Content stays contiguous; evaluation
+    uses plain positions (training only).
+
+    Lengths and skips are drawn anew for every training example (Sec. 3.2; the reference,
+    dwzhu-pku/PoSE src/train_pose.py ``train_preprocess_function_pose``, draws them inside its
+    loop over examples), so the batch gets (B, T) positions.
+
+    N >= T (the paper's N = L_c arm, App. B, Fig. 6 and Table 5 "2048 chunks") is RandPos:
+    a sorted sample of T distinct positions from [0, L_t) per example (Ruoss et al. 2023; the
+    reference's ``train_preprocess_function_randomized``). The sequential law above would
+    saturate there instead (each u_c halves the room left on average: ~log2(L_t - L_c) real
+    jumps, then a contiguous tail).
+
+    With rope scaling, PoSE interpolates at one static factor alpha = L_t / L_c, in training
+    and at evaluation (Sec. 3.2 "we perform position interpolation", linear by default,
+    Sec. 4.1; reference: ``train()`` of src/train_pose.py sets ``config.rope_scaling =
+    {"type", "factor"}`` and src/eval_passkey.py evaluates with the same factor): see
+    :meth:`rope_factor`.
     """
 
     chunks: int = 2
     target: int = 1024
     at_eval: bool = False
     params: dict[str, Any] = field(init=False)
+    per_example: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunks, int) or self.chunks < 1:
@@ -136,20 +170,30 @@ class PoSE(PositionScheme):
     def max_position(self) -> int:
         return self.target
 
-    def sample(self, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    def rope_factor(self, train_len: int) -> float:
+        """alpha = L_t / L_c (PoSE Sec. 3.1: positions m -> m / alpha for linear interpolation)."""
+        return self.target / train_len
+
+    def sample_rows(self, B: int, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
         if T > self.target:
             raise ValueError(f"pose: training window {T} exceeds target={self.target}; target must be >= the training length")
-        n = min(self.chunks, T)
-        # chunk lengths: N - 1 distinct cut points in 1..T-1
-        cuts = (torch.randperm(T - 1, generator=generator)[: n - 1] + 1).sort().values if n > 1 else torch.zeros(0, dtype=torch.long)
-        bounds = torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.tensor([T])])
-        lengths = bounds[1:] - bounds[:-1]  # (N,)
-        room = self.target - T
-        u = torch.zeros(n, dtype=torch.long)
-        for c in range(1, n):  # u_c ~ U{u_{c-1} .. room}
-            lo = int(u[c - 1])
-            u[c] = lo + int(torch.randint(0, room - lo + 1, (1,), generator=generator))
-        return torch.arange(T) + torch.repeat_interleave(u, lengths)
+        if self.chunks >= T:  # N = L_c: RandPos over the target range, per example
+            return Randomized(self.target).sample_rows(B, T, generator)
+        n, room = self.chunks, self.target - T
+        idx = torch.arange(T)  # (T,) natural offsets st_c + (index within the chunk)
+        if n == 1:  # plain training
+            return idx.expand(B, T).clone()
+        # chunk lengths: N - 1 distinct cut points in 1..T-1 per example (chunk starts)
+        cuts = torch.stack([torch.randperm(T - 1, generator=generator)[: n - 1] for _ in range(B)]) + 1  # (B, N-1)
+        cuts = cuts.sort(-1).values
+        # skips: u_0 = 0, u_c = u_{c-1} + U{0 .. room - u_{c-1}}, all examples at once
+        u = torch.zeros(B, n, dtype=torch.long)  # (B, N)
+        for c in range(1, n):
+            left = room - u[:, c - 1] + 1  # (B,) choices
+            draw = (torch.rand(B, generator=generator, dtype=torch.float64) * left).long()  # (B,) uniform 0..left-1
+            u[:, c] = u[:, c - 1] + draw
+        chunk = torch.searchsorted(cuts, idx.expand(B, T).contiguous(), right=True)  # (B, T) chunk of each token
+        return idx + u.gather(1, chunk)  # (B, T)
 
 
 def parse_positions(spec: "str | PositionScheme | None") -> PositionScheme | None:

@@ -13,50 +13,52 @@ _PACK_CACHE = TensorCache(max_bytes=128 * 2**20)  # index maps per (T, c, device
 
 
 def _packing(T: int, c: int, device: torch.device):
-    """Index maps that fold the causal (lower) triangle of a T x T map into R = ceil(T/2) rows
-    of width W = T + 1 + c: packed row r = [row r (r+1 entries) | c zeros | row T-1-r (T-r
-    entries)]. A (1 x k) convolution with zero padding on the packed rows equals the one on
-    the full, tril-zeroed map, on half the positions (the c-wide seam holds the zeros that
-    the upper triangle would). The gather map includes the c-wide zero padding at both ends.
+    """Index maps that fold the causal (lower) triangle of a T x T map into R = ceil(T/2) rows of
+    width W = T + 1 + 3c: packed row r = [row r (n = r+1 entries) | 2c zeros | row T-1-r (m = T-r
+    entries) | c zeros]. A (1 x k) convolution, c = k // 2, with zero padding on the packed rows
+    then equals DAPE V2's on the full map (tril once, on the input) on half the positions:
+
+    - conv1 must give the hidden values of the full map on each row plus the c positions after
+      it (above the diagonal, where the paper's map holds LeakyReLU(conv1 bias + row i's last
+      inputs), read by conv2 at the diagonal). Those positions read inputs up to 2c past the row,
+      all zero on the full map: hence a 2c-wide seam (c would let them see the next row).
+    - conv2 must see zeros where the full map has its padding: the c positions before a row (the
+      second half of the seam) and columns >= T. conv1's bias makes the hidden map non-zero there,
+      so those positions are zeroed (``hidden_pad``).
 
     Returns (gather (R*(W+2c),) into a flattened T*T map, zero (R, W+2c) bool marking the
-    padding / seam, scatter (T*T,) from the flattened packed (R*W) map back to T x T)."""
+    input's padding / seams, scatter (T*T,) from the flattened packed (R*W) map back to T x T,
+    hidden_pad (R*W,) bool: the hidden positions that are conv2's zero padding on the full map)."""
     return _PACK_CACHE.get(("pack", T, c, device), lambda: _make_packing(T, c, device))
 
 
 def _make_packing(T: int, c: int, device: torch.device):
-    R, W = (T + 1) // 2, T + 1 + c
+    R, W = (T + 1) // 2, T + 1 + 3 * c
     Wp = W + 2 * c
     gather = torch.zeros(R, Wp, dtype=torch.long)
     zero = torch.ones(R, Wp, dtype=torch.bool)
     scatter = torch.zeros(T, T, dtype=torch.long)
+    hidden_pad = torch.ones(R, W, dtype=torch.bool)
     for r in range(R):
-        n = r + 1
-        gather[r, c: c + n] = r * T + torch.arange(n)
-        zero[r, c: c + n] = False
-        scatter[r, :n] = r * W + torch.arange(n)
-        other = T - 1 - r
-        if other != r:
-            m = other + 1
-            gather[r, c + n + c: c + n + c + m] = other * T + torch.arange(m)
-            zero[r, c + n + c: c + n + c + m] = False
-            scatter[other, :m] = r * W + n + c + torch.arange(m)
-    return gather.flatten().to(device), zero.to(device), scatter.flatten().to(device)
+        other = T - 1 - r  # == r for the middle row of an odd T: it has the packed row to itself
+        for i, at in [(r, 0)] + ([(other, r + 1 + 2 * c)] if other != r else []):  # (query row, first position)
+            L = i + 1
+            gather[r, c + at: c + at + L] = i * T + torch.arange(L)
+            zero[r, c + at: c + at + L] = False
+            scatter[i, :L] = r * W + at + torch.arange(L)
+            hidden_pad[r, at: at + min(L + c, T)] = False  # the row and the c hidden values after it, inside the map
+    return gather.flatten().to(device), zero.to(device), scatter.flatten().to(device), hidden_pad.flatten().to(device)
 
 
-def _seam_index(T: int, c: int, B: int, device: torch.device) -> torch.Tensor:
-    """Flat positions (in the packed hidden map, B*R*W) of the c-wide seam that follows each
-    packed row's first diagonal: the entries above the diagonal that a (1 x k) kernel can
-    reach from a valid output. Zeroing them = zeroing the upper triangle (cached)."""
+def _hidden_pad_index(T: int, c: int, B: int, device: torch.device) -> torch.Tensor:
+    """Flat positions (in the packed hidden map, B*R*W) that are conv2's zero padding on the
+    full map (see ``_packing``), for B batch elements (cached)."""
     def make() -> torch.Tensor:
-        R, W = (T + 1) // 2, T + 1 + c
-        r = torch.arange(R).unsqueeze(1)
-        cols = r + 1 + torch.arange(c).unsqueeze(0)  # (R, c) columns r+1 .. r+c
-        per = (r * W + cols).flatten()
-        per = per[cols.flatten() < W]
-        return (torch.arange(B).unsqueeze(1) * (R * W) + per).flatten().to(device)
+        pad = _packing(T, c, device)[3]  # (R*W,)
+        per = pad.nonzero().flatten()
+        return (torch.arange(B, device=device).unsqueeze(1) * pad.numel() + per).flatten()
 
-    return _PACK_CACHE.get(("seam", T, c, B, device), make)
+    return _PACK_CACHE.get(("hidden_pad", T, c, B, device), make)
 
 
 class _Shifts(torch.autograd.Function):
@@ -116,23 +118,23 @@ class _ShiftSum(torch.autograd.Function):
         return gY
 
 
-class _SeamLeakyReLU(torch.autograd.Function):
-    """In place on P (D, N): zero the seam columns, then LeakyReLU (leaky(0) = 0, so the order
-    does not matter). One hidden-sized buffer in backward instead of two."""
+class _PaddedLeakyReLU(torch.autograd.Function):
+    """In place on P (D, N): LeakyReLU, then zeros at the columns ``pad`` (conv2's padding on the
+    full map). One hidden-sized buffer in backward instead of two."""
 
     @staticmethod
-    def forward(ctx, P: torch.Tensor, seam: torch.Tensor) -> torch.Tensor:
-        P.index_fill_(1, seam, 0.0)
+    def forward(ctx, P: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         F.leaky_relu_(P)
+        P.index_fill_(1, pad, 0.0)
         ctx.mark_dirty(P)
-        ctx.save_for_backward(P, seam)
+        ctx.save_for_backward(P, pad)
         return P
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
-        h, seam = ctx.saved_tensors
+        h, pad = ctx.saved_tensors
         gi = torch.ops.aten.leaky_relu_backward(g, h, 0.01, True)
-        return gi.index_fill_(1, seam, 0.0), None
+        return gi.index_fill_(1, pad, 0.0), None
 
 
 class _FusedDAPE(torch.autograd.Function):
@@ -215,14 +217,19 @@ class DAPE(nn.Module):
     no bias, e.g. nope / rope) to H channels through two convolutions of kernel (1, k) along
     the key axis with a LeakyReLU between, hidden width D (32). k = 1 is DAPE (an MLP across
     heads); k > 1 is DAPE V2 (stride 1, same padding k // 2). In causal mode the input is
-    zeroed above the diagonal before each convolution, so no future score reaches a past
-    query. f sees the finite pre-mask scores.
+    zeroed above the diagonal once, before the first convolution (Eq. 5, f(tril([S, B])); App. L;
+    the authors' code: chuanyang-Zheng/DAPE, megatron/model/positional_embeddings.py,
+    Kerple_DAPEV2.forward, ``self.mlp2(torch.tril(x_a_bias))``). Each convolution runs along one
+    query row, whose inputs past i are then zero, so no future score reaches a past query; the
+    hidden map is not zeroed: the second convolution at (i, j) reads the hidden values (i, i+1 ..
+    j+c), LeakyReLU of conv1's bias and row i's last inputs. f sees the finite pre-mask scores.
 
     On CPU in float32 the native kernel (``native/dape_cpu.cpp``) computes A directly: the
     convolutions on the lower triangle only, both fused with the LeakyReLU so the hidden map
     stays in cache. ``attention`` (what the attention layer calls) returns softmax(A), with the
-    softmax's backward fused into the kernel's; ``forward`` returns A itself. Elsewhere (GPU, float64, no C++ compiler) ``forward_packed`` runs them as
-    GEMMs on the lower triangle folded into ceil(T/2) rows (see ``_packing``), and
+    softmax's backward fused into the kernel's; ``forward`` returns A itself. Elsewhere (GPU,
+    float64, no C++ compiler) ``forward_packed`` runs them as GEMMs on the lower triangle folded
+    into ceil(T/2) rows (see ``_packing``), and
     ``forward_full`` is the plain version on the whole T x T map (encoder mode, tests).
     """
 
@@ -272,14 +279,14 @@ class DAPE(nn.Module):
         folded into ceil(T/2) rows, the convolutions as GEMMs."""
         B, H, T, _ = S.shape
         k, c = self.k, self.k // 2
-        gather, zero, scatter = _packing(T, c, S.device)
+        gather, zero, scatter, _ = _packing(T, c, S.device)
         R, Wp = zero.shape
         W = Wp - 2 * c
         D = self.conv1.out_channels
 
         zero_flat = zero.flatten()  # (R*(W+2c),)
 
-        def pack(t: torch.Tensor) -> torch.Tensor:  # (b, C, T, T) -> channel-major (C, b, R, W + 2c), zeros at seam / ends
+        def pack(t: torch.Tensor) -> torch.Tensor:  # (b, C, T, T) -> channel-major (C, b, R, W + 2c), zeros at seams / ends
             t = t.transpose(0, 1).flatten(2).index_select(-1, gather).masked_fill_(zero_flat, 0.0)
             return t.view(t.shape[0], t.shape[1], R, Wp)
 
@@ -290,9 +297,9 @@ class DAPE(nn.Module):
         # conv1 as one GEMM over shifted copies of the (small) input: (D, C k) @ (C k, B R W)
         Xu = X if k == 1 else _Shifts.apply(X, k)  # (C, k, B, R, W)
         P = torch.addmm(self.conv1.bias.unsqueeze(1), self.conv1.weight.reshape(D, C * k), Xu.reshape(C * k, -1))  # (D, B*R*W)
-        if k > 1:  # zero above the diagonal before the second convolution, then LeakyReLU (in place)
-            h = _SeamLeakyReLU.apply(P, _seam_index(T, c, B, S.device))
-        else:
+        if k > 1:  # LeakyReLU, then zeros where the full map has conv2's padding (in place)
+            h = _PaddedLeakyReLU.apply(P, _hidden_pad_index(T, c, B, S.device))
+        else:  # k = 1: a position outside the rows reaches no output that is kept
             h = F.leaky_relu_(P)  # (D, B*R*W)
         # conv2 as one GEMM to k shifted outputs, then a shifted sum on the (small) result
         w2 = self.conv2.weight[:, :, 0, :].permute(2, 0, 1).reshape(k * H, D)  # row s*H + o
@@ -303,12 +310,10 @@ class DAPE(nn.Module):
         return base + out  # values above the diagonal are placeholders, masked later
 
     def forward_full(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
-        """The same on the whole T x T map (future=None: no zeroing, encoder mode)."""
+        """The same on the whole T x T map, as App. L writes it (future=None: no zeroing, encoder
+        mode). Not masked: values above the diagonal are placeholders."""
         base = self._inputs(S, bias)
         X = torch.cat([S, bias.expand_as(S)], dim=1) if self.with_bias else S  # (B, C, T, T)
         if future is not None:
-            X = X.masked_fill(future, 0.0)
-        h = F.leaky_relu(self.conv1(X))  # (B, D, T, T)
-        if future is not None:
-            h = h.masked_fill(future, 0.0)
-        return base + self.conv2(h)
+            X = X.masked_fill(future, 0.0)  # torch.tril, once
+        return base + self.conv2(F.leaky_relu(self.conv1(X)))

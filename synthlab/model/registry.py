@@ -20,6 +20,14 @@ from typing import Any
 # role order = canonical order of components in a spec string
 ROLES = ("none", "absolute", "contextual", "rotary", "bias", "processor")
 
+#: Revision of the encodings' forms; config.json records the one a run was trained with
+#: ("pe_revision") and synthlab.load_run rebuilds a run with it (Transformer(revision=...)).
+#: Runs saved before it was recorded are revision 1, whose forms were: one CoPE table and one
+#: T5 bucket table per layer, CoPE-ALiBi with Press et al.'s ALiBi slopes, token embeddings not
+#: scaled by sqrt(d_model) under sinusoidal APE, FIRE's threshold a raw parameter (its state
+#: dict key ``L`` is converted on load) and no eps in FIRE's normaliser.
+PE_REVISION = 2
+
 
 @dataclass(frozen=True)
 class Component:
@@ -44,13 +52,13 @@ COMPONENTS: dict[str, Component] = {
         _C("rope", "rotary", "rotate q,k dim pairs by index * base^(-2k/d_h)", "Su et al. 2021, RoFormer", {"base": 10000.0}),
         _C("xpos", "rotary", "RoPE times zeta_k^((i-j)/scale_base), zeta_k = (2k+0.4d)/(1.4d); causal only", "Sun et al. 2023, A Length-Extrapolatable Transformer", {"base": 10000.0, "scale_base": 512.0}, causal_only=True),
         _C("alibi", "bias", "b = -m_h (i - j), geometric head slopes", "Press et al. 2022, Train Short, Test Long (ALiBi)"),
-        _C("t5", "bias", "learned scalar per head per log-spaced distance bucket", "Raffel et al. 2020, T5", {"buckets": 32, "max_distance": 128}),
-        _C("kerple", "bias", "b = -r1 log(1 + r2 (i - j)) (kind=log) or -a (i - j)^p (kind=power), learned per head", "Chi et al. 2022, KERPLE", {"kind": "log"}),
-        _C("fire", "bias", "b = MLP(psi(i-j) / psi(max(L, i))), psi(x) = log(c x + 1), c and L learned", "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)", {"width": 32, "c": 0.1, "L": 512.0}),
+        _C("t5", "bias", "learned scalar per head per log-spaced distance bucket, one table shared by all layers (t5:layer_tables=1: one per layer)", "Raffel et al. 2020, T5", {"buckets": 32, "max_distance": 128, "layer_tables": False}),
+        _C("kerple", "bias", "b = -r1 log(1 + r2 (i - j)) (kind=log) or -a (i - j)^p (kind=power), learned per head, kept >= 0.01", "Chi et al. 2022, KERPLE", {"kind": "log"}),
+        _C("fire", "bias", "b = MLP(psi(i-j) / psi(max(L', i))), psi(x) = log(c x + 1), c learned, threshold L' = |m| L with m learned (init 1)", "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)", {"width": 32, "c": 0.1, "L": 512.0}),
         _C("relative", "bias", "learned vector per distance added to keys: q_i (k_j + e[i-j]); distance past the table is an error", "Shaw et al. 2018, Self-Attention with Relative Position Representations"),
         _C("relative-capped", "bias", "relative, distances past the table (max_len) use its last row", "Shaw et al. 2018; Golovneva et al. 2024 (CoPE) Sec. 5.5"),
-        _C("cope", "contextual", "gates sigmoid(q k) counted from j to i, interpolated learned position logits", "Golovneva et al. 2024, Contextual Position Encoding (CoPE)", {"npos": 64, "sep_keys": False, "alibi": False}, causal_only=True, reads_token_index=False),
-        _C("cope-alibi", "contextual", "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table", "Golovneva et al. 2024 (CoPE) App. C, Eq. 10", {"npos": 64, "sep_keys": False}, causal_only=True, reads_token_index=False),
+        _C("cope", "contextual", "gates sigmoid(q k) counted from j to i, interpolated learned position logits, one table shared by all layers (cope:layer_tables=1: one per layer)", "Golovneva et al. 2024, Contextual Position Encoding (CoPE)", {"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25}, causal_only=True, reads_token_index=False),
+        _C("cope-alibi", "contextual", "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table, m_h = m0 / 2^h", "Golovneva et al. 2024 (CoPE) App. C, Eq. 10", {"npos": 64, "sep_keys": False, "m0": 0.25}, causal_only=True, reads_token_index=False),
         _C("bipe-rope", "composite", "learned APE on the intra-segment index + RoPE on the segment index", "He et al. 2024, Two Stones Hit One Bird: Bilevel Positional Encoding (BiPE)", {"base": 10000.0}, reads_token_index=False),
         _C("bipe-alibi", "composite", "learned APE on the intra-segment index + ALiBi (slopes x 96) on segment distance", "He et al. 2024, Bilevel Positional Encoding (BiPE)", {"slope_scale": 96.0}, reads_token_index=False),
         _C("dape", "processor", "A = S + B + MLP_heads([S, B]) per (i, j) (2H -> hidden -> H, LeakyReLU); k > 1: DAPE V2", "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding", {"k": 1, "hidden": 32}, reads_token_index=False),
@@ -105,7 +113,7 @@ def _check_param(comp: str, key: str, value: Any) -> Any:
         raise ValueError(f"pe parameter kerple:kind={value!r}; allowed: log, power")
     if comp == "t5" and key in ("buckets", "max_distance") and (not isinstance(value, int) or value < 2):
         raise ValueError(f"pe parameter t5:{key}={value!r} must be an integer >= 2")
-    if key in ("base", "scale_base", "slope_scale", "c", "L") and not (isinstance(value, (int, float)) and value > 0):
+    if key in ("base", "scale_base", "slope_scale", "c", "L", "m0") and not (isinstance(value, (int, float)) and value > 0):
         raise ValueError(f"pe parameter {comp}:{key}={value!r} must be a positive number")
     if key == "width" and (not isinstance(value, int) or value < 1):
         raise ValueError(f"pe parameter {comp}:width={value!r} must be a positive integer")
@@ -224,6 +232,11 @@ def _finish(components: tuple[str, ...], params: dict[str, dict[str, Any]]) -> P
 
     comps.sort(key=key)
     full = {c: {**COMPONENTS[c].params, **params.get(c, {})} for c in comps}
+    cope = full.get("cope")
+    if cope is not None and cope["alibi"] and cope["layer_tables"]:
+        raise ValueError("pe parameter layer_tables does not apply to cope-alibi (it has no position table)")
+    if cope is not None and not cope["alibi"] and cope["m0"] != COMPONENTS["cope"].params["m0"]:
+        raise ValueError("pe parameter cope:m0 sets CoPE-ALiBi's slopes; write cope-alibi:m0=... (or cope:alibi=1,m0=...)")
     return PESpec(components=tuple(comps), params={c: full[c] for c in comps})
 
 
@@ -247,6 +260,7 @@ def parse_pe(spec: "str | PESpec") -> PESpec:
             for kv in rest.split(","):
                 k, eq, v = kv.partition("=")
                 k, v = k.strip().replace("-", "_"), v.strip()
+                k = {n.lower(): n for n in comp.params}.get(k, k)  # the spec is lower-cased; FIRE's key is L
                 if not eq or not k or not v:
                     raise ValueError(f"pe parameter {kv!r} of {name!r} must be key=value")
                 if k == "alibi" and name != "cope":

@@ -16,12 +16,12 @@ import torch.nn.functional as F
 
 from .attention import Attention, PositionContext, TensorCache
 from .encoders.absolute import Learned, Sinusoidal
-from .encoders.bias import FIRE, ALiBi, Kerple, Relative, T5Bias
-from .encoders.contextual import CoPE
+from .encoders.bias import FIRE, ALiBi, Kerple, Relative, T5Bias, alibi_slopes
+from .encoders.contextual import CoPE, cope_alibi_slopes
 from .encoders.rotary import Rotary
 from .indices import bipe_segments, intra_from_segments
 from .processors import DAPE
-from .registry import PESpec
+from .registry import PE_REVISION, PESpec
 
 
 class MLP(nn.Module):
@@ -54,7 +54,25 @@ class Block(nn.Module):
         return x, att
 
 
-def _layer_components(spec: PESpec, d_model: int, n_heads: int, max_len: int, causal: bool) -> dict[str, Any]:
+def _shared_components(spec: PESpec, d_model: int, n_heads: int, causal: bool, revision: int) -> dict[str, Any]:
+    """The position tables one model shares across its layers: CoPE's (d_h x npos) table
+    (Golovneva et al. 2024, the paper's default) and T5's bucket table (Raffel et al. 2020: one
+    table for the whole stack, layers 2.. reuse layer 1's). None where each layer has its own
+    (``layer_tables=1``, or pe revision 1). Each layer holds the same object, so the state dict
+    lists it under every layer, as tied weights, and the optimiser sees one tensor."""
+    shared: dict[str, Any] = {"t5": None, "cope_table": None}
+    if revision < 2:
+        return shared
+    if spec.has("t5") and not spec.params["t5"]["layer_tables"]:
+        p = spec.params["t5"]
+        shared["t5"] = T5Bias(n_heads, p["buckets"], p["max_distance"], causal=causal)
+    if spec.has("cope") and not (spec.params["cope"]["alibi"] or spec.params["cope"]["layer_tables"]):
+        shared["cope_table"] = nn.Parameter(torch.zeros(d_model // n_heads, spec.params["cope"]["npos"]))  # (d_h, npos)
+    return shared
+
+
+def _layer_components(spec: PESpec, d_model: int, n_heads: int, max_len: int, causal: bool, revision: int,
+                      shared: dict[str, Any]) -> dict[str, Any]:
     """The per-layer rotary / bias / contextual / processor modules a spec names."""
     head_dim = d_model // n_heads
     rotary, biases, cope, dape = None, [], None, None
@@ -71,15 +89,20 @@ def _layer_components(spec: PESpec, d_model: int, n_heads: int, max_len: int, ca
         elif name == "bipe-alibi":
             biases.append(ALiBi(n_heads, scale=p["slope_scale"], index="segment"))
         elif name == "t5":
-            biases.append(T5Bias(n_heads, p["buckets"], p["max_distance"], causal=causal))
+            t5 = shared["t5"]
+            biases.append(t5 if t5 is not None else T5Bias(n_heads, p["buckets"], p["max_distance"], causal=causal))
         elif name == "kerple":
             biases.append(Kerple(n_heads, kind=p["kind"]))
         elif name == "fire":
             biases.append(FIRE(n_heads, width=p["width"], c=p["c"], L=p["L"]))
+            if revision < 2:
+                biases[-1].eps = 0.0  # revision 1 had no eps in the normaliser
         elif name in ("relative", "relative-capped"):
             biases.append(Relative(head_dim, rows=max_len, capped=name == "relative-capped", causal=causal))
         elif name == "cope":
-            cope = CoPE(d_model, n_heads, npos=p["npos"], sep_keys=p["sep_keys"], alibi=p["alibi"])
+            slopes = cope_alibi_slopes(n_heads, p["m0"]) if revision >= 2 else alibi_slopes(n_heads)
+            cope = CoPE(d_model, n_heads, npos=p["npos"], sep_keys=p["sep_keys"], alibi=p["alibi"],
+                        pos_emb=shared["cope_table"], slopes=slopes)
     if spec.has("dape"):
         p = spec.params["dape"]
         dape = DAPE(n_heads, with_bias=bool(biases) or cope is not None, hidden=p["hidden"], k=p["k"], causal=causal)
@@ -88,12 +111,17 @@ def _layer_components(spec: PESpec, d_model: int, n_heads: int, max_len: int, ca
 
 class Transformer(nn.Module):
     """``forward(tokens (B, T), positions=None, segments=None, return_attention=False)``
-    -> logits (B, T, V) [, attention list per layer of (B, H, T, T) or None on the fast path]."""
+    -> logits (B, T, V) [, attention list per layer of (B, H, T, T) or None on the fast path].
+
+    ``revision``: the forms of the encodings (registry.PE_REVISION, the current one, by
+    default); synthlab.load_run passes the one a saved run was trained with."""
 
     def __init__(self, spec: PESpec, vocab_size: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
                  max_len: int = 512, dropout: float = 0.0, tie_embeddings: bool = False, causal: bool = True,
-                 separator_ids: Sequence[int] = (), segment_start_ids: Sequence[int] = ()):
+                 separator_ids: Sequence[int] = (), segment_start_ids: Sequence[int] = (), revision: int = PE_REVISION):
         super().__init__()
+        if not isinstance(revision, int) or isinstance(revision, bool) or not 1 <= revision <= PE_REVISION:
+            raise ValueError(f"pe revision must be an integer in 1..{PE_REVISION}, got {revision!r}")
         for name, val, lo in (("vocab_size", vocab_size, 1), ("d_model", d_model, 1), ("n_layers", n_layers, 1),
                               ("n_heads", n_heads, 1), ("max_len", max_len, 1)):
             if not isinstance(val, int) or isinstance(val, bool) or val < lo:
@@ -107,7 +135,7 @@ class Transformer(nn.Module):
             raise ValueError(f"pe {spec.name!r} is causal only ({', '.join(bad)}); it cannot run with causal=False (encoder mode)")
         self.spec, self.pe = spec, spec.name
         self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
-        self.max_len, self.causal = max_len, causal
+        self.max_len, self.causal, self.revision = max_len, causal, revision
         self.separator_ids = tuple(int(i) for i in separator_ids)
         self.segment_start_ids = tuple(int(i) for i in segment_start_ids)
 
@@ -121,10 +149,16 @@ class Transformer(nn.Module):
             self.abs_enc = Learned(d_model, max_len)
         elif spec.bipe:
             self.abs_enc, self.abs_index = Learned(d_model, max_len, what="intra-segment position"), "intra"
+        # sqrt(d) on the token embeddings where a fixed sinusoid of RMS sqrt(1/2) is added (see
+        # Sinusoidal); only there, so the encodings without an absolute encoder train as before
+        scaled = self.abs_enc is not None and self.abs_enc.scales_tokens and revision >= 2
+        self.embed_scale = math.sqrt(d_model) if scaled else 1.0
         self.drop = nn.Dropout(dropout)
+        shared = _shared_components(spec, d_model, n_heads, causal, revision)
         self.blocks = nn.ModuleList(
-            Block(d_model, dropout, n_layers, Attention(d_model, n_heads, dropout, causal, n_layers,
-                                                        **_layer_components(spec, d_model, n_heads, max_len, causal)))
+            Block(d_model, dropout, n_layers,
+                  Attention(d_model, n_heads, dropout, causal, n_layers,
+                            **_layer_components(spec, d_model, n_heads, max_len, causal, revision, shared)))
             for _ in range(n_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
@@ -168,6 +202,8 @@ class Transformer(nn.Module):
             raise ValueError(f"tokens must have shape (B, T), got {tuple(tokens.shape)}")
         ctx = self._context(tokens, positions, segments)
         x = self.wte(tokens)  # (B, T, C)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
         if self.abs_enc is not None:
             x = x + self.abs_enc(ctx.pos(self.abs_index)).to(x.dtype)  # token index, or intra-segment (BiPE)
         x = self.drop(x)

@@ -2,6 +2,7 @@
 records, validation before writing, evaluation details (greedy decoding, rope scaling)."""
 
 import json
+import os
 import math
 
 import numpy as np
@@ -67,12 +68,44 @@ def test_same_seed_same_metrics_and_other_seed_differs():
     assert a["run_id"] != b["run_id"]
 
 
+def test_same_seed_same_metrics_at_two_threads():
+    a = train("flipflop", "rope", preset="smoke", seed=1, overrides={"train.threads": 2})
+    b = train("flipflop", "rope", preset="smoke", seed=1, overrides={"train.threads": 2})
+    assert a["metrics"] == b["metrics"] and a["train"]["threads"] == 2
+
+
+def test_strict_determinism_switch_is_scoped_to_the_run(monkeypatch):
+    import torch
+
+    from synthlab import training
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    seen = {}
+
+    def fake_fit(module, dm, cfg, progress=False, desc=""):
+        seen.update(on=torch.are_deterministic_algorithms_enabled(),
+                    warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
+                    cublas=os.environ.get("CUBLAS_WORKSPACE_CONFIG"), cudnn=torch.backends.cudnn.deterministic)
+        return {"device": "cpu", "steps_done": 0}
+
+    monkeypatch.setattr(training, "fit", fake_fit)
+    before = torch.are_deterministic_algorithms_enabled()
+    rec = train("flipflop", "rope", preset="smoke", overrides={"train.deterministic": "true"})
+    assert seen == {"on": True, "warn_only": False, "cublas": ":4096:8", "cudnn": True}
+    assert rec["train"]["deterministic"] is True
+    assert torch.are_deterministic_algorithms_enabled() == before and not torch.backends.cudnn.deterministic
+    train("flipflop", "rope", preset="smoke")
+    assert seen["on"] and seen["warn_only"]  # the default: warn only
+
+
 def test_record_fields(tmp_path):
     rec = train("flipflop", "ROPE", preset="smoke", out=tmp_path, study="s", trial=3,
                 overrides={"d_model": 16, "task.n_pairs": 8}, steps=5)
     assert rec["pe"] == "rope" and rec["pe_params"] == {"rope": {"base": 10000.0}}
     assert rec["model"]["d_model"] == 16 and rec["model"]["params"] > 0
-    assert rec["train"] == {"steps": 5, "batch_size": 16, "lr": 3e-3, "seed": 0, "train_len": 16}
+    # the thread count is recorded: CPU results repeat exactly for the same seed and thread count
+    assert rec["train"] == {"steps": 5, "batch_size": 16, "lr": 3e-3, "seed": 0, "train_len": 16, "threads": 1,
+                            "deterministic": False}
     assert rec["task_params"]["n_pairs"] == 8
     assert (rec["study"], rec["trial"], rec["schema"], rec["device"]) == ("s", 3, 1, "cpu")
     cfg = json.loads((tmp_path / rec["run_id"] / "config.json").read_text())

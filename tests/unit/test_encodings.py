@@ -542,7 +542,7 @@ def test_fire_distance_lookup_equals_full_map(L):
     fast, full = m(x), m(x, positions=torch.arange(30).expand(2, 30))
     assert torch.allclose(fast, full, atol=1e-6)
     fast.square().sum().backward()
-    assert m.blocks[0].attn.biases[0].L.grad is not None and m.blocks[0].attn.biases[0].c.grad is not None
+    assert m.blocks[0].attn.biases[0].L_multiplier.grad is not None and m.blocks[0].attn.biases[0].c.grad is not None
 
 
 def test_relative_capped_uses_last_row_past_table():
@@ -561,9 +561,9 @@ def test_learned_biases_recomputed_after_update_and_alibi_cached():
         a = m(x)
         with torch.no_grad():
             for name, p in m.named_parameters():
-                if "attn.biases" in name:
-                    p.add_(0.5)
-        assert not torch.allclose(a, m(x)), f"{pe} bias must follow its parameters"
+                if "attn.biases" in name:  # not a constant: T5's table shifted by one constant is softmax-invariant
+                    p.add_(torch.linspace(0.1, 0.5, p.numel()).view_as(p))
+        assert not torch.allclose(a, m(x), atol=1e-4), f"{pe} bias must follow its parameters"
     m = _model("alibi")
     m(x)
     mask1 = m.blocks[0].attn.biases[0].masked(m._context(x, None, None))

@@ -62,7 +62,9 @@ def check_structure(task, s: Sample) -> None:
     assert len(s.scored) == len(s.target_ids) >= 1
     assert s.scored.min() >= 0 and s.scored.max() < len(s.ids)
     assert np.all(np.diff(s.scored) > 0)
-    if task.scoring in ("next_token", "greedy"):
+    if task.name == "mqar":  # values are labels only: the slot after a query key is filler
+        assert not s.ids[s.scored + 1].any()
+    elif task.scoring in ("next_token", "greedy"):
         assert np.array_equal(s.target_ids, s.ids[s.scored + 1])
     rec = s.to_record()
     json.dumps(rec)
@@ -112,8 +114,8 @@ GOLDEN = {
     "counting": [({}, "pass ; pass ; a = 0 ; pass ; a ++ ; pass ; pass ; a ++ ; print a 2", ["2"]),
                  ({"n_vars": 3}, "a = 0 ; b = 0 ; a ++ ; b ++ ; b ++ ; a = 0 ; b ++ ; print b 3", ["3"]),
                  ({"n_vars": 3}, "c = 0 ; a = 0 ; c ++ ; a ++ ; c = 0 ; pass ; print c 0", ["0"])],
-    "mqar": [({"vocab_size": 8, "length": 12, "n_kv": 2, "ood_lengths": "16"}, "k1 v5 k3 v4 . . k3 v4 . . k1 v5", ["v4", "v5"]),
-             ({"vocab_size": 8, "length": 12, "n_kv": 2, "ood_lengths": "16"}, "k2 v6 k1 v7 k1 v7 k2 v6 . . . .", ["v7", "v6"])],
+    "mqar": [({"vocab_size": 8, "length": 12, "n_kv": 2, "ood_lengths": "16"}, "k1 v5 k3 v4 . . k3 . . . k1 .", ["v4", "v5"]),
+             ({"vocab_size": 8, "length": 12, "n_kv": 2, "ood_lengths": "16"}, "k2 v6 k1 v7 k1 . k2 . . . . .", ["v7", "v6"])],
     "passkey": [({"length": 16, "k_digits": 3}, "The grass <key> 3 1 4 is green . The sky <query> 3 1 4", ["3", "1", "4"]),
                 ({"length": 16, "k_digits": 3}, "<key> 0 0 7 The grass is green . The sky <query> 0 0 7", ["0", "0", "7"])],
 }
@@ -225,7 +227,7 @@ PINNED = {
     "selective_copy": (SMALL["selective_copy"], "B A B _ _ | B A B", ["B", "A", "B"]),
     "counting": (dict(max_steps=6, n_vars=2), "a = 0 ; pass ; a ++ ; pass ; print a 1", ["1"]),
     "arithmetic": (dict(n_ops=2, ood_ops_max=3), "<bos> 1 - 4 = 8 <eos>", ["8", "<eos>"]),
-    "mqar": (dict(vocab_size=10, length=12, n_kv=2, ood_lengths="16"), "k1 v8 k2 v5 k1 v8 k2 v5 . . . .", ["v8", "v5"]),
+    "mqar": (dict(vocab_size=10, length=12, n_kv=2, ood_lengths="16"), "k1 v8 k2 v5 k1 . k2 . . . . .", ["v8", "v5"]),
     "passkey": (SMALL["passkey"], "The grass is green <key> 4 1 . The sky is <query> 4 1", ["4", "1"]),
 }
 

@@ -9,7 +9,16 @@ import torch.nn as nn
 
 
 class Sinusoidal(nn.Module):
-    """Vaswani et al. 2017: pe[p, 2k] = sin(p / base^(2k/d)), pe[p, 2k+1] = cos(same)."""
+    """Vaswani et al. 2017: pe[p, 2k] = sin(p / base^(2k/d)), pe[p, 2k+1] = cos(same).
+
+    Its RMS is sqrt(1/2) whatever d is, so the token embeddings it is added to are multiplied
+    by sqrt(d) (``scales_tokens``; Vaswani Sec. 3.4, and the CHE reference,
+    google-deepmind/neural_networks_chomsky_hierarchy models/transformer.py,
+    TransformerEncoder.__call__: ``embeddings *= jnp.sqrt(embedding_dim)``, init std 0.02):
+    token : position RMS = 0.02 sqrt(2 d) at init (0.23 at d = 64), instead of 0.02 / sqrt(1/2)
+    (1 : 35) unscaled, when the position signal swamps the tokens."""
+
+    scales_tokens = True
 
     def __init__(self, d_model: int, base: float = 10000.0):
         super().__init__()
@@ -26,7 +35,12 @@ class Sinusoidal(nn.Module):
 
 class Learned(nn.Module):
     """Learned table of ``rows`` position embeddings (GPT). An index past the table raises
-    ValueError (never a silent clamp)."""
+    ValueError (never a silent clamp).
+
+    Initialised like the token embeddings (std 0.02), so the two signals start 1 : 1 and the
+    token embeddings are not rescaled (GPT-2 / nanoGPT add ``wte + wpe`` as is)."""
+
+    scales_tokens = False
 
     def __init__(self, d_model: int, rows: int, what: str = "position"):
         super().__init__()

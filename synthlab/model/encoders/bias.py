@@ -93,8 +93,15 @@ class T5Bias(nn.Module):
 
 class Kerple(nn.Module):
     """KERPLE (Chi et al. 2022). log: b = -r1_h log(1 + r2_h |i - j|); power: b = -a_h |i - j|^p_h.
-    Per-head parameters init U(0, 2) / U(0, 1) (log) and U(0, 1) / U(0, 2) (power, a / p), used
-    clamped >= 0.01 (p <= 2)."""
+    Per-head parameters init U(0, 2) / U(0, 1) (log) and U(0, 1) / U(0, 2) (power, a / p).
+
+    They must stay positive (p <= 2 too): as the reference does (chijames/KERPLE,
+    megatron/mpu/layers.py, ParallelKerpleLog.forward / ParallelKerplePower.forward), their
+    values are projected onto [0.01, ...] in place before each use, outside autograd. The kernel
+    then reads the parameters themselves, so the gradient at the floor is the true one (a clamp
+    inside the graph would zero it and pin a parameter that drifted below the floor there)."""
+
+    eps = 0.01  # the reference's floor
 
     def __init__(self, n_heads: int, kind: str = "log"):
         super().__init__()
@@ -106,44 +113,74 @@ class Kerple(nn.Module):
             self.a = nn.Parameter(torch.rand(n_heads))
             self.p = nn.Parameter(torch.rand(n_heads) * 2)
 
+    @torch.no_grad()
+    def project_(self) -> None:
+        """Clamp the parameter values into their domain (after an optimiser step, before use).
+        On ``.data``, as the reference does: no autograd version bump, so a graph that already
+        holds the values (two forwards before one backward) stays valid."""
+        if self.kind == "log":
+            self.r1.data.clamp_(min=self.eps)
+            self.r2.data.clamp_(min=self.eps)
+        else:
+            self.a.data.clamp_(min=self.eps)
+            self.p.data.clamp_(self.eps, 2.0)
+
     def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
+        self.project_()
         dist = ctx.absrel("token").unsqueeze(-3)  # (1|B, 1, T, T)
         if self.kind == "log":
-            r1 = self.r1.clamp(min=0.01).view(-1, 1, 1)
-            r2 = self.r2.clamp(min=0.01).view(-1, 1, 1)
-            bias = -r1 * torch.log1p(r2 * dist)
+            bias = -self.r1.view(-1, 1, 1) * torch.log1p(self.r2.view(-1, 1, 1) * dist)
         else:
-            a = self.a.clamp(min=0.01).view(-1, 1, 1)
-            p = self.p.clamp(0.01, 2.0).view(-1, 1, 1)
-            bias = -a * dist.pow(p)
+            bias = -self.a.view(-1, 1, 1) * dist.pow(self.p.view(-1, 1, 1))
         return bias if bias.dim() == 4 else bias.unsqueeze(0)
 
 
 class FIRE(nn.Module):
-    """FIRE (Li et al. 2023): b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1),
-    f an MLP 1 -> width -> H (ReLU); c (init 0.1) and the threshold L (init 512) learned
-    (used as |c|, |L|)."""
+    """FIRE (Li et al. 2023): b(i, j) = f(psi(i - j) / (psi(max(L', i)) + eps)),
+    psi(x) = log(|c x| + 1), f an MLP 1 -> width -> H (ReLU), c learned (init 0.1).
 
-    def __init__(self, n_heads: int, width: int = 32, c: float = 0.1, L: float = 512.0):
+    The threshold is L' = |m| L: a learned multiplier m (init 1) on the fixed L (default 512),
+    as the paper's listing does (``threshold = abs(L_multiplier * init_L)``, copied e.g. in
+    mcleish7/arithmetic, cramming/architectures/embeddings.py, FIRE.forward). Learned raw, L
+    moves by at most about the learning rate per Adam step (2 units in 2,000 steps at lr 1e-3,
+    so it never reached the training lengths); through m it moves L times faster. Queries past
+    L' (i > L') get the progressive interpolation psi(i - j) / psi(i); eps = 1e-6 (the listing's)
+    keeps the normaliser > 0 when L' and i are 0.
+    """
+
+    def __init__(self, n_heads: int, width: int = 32, c: float = 0.1, L: float = 512.0, eps: float = 1e-6):
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, n_heads))
         self.c = nn.Parameter(torch.tensor(float(c)))
-        self.L = nn.Parameter(torch.tensor(float(L)))
+        self.L_fixed, self.eps = float(L), eps
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+
+    @property
+    def threshold(self) -> torch.Tensor:
+        """The effective threshold L' = |m| L (a 0-dim tensor in the graph)."""
+        return (self.L_multiplier * self.L_fixed).abs()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # runs saved before the multiplier (pe revision 1) learned L itself: the same threshold is m = L / L_fixed
+        old = prefix + "L"
+        if old in state_dict and prefix + "L_multiplier" not in state_dict:
+            state_dict[prefix + "L_multiplier"] = state_dict.pop(old) / self.L_fixed
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
-        c, L = self.c.abs(), self.L.abs()
+        c, L = self.c.abs(), self.threshold
         T = ctx.T
         if ctx.cacheable("token") and T - 1 <= float(L.detach()):
-            # every query i <= L: psi(max(L, i)) = psi(L), so b depends on |i - j| alone: run the
+            # every query i <= L': psi(max(L', i)) = psi(L'), so b depends on |i - j| alone: run the
             # MLP on the T distances and look the (T, T) map up (same function, T instead of T^2 rows)
             d = torch.arange(T, device=c.device, dtype=c.dtype)
-            vals = self.mlp((torch.log1p(c * d) / torch.log1p(c * L)).unsqueeze(-1))  # (T, H)
+            vals = self.mlp((torch.log1p(c * d) / (torch.log1p(c * L) + self.eps)).unsqueeze(-1))  # (T, H)
             idx = ctx.memoize(("fire-dist",), "token", lambda: ctx.rel("token").abs())  # (T, T) long
             return vals.t()[:, idx].unsqueeze(0)  # (1, H, T, T)
         dist = ctx.absrel("token")  # (T, T) or (B, T, T)
         qpos = ctx.pos("token").to(dist.dtype).unsqueeze(-1)  # (T, 1) or (B, T, 1)
         num = torch.log1p(c * dist)
-        den = torch.log1p(c * torch.maximum(L, qpos))  # (.., T, 1)
+        den = torch.log1p(c * torch.maximum(L, qpos)) + self.eps  # (.., T, 1)
         bias = self.mlp((num / den).unsqueeze(-1))  # (.., T, T, H)
         # (.., T, T, H) -> (1|B, H, T, T), contiguous for the attention kernels
         return (bias.movedim(-1, -3) if bias.dim() == 4 else bias.permute(2, 0, 1).unsqueeze(0)).contiguous()

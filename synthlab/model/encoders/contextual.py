@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from ..native import cope_kernel, ptr
-from .bias import alibi_slopes
+from ..registry import COMPONENTS
 
 
 class _FusedCoPE(torch.autograd.Function):
@@ -44,21 +44,32 @@ class _FusedCoPE(torch.autograd.Function):
         return g_gates, g_table, None, None
 
 
+def cope_alibi_slopes(n_heads: int, m0: float) -> list[float]:
+    """CoPE-ALiBi's fixed head slopes (Golovneva et al. 2024, App. C): m_h = m0 / 2^h. The paper's
+    three sets for 4 heads are m0 = 1, 1/4, 1/16; m0 = 1/4 ({1/4, 1/8, 1/16, 1/32}) had the lowest
+    OOD error on Flip-Flop (Table 8: 8.7 against 11.4 and 17.1)."""
+    return [m0 * 2.0**-h for h in range(n_heads)]
+
+
 class CoPE(nn.Module):
     """CoPE (Golovneva et al. 2024, Sec. 4 and App. B, Listing 1).
 
     Gates g_ij = sigmoid(q_i k_j / sqrt(d_h)) on the masked logits (future gates exactly 0),
     positions p_ij = sum_{t=j..i} g_it (reverse cumulative sum) clamped to npos - 1, and
     logit_ij += q_i . e[p_ij] with e linearly interpolated between the two nearest integer
-    rows of a learned (d_h x npos) table, zero-initialised, shared by the heads of a layer.
+    rows of a learned (d_h x npos) table, zero-initialised. The table is shared by the heads
+    and, by default, by every layer of the model (the paper's setting; "layers do not share
+    embeddings" is an App. D ablation): the model passes the same ``pos_emb`` Parameter to each
+    layer's module; without one the module makes its own (per-layer tables).
 
     Variants: ``sep_keys`` takes the gates from a separate key projection of the layer input;
-    ``alibi`` (CoPE-ALiBi, App. C Eq. 10) adds -m_h p_ij with ALiBi's head slopes instead of
+    ``alibi`` (CoPE-ALiBi, App. C Eq. 10) adds -m_h p_ij with fixed head ``slopes`` instead of
     the table (the paper writes + m p_ij with m listed positive; the minus keeps ALiBi's
     convention that farther counts are penalised, as the fixed slopes intend). Causal only.
     """
 
-    def __init__(self, d_model: int, n_heads: int, npos: int = 64, sep_keys: bool = False, alibi: bool = False):
+    def __init__(self, d_model: int, n_heads: int, npos: int = 64, sep_keys: bool = False, alibi: bool = False,
+                 pos_emb: nn.Parameter | None = None, slopes: list[float] | None = None):
         super().__init__()
         self.n_heads, self.head_dim, self.npos, self.alibi = n_heads, d_model // n_heads, npos, alibi
         self.scale = 1.0 / math.sqrt(self.head_dim)
@@ -66,7 +77,11 @@ class CoPE(nn.Module):
         if self.gate_key is not None:
             nn.init.normal_(self.gate_key.weight, std=0.02)
         if alibi:
-            self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)).view(-1, 1, 1), persistent=False)
+            slopes = cope_alibi_slopes(n_heads, COMPONENTS["cope"].params["m0"]) if slopes is None else slopes
+            self.register_buffer("slopes", torch.tensor(slopes).view(-1, 1, 1), persistent=False)  # (H, 1, 1)
+        elif pos_emb is not None:
+            assert pos_emb.shape == (self.head_dim, npos), "shared CoPE table of the wrong shape"
+            self.pos_emb = pos_emb  # (d_h, npos), the model's shared table
         else:
             self.pos_emb = nn.Parameter(torch.zeros(self.head_dim, npos))  # (d_h, npos)
 

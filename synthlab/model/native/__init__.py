@@ -128,7 +128,7 @@ def _cope_signatures(lib: ctypes.CDLL) -> None:
 
 # name -> (source, ABI version, display name, ctypes signatures)
 KERNELS = {
-    "dape": ("dape_cpu.cpp", 4, "DAPE", _dape_signatures),
+    "dape": ("dape_cpu.cpp", 5, "DAPE", _dape_signatures),  # 5: DAPE V2's tril once, on the input (App. L)
     "cope": ("cope_cpu.cpp", 1, "CoPE", _cope_signatures),
 }
 

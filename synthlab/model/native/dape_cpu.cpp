@@ -3,12 +3,16 @@
 // version: D x B x T^2 floats, written and read several times per step) never leaves the cache.
 // Forward and backward; the backward recomputes the hidden map instead of storing it.
 //
-// Causal mode: query row i sees keys 0..i and the input is zero above the diagonal before each
-// convolution, so row i is an independent 1-D convolution of length L = i + 1 with zero padding
-// on both ends: exactly the tril-zeroed Conv2d of the paper on the lower triangle. Encoder mode:
-// every row has length T (nothing zeroed). Rows are laid end to end in "strips" of a few hundred
-// positions with c = k // 2 zeros between them, so one pass of the convolutions serves many
-// short rows (the zeros are the padding each row needs).
+// Causal mode: DAPE V2 as App. L writes it: tril once, on the input [S, bias], then Conv2d (1 x k,
+// padding c = k // 2) -> LeakyReLU -> Conv2d on the full T x T map (the authors' code too:
+// chuanyang-Zheng/DAPE, megatron/model/positional_embeddings.py, Kerple_DAPEV2.forward). Query row
+// i is then an independent 1-D computation: input of length L = i + 1 (zero past it), hidden map
+// of length Lh = min(L + c, T) (the c values past the diagonal are LeakyReLU(conv1's bias + the
+// row's last inputs), read by conv2 on the diagonal; columns >= T are conv2's zero padding), and
+// L outputs. Encoder mode: every row has length T (nothing zeroed), Lh = T. Rows are laid end to
+// end in "strips" of a few hundred positions with 2c zeros between them, so one pass of the
+// convolutions serves many short rows: the hidden values past a row read inputs up to 2c past it,
+// which must be zeros, not the next row; the hidden map is zeroed after Lh (conv2's padding).
 //
 // The forward returns the processed logits A = S + bias + f([S, bias]) with -inf above the
 // diagonal in causal mode (the attention mask, fused here to save two passes over B x H x T^2).
@@ -59,13 +63,13 @@ inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 struct Shape {
     int B, T, H, C, D, k, c, causal;
-    int cap;  // strip capacity in positions (>= one full row + its seam)
+    int cap;  // strip capacity in positions (>= one full row + its 2c seam)
     int P;    // stride of one padded channel row in the workspaces: element e at [c + e], e in [-c, Ws + c)
 };
 
 Shape make_shape(int B, int T, int H, int C, int D, int k, int causal) {
     Shape sh{B, T, H, C, D, k, k / 2, causal, 0, 0};
-    sh.cap = std::max(STRIP, T + sh.c);
+    sh.cap = std::max(STRIP, T + 2 * sh.c);
     sh.P = round_up(sh.cap, VW) + 2 * sh.c + VW;
     return sh;
 }
@@ -136,7 +140,7 @@ inline void by_blocks(int n, Tile4 t4, Tile1 t1) {  // blocks of 4 channels, the
 
 struct Strip {
     std::vector<int> b, i, off, L;  // per row: batch, query index, first position, length
-    int used = 0;                   // positions incl. the c zeros after each row
+    int used = 0;                   // positions incl. the 2c zeros after each row
     int Ws = 0;                     // used, rounded up to a whole tile
     void clear() { b.clear(); i.clear(); off.clear(); L.clear(); used = 0; }
     int rows() const { return (int)b.size(); }
@@ -144,7 +148,7 @@ struct Strip {
 
 struct Workspace {  // one thread's strip buffers, channel rows of stride P
     std::vector<float> xb, hb, yb, gpb, gxb;  // inputs (C rows), hidden (D), outputs / output grads (H), hidden grads (D), input grads (C)
-    std::vector<int32_t> valid;               // -1 at positions inside a row, 0 at seams and the tail
+    std::vector<int32_t> valid;               // -1 where the hidden map is kept (a row + up to c after it), else 0
     std::vector<float> row;                   // one row of gA when the backward starts from softmax's output
     explicit Workspace(const Shape &s, bool backward)
         : xb((size_t)s.C * s.P), hb((size_t)s.D * s.P), yb((size_t)s.H * s.P),
@@ -192,12 +196,15 @@ void store_strip(const Shape &sh, const Strip &st, int n, Dst dst, const float *
         }
 }
 
-void mark_valid(const Strip &st, int32_t *valid) {
+// The hidden positions of the full map: each row and the min(c, T - L) positions after it (the
+// rest of its 2c seam and the strip's tail are conv2's zero padding).
+void mark_valid(const Shape &sh, const Strip &st, int32_t *valid) {
     std::memset(valid, 0, sizeof(int32_t) * st.Ws);
-    for (int r = 0; r < st.rows(); ++r) std::fill(valid + st.off[r], valid + st.off[r] + st.L[r], -1);
+    for (int r = 0; r < st.rows(); ++r)
+        std::fill(valid + st.off[r], valid + st.off[r] + std::min(st.L[r] + sh.c, sh.T), -1);
 }
 
-// hb[d] = LeakyReLU(conv1(x))[d], zero outside the rows (the causal zeroing before conv2).
+// hb[d] = LeakyReLU(conv1(x))[d], zero where the full map has conv2's padding (see mark_valid).
 // Masked = false for k = 1: a position outside the rows then only reaches outputs and gradients
 // outside the rows (its output gradient is 0), so the zeroing can be skipped.
 template <bool Masked>
@@ -237,7 +244,7 @@ void forward_strip(const Shape &sh, const float *w1, const float *b1, const floa
                    const Strip &st, const Rows &rows, float *out, Workspace &ws) {
     const int H = sh.H, D = sh.D, k = sh.k, P = sh.P, c = sh.c;
     load_strip(sh, st, sh.C, [&](int b, int i, int ch) { return rows.in(b, i, ch); }, ws.xb.data());
-    mark_valid(st, ws.valid.data());
+    mark_valid(sh, st, ws.valid.data());
     hidden_strip(sh, w1, b1, st, ws);
     float *yb = ws.yb.data();
     const float *xb = ws.xb.data();
@@ -281,7 +288,7 @@ void backward_strip(const Shape &sh, const float *w1, const float *b1, const flo
                     const float *gout, const float *prob, float *gS, float *gbias, Workspace &ws, Grads &gr) {
     const int H = sh.H, C = sh.C, D = sh.D, k = sh.k, P = sh.P, c = sh.c, Ws = st.Ws;
     load_strip(sh, st, C, [&](int b, int i, int ch) { return rows.in(b, i, ch); }, ws.xb.data());
-    mark_valid(st, ws.valid.data());
+    mark_valid(sh, st, ws.valid.data());
     hidden_strip(sh, w1, b1, st, ws);  // recomputed, not stored by the forward
     float *gb = ws.yb.data(), *gpb = ws.gpb.data(), *hb = ws.hb.data(), *xb = ws.xb.data();
     load_strip(sh, st, H, [&](int b, int i, int ch) -> const float * {
@@ -305,7 +312,8 @@ void backward_strip(const Shape &sh, const float *w1, const float *b1, const flo
     by_blocks(H, [&](int o) { correlate<4>(gb, o, hb, D, k, P, c, Ws, gr.w2.data()); },
                  [&](int o) { correlate<1>(gb, o, hb, D, k, P, c, Ws, gr.w2.data()); });
 
-    // hidden gradient through conv2^T and the LeakyReLU, zero where the hidden map was zeroed
+    // hidden gradient through conv2^T and the LeakyReLU (past the diagonal too: conv2 reads those
+    // values), zero where the hidden map is padding
     const bool masked = k > 1;  // see hidden_strip
     for (int w = 0; w < Ws; w += VW) {
         vi valid[WB];
@@ -342,8 +350,8 @@ void backward_strip(const Shape &sh, const float *w1, const float *b1, const flo
     by_blocks(D, [&](int d) { correlate<4>(gpb, d, xb, C, k, P, c, Ws, gr.w1.data()); },
                  [&](int d) { correlate<1>(gpb, d, xb, C, k, P, c, Ws, gr.w1.data()); });
 
-    // input gradients: the direct path of A = S + bias + f (gA itself) plus conv1^T, zero where
-    // the input was zeroed
+    // input gradients: the direct path of A = S + bias + f (gA itself) plus conv1^T, stored for
+    // the rows only (zero above the diagonal: tril)
     float *gx = ws.gxb.data();
     auto finish = [&](int m, int w, const vf a[WB]) {
         for (int q = 0; q < WB; ++q) {
@@ -379,9 +387,9 @@ struct Units {
     void each_strip(long u0, long u1, F f) const {
         Strip st;
         auto add = [&](int b, int i, int L) {
-            if (st.rows() && st.used + L + sh.c > sh.cap) { flush(st, f); }
+            if (st.rows() && st.used + L + 2 * sh.c > sh.cap) { flush(st, f); }
             st.b.push_back(b); st.i.push_back(i); st.off.push_back(st.used); st.L.push_back(L);
-            st.used += L + sh.c;
+            st.used += L + 2 * sh.c;
         };
         for (long u = u0; u < u1; ++u) {
             const int b = (int)(u / per_batch()), r = (int)(u % per_batch());
@@ -406,7 +414,7 @@ using synthlab::parallel_units;
 
 extern "C" {
 
-int dape_abi_version() { return 4; }
+int dape_abi_version() { return 5; }
 
 int dape_forward(const float *S, const float *bias, int64_t bias_bstride, float *out, const float *w1, const float *b1,
                  const float *w2, const float *b2, int B, int T, int H, int C, int D, int k, int causal, int nthreads) {
