@@ -181,6 +181,25 @@ class Grid:
     n_failed: Any
     title: str = ""
     files: dict[str, str] = dataclasses.field(default_factory=dict)
+    # (row, column) -> the source paper's number for that cell (synthlab.papers.PaperValue)
+    paper: dict[tuple[Any, Any], Any] = dataclasses.field(default_factory=dict)
+
+    def mark_papers(self, papers: Iterable[Any], split: str | list[str] | None = None) -> None:
+        """Attach the papers' numbers to the cells they describe: a paper cell whose keys are
+        this grid's row and column fields (plus, for a grid of one split, that split)."""
+        from synthlab.papers import _same, canonical
+
+        for p in papers:
+            cell = canonical(p.cell)
+            rest = {k: v for k, v in cell.items() if k not in (self.x, self.y)}
+            if self.x not in cell or self.y not in cell:
+                continue
+            if rest and not (set(rest) == {"split"} and isinstance(split, str) and rest["split"] == split):
+                continue
+            for yi in self.mean.index:
+                for xi in self.mean.columns:
+                    if _same(yi, cell[self.y]) and _same(xi, cell[self.x]):
+                        self.paper[(yi, xi)] = p
 
     def labels(self) -> list[list[str]]:
         out = []
@@ -189,32 +208,40 @@ class Grid:
             for xi in self.mean.columns:
                 m, s, n = self.mean.at[yi, xi], self.std.at[yi, xi], self.n.at[yi, xi]
                 if not math.isfinite(m):
-                    row.append("")
+                    text = ""
                 elif n > 1 and math.isfinite(s):
-                    row.append(f"{m:.1f}\n±{s:.1f}")
+                    text = f"{m:.1f}\n±{s:.1f} (n {n})"
                 else:
-                    row.append(f"{m:.1f}")
+                    text = f"{m:.1f}\n(n {n})"
+                p = self.paper.get((yi, xi))
+                row.append(text + (f"\npaper {p.label()}" if p is not None else ""))
             out.append(row)
         return out
 
     def markdown(self) -> str:
-        head = f"**{self.title}** ({self.show} %, mean ± std over seeds; blank = failed or not run)\n\n"
+        head = (f"**{self.title}** ({self.show} %, mean ± std over n seeds; blank = failed or not run"
+                + ("; paper: the source paper's number" if self.paper else "") + ")\n\n")
         cols = [str(c) for c in self.mean.columns]
         corner = self.y if self.x == "split" else f"{self.y} / {self.x}"  # rows / columns
         lines = ["| " + " | ".join([corner, *cols]) + " |", "|" + "---|" * (len(cols) + 1)]
         for yi, row in zip(self.mean.index, self.labels()):
-            lines.append("| " + " | ".join([str(yi), *(c.replace("\n", " ") for c in row)]) + " |")
+            lines.append("| " + " | ".join([str(yi), *(c.replace("\npaper", " · paper").replace("\n", " ")
+                                                      for c in row)]) + " |")
         return head + "\n".join(lines) + "\n"
 
     def long(self):
-        """The grid as a long table: y, x, mean, std, n, n_failed."""
+        """The grid as a long table: y, x, mean, std, n, n_failed, paper, paper_spread, paper_source."""
         import pandas as pd
 
         rows = []
         for yi in self.mean.index:
             for xi in self.mean.columns:
+                p = self.paper.get((yi, xi))
                 rows.append({self.y: yi, self.x: xi, "mean": self.mean.at[yi, xi], "std": self.std.at[yi, xi],
-                             "n": int(self.n.at[yi, xi]), "n_failed": int(self.n_failed.at[yi, xi])})
+                             "n": int(self.n.at[yi, xi]), "n_failed": int(self.n_failed.at[yi, xi]),
+                             "paper": p.value if p is not None else math.nan,
+                             "paper_spread": p.spread if p is not None and p.spread is not None else math.nan,
+                             "paper_source": p.source if p is not None else ""})
         return pd.DataFrame(rows)
 
     def save(self, png: str | os.PathLike) -> dict[str, str]:
@@ -271,7 +298,8 @@ def _order(values: Iterable[Any]) -> list[Any]:
 def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Metric, display and splits from the installed sweep file of the records' task."""
     out: dict[str, Any] = {"metric": "token_acc", "show": "accuracy", "in_dist": "test", "ood": None,
-                           "ood_x": "split", "ood_y": "pe", "capacity_x": "d_model", "capacity_y": "pe"}
+                           "ood_x": "split", "ood_y": "pe", "capacity_x": "d_model", "capacity_y": "pe",
+                           "spec": None}
     tasks = {r.get("task") for r in records}
     try:
         from synthlab.sweeping import installed_sweeps, parse_sweep
@@ -280,11 +308,17 @@ def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
             spec = parse_sweep(text, f"sweeps/{name}.toml", name=name)
             if tasks and tasks <= set(spec.tasks):
                 out.update(metric=spec.metric, show=spec.show, in_dist=spec.in_dist, ood=spec.ood or None,
-                           ood_x=spec.ood_x, ood_y=spec.ood_y, capacity_x=spec.capacity_x, capacity_y=spec.capacity_y)
+                           ood_x=spec.ood_x, ood_y=spec.ood_y, capacity_x=spec.capacity_x, capacity_y=spec.capacity_y,
+                           spec=spec)
                 break
     except ValueError:
         pass
     return out
+
+
+def sweep_spec_for(records: list[dict[str, Any]]):
+    """The installed sweep file whose tasks cover the records' (None if none does)."""
+    return _defaults_for(records)["spec"]
 
 
 # what a record's run was, besides its seed: the candidates for a grid axis
@@ -446,6 +480,8 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
     tasks = sorted({str(r.get("task")) for r in records})
     g = make_grid(table, kind, x, y, metric=metric, show=show, split=split,
                   title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''} {title}")
+    if d["spec"] is not None and metric == d["spec"].metric and show == d["spec"].show:
+        g.mark_papers(d["spec"].papers, split)
     if out is not None:
         p = Path(out)
         if p.suffix.lower() != ".png":
@@ -471,6 +507,7 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike)
     if cap_x in table.columns and table[cap_x].nunique(dropna=True) > 1:
         g = make_grid(table, "capacity", cap_x, spec.capacity_y, spec.metric, spec.show, split=spec.in_dist,
                       title=f"{title}: capacity ({_what(spec.metric, spec.show)} on {spec.in_dist})")
+        g.mark_papers(spec.papers, spec.in_dist)
         g.save(out_dir / "capacity.png")
         grids.append(g)
     if spec.ood or spec.ood_x not in ("split",):
@@ -484,6 +521,7 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike)
         if x in table.columns or x in ("split", "length"):
             g = make_grid(table, "ood", x, y, spec.metric, spec.show, split=split,
                           title=f"{title}: OOD ({_what(spec.metric, spec.show)}{'' if isinstance(split, list) else ' on ' + split})")
+            g.mark_papers(spec.papers, split)
             g.save(out_dir / "ood.png")
             grids.append(g)
     return grids

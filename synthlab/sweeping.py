@@ -70,7 +70,7 @@ _SWEEP_KEYS = {
     "objective_split": "split whose metric is the trial's objective value",
 }
 _PRESET_KEYS = ("description", "task", "model", "train", "positions", "rope_scaling", "axes", "tune")
-_TOP_KEYS = ("sweep", "axes", "tune", "presets")
+_TOP_KEYS = ("sweep", "axes", "tune", "presets", "paper", "claim")
 _SHOW = ("accuracy", "error")
 
 # axes with a fixed value type; any other axis is a `--set` key (checked by the trainer)
@@ -206,6 +206,8 @@ class SweepSpec:
     capacity_x: str = "d_model"
     capacity_y: str = "pe"
     objective_split: str | None = None
+    papers: list = dataclasses.field(default_factory=list)  # [[paper]]: synthlab.papers.PaperValue
+    claims: list = dataclasses.field(default_factory=list)  # [[claim]]: synthlab.papers.Claim
 
     @property
     def tasks(self) -> list[str]:
@@ -290,6 +292,10 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
             "tune": _check_tune(where, f"{sec}.tune", p.get("tune", {})),
             "description": p.get("description", ""),
         }
+    from synthlab.papers import parse_claims, parse_papers
+
+    papers = parse_papers(where, raw.get("paper"), PRESETS)
+    claims = parse_claims(where, raw.get("claim"), PRESETS)
     default_preset = sw.get("default_preset", "quick")
     if default_preset not in PRESETS:
         raise ValueError(f"{where}: sweep.default_preset: {default_preset!r} is not allowed (allowed: {', '.join(PRESETS)})")
@@ -299,7 +305,7 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
         metric=sw.get("metric", "token_acc"), show=show, in_dist=sw.get("in_dist", "test"),
         ood=list(sw.get("ood", [])), ood_x=sw.get("ood_x", "split"), ood_y=sw.get("ood_y", "pe"),
         capacity_x=sw.get("capacity_x", "d_model"), capacity_y=sw.get("capacity_y", "pe"),
-        objective_split=sw.get("objective_split"),
+        objective_split=sw.get("objective_split"), papers=papers, claims=claims,
     )
 
 
@@ -974,7 +980,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           trials: int | None = None, storage: str | None = None, study: str | None = None,
           out: str | os.PathLike | None = None, quiet: bool = True, *, grids: bool = True,
           retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
-          poll: float = 2.0) -> list[dict]:
+          poll: float = 2.0, workers: int | str = 1) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -982,8 +988,13 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     file path (default ``OUT/study.journal``); ``study`` defaults to ``<sweep>-<preset>``;
     ``out`` to ``synthlab-runs/<study>``. A failed cell counts as finished (its record says
     why) unless ``retry_failed``, which runs every failed cell again (the failed records stay
-    in results.jsonl). Everything is validated before anything is written.
+    in results.jsonl). ``workers`` (an integer or ``"auto"``) runs the grid in that many
+    processes on this machine (:mod:`synthlab.workers`). Everything is validated before
+    anything is written.
     """
+    from synthlab import workers as workers_mod
+
+    workers = workers_mod.parse_workers(workers)
     spec = load_sweep(task_or_file)
     preset = preset or spec.default_preset
     if preset not in PRESETS:
@@ -1013,7 +1024,28 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     st = optuna.create_study(study_name=study_name, storage=store, direction=direction, load_if_exists=True)
     st.set_user_attr("sweep", spec.name)
     runner = _Runner(spec, preset, cells, store, st, out_dir, quiet, heartbeat_interval, grace_period, poll)
-    runner.loop(trials, retry_failed=retry_failed)
+    if retry_failed:  # before any helper starts, so none takes a failed cell for finished
+        runner.retry_failed(runner.trials())
+    runner.enqueue_missing(runner.trials())
+    n_workers = workers_mod.resolve(workers, len(cells))
+    helpers = []
+    if n_workers > 1:
+        runner.log(f"[sweep] {n_workers} workers x {workers_mod.threads_per_worker(n_workers)} thread(s)")
+        helpers = workers_mod.spawn(n_workers, {
+            "task_or_file": str(task_or_file), "pe": pe_list, "preset": preset, "trials": trials, "storage": url,
+            "study": study_name, "out": str(out_dir), "quiet": quiet, "heartbeat_interval": heartbeat_interval,
+            "grace_period": grace_period, "poll": poll})
+    try:
+        with (workers_mod.torch_threads(workers_mod.threads_per_worker(n_workers)) if helpers
+              else contextlib.nullcontext()):
+            runner.loop(trials)
+    except BaseException:
+        workers_mod.stop(helpers)
+        raise
+    for code in workers_mod.wait(helpers):
+        if code != 0:
+            print(f"synthlab sweep: warning: a worker process exited with code {code}; "
+                  "its running cell, if any, runs again on the next sweep", file=sys.stderr)
     pairs = runner.cell_records()
     records = [r for _, r in pairs]
     _write_all(out_dir / "study-results.jsonl", records)
@@ -1033,6 +1065,13 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
         for g in tables:
             print()
             print(g.markdown())
+        from synthlab import papers
+
+        verdicts = papers.verdicts(shown, spec)
+        if verdicts:
+            papers.save(verdicts, spec.show, out_dir / "grids")
+            print()
+            print(papers.markdown(verdicts, spec.show))
     return records
 
 

@@ -30,7 +30,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"-o {out!r}: expected a .png path (CSV and Markdown go beside it)")
     if not Path(out).parent.exists():
         raise ValueError(f"-o {out!r}: directory {str(Path(out).parent)!r} does not exist")
-    g = grid(args.results, kind=args.kind, x=args.x, y=args.y, out=out)
+    from synthlab import papers
+    from synthlab.grids import read_results, sweep_spec_for
+
+    records = read_results(args.results)
+    g = grid(records, kind=args.kind, x=args.x, y=args.y, out=out)
     print(g.markdown())
-    print(f"wrote {g.files['png']}, {g.files['csv']}, {g.files['md']}")
+    wrote = [g.files["png"], g.files["csv"], g.files["md"]]
+    spec = sweep_spec_for(records)
+    verdicts = papers.verdicts(records, spec) if spec is not None else []
+    if verdicts:  # the sweep file's claims, judged on these results
+        print(papers.markdown(verdicts, spec.show))
+        files = papers.save(verdicts, spec.show, Path(out).parent, stem=f"{Path(out).stem}-papers")
+        wrote += [files["md"], files["csv"]]
+    print(f"wrote {', '.join(wrote)}")
     return 0

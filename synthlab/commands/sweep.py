@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output directory (default: synthlab-runs/<study>)")
     p.add_argument("--retry-failed", action="store_true",
                    help="run the cells that failed before again (a failed cell otherwise counts as finished)")
+    p.add_argument("--workers", default="1", metavar="N|auto",
+                   help="worker processes on this machine sharing the grid (auto: one per CPU core with one "
+                   "thread each, or one per GPU; default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
@@ -39,5 +42,6 @@ def run(args: argparse.Namespace) -> int:
 
     quiet = args.quiet or not sys.stderr.isatty()
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
-                    study=args.study, out=args.out, quiet=quiet, retry_failed=args.retry_failed)
+                    study=args.study, out=args.out, quiet=quiet, retry_failed=args.retry_failed,
+                    workers=args.workers)
     return 0 if records is not None else 1

@@ -157,7 +157,7 @@ def test_tuned_lr_the_grid_shows_the_best_setting_per_cell(tmp_path, monkeypatch
     assert len(grids.read_results(out / "study-results.jsonl")) == 6
     printed = capsys.readouterr().out
     assert "tuned lr: the grids show, per cell, the best of 3 settings by token_acc on test" in printed
-    assert "| rope | 5.0 | 10.0 |" in printed and "| nope | 5.0 | 10.0 |" in printed  # no "±": one run per cell
+    assert "| rope | 5.0 (n 1) | 10.0 (n 1) |" in printed and "| nope | 5.0 (n 1) | 10.0 (n 1) |" in printed  # no "±": one run per cell
     md = (out / "grids" / "ood.md").read_text()
     assert "lr=" not in md
 
@@ -269,7 +269,7 @@ def test_a_failed_cell_is_recorded_the_sweep_goes_on_and_the_grid_shows_it_missi
     assert math.isnan(g.mean.at["nope", 1]) and g.mean.at["nope", 0] == pytest.approx(40.0)
     # the sweep's own grid averages the finished seed only and counts the failed one
     csv = (out / "grids" / "ood.csv").read_text().splitlines()
-    assert "nope,test,40.0,,1,1" in csv
+    assert "nope,test,40.0,,1,1,,," in csv  # no paper number for this cell
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -48,8 +48,8 @@ def test_capacity_grid_mean_spread_and_failed_blank():
     assert math.isnan(g.mean.at["cope", 32])  # failed: missing, never 0
     assert g.n_failed.at["cope", 32] == 1 and g.n.at["cope", 32] == 0
     labels = dict(zip(g.mean.index, g.labels()))
-    assert labels["rope"] == ["85.0\n±7.1", "100.0"]
-    assert labels["cope"] == ["100.0\n±0.0", ""]  # two seeds, no spread
+    assert labels["rope"] == ["85.0\n±7.1 (n 2)", "100.0\n(n 1)"]  # n seeds in every cell
+    assert labels["cope"] == ["100.0\n±0.0 (n 2)", ""]  # two seeds, no spread
 
 
 def test_error_display_and_split_columns():
@@ -107,13 +107,13 @@ def test_heatmap_has_fixed_colour_scale_and_annotations(tmp_path):
     fig, ax = g.plot()
     assert ax.collections[0].get_clim() == (0.0, 100.0)
     texts = sorted(t.get_text() for t in ax.texts)
-    assert "85.0\n±7.1" in texts and "" not in texts and len(texts) == 3  # the failed cell has no label
+    assert "85.0\n±7.1 (n 2)" in texts and "" not in texts and len(texts) == 3  # the failed cell has no label
     files = g.save(tmp_path / "cap.png")
     assert (tmp_path / "cap.png").stat().st_size > 1000
     md = (tmp_path / "cap.md").read_text()
-    assert "| rope | 85.0 ±7.1 | 100.0 |" in md and "| cope | 100.0 ±0.0 |  |" in md
+    assert "| rope | 85.0 ±7.1 (n 2) | 100.0 (n 1) |" in md and "| cope | 100.0 ±0.0 (n 2) |  |" in md
     csv = (tmp_path / "cap.csv").read_text().splitlines()
-    assert csv[0] == "pe,d_model,mean,std,n,n_failed" and "cope,32,,,0,1" in csv
+    assert csv[0] == "pe,d_model,mean,std,n,n_failed,paper,paper_spread,paper_source" and "cope,32,,,0,1,,," in csv
     assert set(files) == {"png", "csv", "md"}
 
 

@@ -1,0 +1,140 @@
+"""Several worker processes on one sweep (``synthlab sweep ... --workers N|auto``).
+
+The study's scheduling is already exactly once across processes (see :mod:`synthlab.sweeping`),
+so a sweep with N workers is this process plus N - 1 helper processes running the same sweep on
+the same storage and study, without drawing grids. The machine is split between them:
+
+- CPU: each worker gets ``cores // N`` torch threads (at least 1), so workers x threads =
+  cores. Small models gain from it: a step of the quick presets does not keep two threads
+  busy (measured on a 2-core VM, README "Scaling out").
+- GPU: workers are spread round robin over the visible GPUs (``CUDA_VISIBLE_DEVICES`` of each
+  helper), several per GPU when N exceeds the GPU count.
+
+Ctrl-C or SIGTERM in the main process stops the helpers (each re-queues its running cell).
+A helper that dies is reaped like any killed worker: its cell runs again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any, Iterator
+
+AUTO = "auto"
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (the affinity mask, e.g. a container's or taskset's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS / Windows
+        return os.cpu_count() or 1
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def parse_workers(value: Any) -> int | str:
+    """``--workers``: a positive integer or ``auto`` (ValueError otherwise)."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        n = int(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        n = None
+    if n is None or n < 1 or str(value).strip() not in (str(n), f"+{n}"):
+        raise ValueError(f"--workers must be a positive integer or 'auto', got {value!r}")
+    return n
+
+
+def resolve(workers: int | str, n_cells: int) -> int:
+    """The number of worker processes: ``auto`` = one per CPU core (one thread each), or
+    one per GPU; never more than there are cells."""
+    if workers == AUTO:
+        gpus = gpu_count()
+        workers = gpus if gpus else cpu_cores()
+    return max(1, min(int(workers), max(1, n_cells)))
+
+
+def threads_per_worker(n_workers: int) -> int:
+    return max(1, cpu_cores() // n_workers)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """This process's torch intra-op threads for the block (restored afterwards)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def spawn(n_workers: int, sweep_kwargs: dict[str, Any]) -> list[subprocess.Popen]:
+    """Start ``n_workers - 1`` helper processes on the sweep (the caller is worker 0)."""
+    gpus = gpu_count()
+    threads = threads_per_worker(n_workers)
+    procs = []
+    for i in range(1, n_workers):
+        env = dict(os.environ)
+        env["OMP_NUM_THREADS"] = str(threads)
+        if gpus:
+            visible = env.get("CUDA_VISIBLE_DEVICES")
+            ids = visible.split(",") if visible else [str(g) for g in range(gpus)]
+            env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
+        payload = json.dumps({**sweep_kwargs, "threads": threads})
+        # a new process group: a Ctrl-C at the terminal reaches the main process only, which
+        # then stops the helpers itself (so they never race it to the journal)
+        procs.append(subprocess.Popen([sys.executable, "-m", "synthlab.workers", payload], env=env,
+                                      stdin=subprocess.DEVNULL, start_new_session=True))
+    return procs
+
+
+def stop(procs: list[subprocess.Popen], sig: int = signal.SIGINT, timeout: float = 60.0) -> None:
+    """Ask the helpers to stop (their running cells go back to the queue), then wait."""
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(sig)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def wait(procs: list[subprocess.Popen]) -> list[int]:
+    """Wait for the helpers; their exit codes."""
+    return [p.wait() for p in procs]
+
+
+def _main(payload: str) -> int:
+    """A helper process: run the sweep's loop without drawing (``python -m synthlab.workers``)."""
+    import torch
+
+    from synthlab.sweeping import sweep
+
+    kwargs = json.loads(payload)
+    torch.set_num_threads(int(kwargs.pop("threads")))
+    # SIGTERM (the main process stopping us, or a scheduler) as Ctrl-C: the cell is re-queued
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        sweep(**kwargs, grids=False, workers=1)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a subprocess
+    sys.exit(_main(sys.argv[1]))

@@ -1,0 +1,96 @@
+"""`synthlab sweep --workers N|auto`: several processes on one grid, exactly once, stopped together."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from synthlab import grids, workers
+
+from test_sweep import TINY, _env, completed_keys, study_trials, write_sweep
+
+
+@pytest.mark.parametrize("value, want", [("1", 1), ("3", 3), (2, 2), ("auto", "auto"), ("AUTO", "auto")])
+def test_parse_workers(value, want):
+    assert workers.parse_workers(value) == want
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", "", None, True])
+def test_bad_workers_value_is_a_value_error(value):
+    with pytest.raises(ValueError, match="--workers must be a positive integer or 'auto'"):
+        workers.parse_workers(value)
+
+
+def test_resolve_never_starts_more_workers_than_cells(monkeypatch):
+    monkeypatch.setattr(workers, "cpu_cores", lambda: 8)
+    monkeypatch.setattr(workers, "gpu_count", lambda: 0)
+    assert workers.resolve("auto", 100) == 8 and workers.resolve("auto", 3) == 3 and workers.resolve(5, 2) == 2
+    assert workers.threads_per_worker(2) == 4 and workers.threads_per_worker(16) == 1
+    monkeypatch.setattr(workers, "gpu_count", lambda: 2)
+    assert workers.resolve("auto", 100) == 2  # one per GPU
+
+
+def test_bad_workers_flag_exits_2_before_writing(tmp_path, capsys):
+    from synthlab.cli import main
+
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_sweep(tmp_path)), "--out", str(out), "--workers", "zero"]) == 2
+    assert "--workers must be a positive integer" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "synthlab.cli", "sweep", *args, "--quiet"]
+
+
+@pytest.mark.slow
+def test_two_workers_run_every_cell_exactly_once_with_split_threads(tmp_path):
+    path = write_sweep(tmp_path, TINY.replace("seed = [0, 1]", "seed = [0, 1, 2]"))
+    out = tmp_path / "out"
+    r = subprocess.run(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "6/6 cells finished" in r.stdout
+    _, trials = study_trials(out, "tiny-smoke")
+    keys = completed_keys(trials)
+    assert len(keys) == 6 == len(set(keys))
+    recs = grids.read_results(out / "results.jsonl")
+    assert sorted((x["pe"], x["train"]["seed"]) for x in recs) == sorted(
+        (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2))
+    # every run, in either process, had its share of the cores
+    assert {x["train"]["threads"] for x in recs} == {workers.threads_per_worker(2)}
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_worker_and_a_rerun_finishes_the_grid(tmp_path):
+    from optuna.trial import TrialState
+
+    path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,").replace("seed = [0, 1]", "seed = [0]"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    running: list = []
+    while time.time() < deadline and len(running) < 2 and proc.poll() is None:
+        time.sleep(0.2)
+        if (out / "study.journal").exists():
+            running = [t for t in study_trials(out, "tiny-smoke")[1]
+                       if t.state == TrialState.RUNNING and "worker" in t.user_attrs]
+    assert len(running) == 2, "both workers should be training a cell"
+    helper_pid = next(t.user_attrs["worker"]["pid"] for t in running if t.user_attrs["worker"]["pid"] != proc.pid)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    with pytest.raises(ProcessLookupError):  # the helper is gone too
+        os.kill(helper_pid, 0)
+    trials = study_trials(out, "tiny-smoke")[1]
+    assert not [t for t in trials if t.state == TrialState.RUNNING]  # both cells went back to the queue
+    assert not [t for t in trials if "record" in t.user_attrs]  # and nothing was recorded as failed
+    r = subprocess.run(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "2/2 cells finished" in r.stdout, r.stderr
