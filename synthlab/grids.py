@@ -181,6 +181,7 @@ class Grid:
     n_failed: Any
     title: str = ""
     files: dict[str, str] = dataclasses.field(default_factory=dict)
+    best_of: tuple[str, ...] = ()  # cells are the best run over seeds x these settings (see make_grid)
     # (row, column) -> the source paper's number for that cell (synthlab.papers.PaperValue)
     paper: dict[tuple[Any, Any], Any] = dataclasses.field(default_factory=dict)
 
@@ -209,6 +210,8 @@ class Grid:
                 m, s, n = self.mean.at[yi, xi], self.std.at[yi, xi], self.n.at[yi, xi]
                 if not math.isfinite(m):
                     text = ""
+                elif self.best_of:
+                    text = f"{m:.1f}\nbest of {n}"
                 elif n > 1 and math.isfinite(s):
                     text = f"{m:.1f}\n±{s:.1f} (n {n})"
                 else:
@@ -219,7 +222,9 @@ class Grid:
         return out
 
     def markdown(self) -> str:
-        head = (f"**{self.title}** ({self.show} %, mean ± std over n seeds; blank = failed or not run"
+        what = (f"the best of n runs over seeds x {', '.join(self.best_of)}" if self.best_of
+                else "mean ± std over n seeds")
+        head = (f"**{self.title}** ({self.show} %, {what}; blank = failed or not run"
                 + ("; paper: the source paper's number" if self.paper else "") + ")\n\n")
         cols = [str(c) for c in self.mean.columns]
         corner = self.y if self.x == "split" else f"{self.y} / {self.x}"  # rows / columns
@@ -356,8 +361,12 @@ def pooled_axes(df, x: str, y: str) -> list[str]:
 
 
 def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show: str = "accuracy",
-              split: str | list[str] | None = None, title: str = "") -> Grid:
+              split: str | list[str] | None = None, title: str = "", best_of: tuple[str, ...] = ()) -> Grid:
     """Pivot a tidy table (see :func:`tidy`) into a :class:`Grid`.
+
+    ``best_of`` (e.g. ``("lr",)``): the cell is the best single run over the seeds and these
+    settings (the maximum accuracy, or the minimum error), as the CHE papers report, instead of
+    the mean over seeds; ``n`` counts the runs it chose from, ``std`` is NaN.
 
     ``split``: for x = ``split`` the list of columns; otherwise the split the cells read
     (for x = ``length``, the split whose per-length rows are used).
@@ -379,7 +388,7 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
             raise ValueError(f"grid field {field!r} is not in the results (allowed: split, length, {', '.join(allowed)})")
     if metric not in df.columns:
         df[metric] = math.nan
-    pooled = pooled_axes(df, x, y)
+    pooled = [a for a in pooled_axes(df, x, y) if a not in best_of]
     if pooled:  # never average over a grid axis as if it were seeds: it joins the rows instead
         label = ", ".join([*y.split(","), *pooled])  # "task,pe" + d_model -> "task, pe, d_model"
         joined = df[y].astype(str)
@@ -417,8 +426,11 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
     for (yi, xi), grp in per_run.groupby([y, x]):
         v = grp["_v"].dropna().to_numpy()
         if yi in mean.index and xi in mean.columns and len(v):
-            mean.at[yi, xi] = float(v.mean())
-            std.at[yi, xi] = float(v.std(ddof=1)) if len(v) > 1 else math.nan
+            if best_of:
+                mean.at[yi, xi] = float(v.min() if show == "error" else v.max())
+            else:
+                mean.at[yi, xi] = float(v.mean())
+                std.at[yi, xi] = float(v.std(ddof=1)) if len(v) > 1 else math.nan
             n.at[yi, xi] = len(v)
     if x not in ("split", "length") and y not in ("split", "length"):
         for (yi, xi), grp in failed.groupby([y, x]):
@@ -434,7 +446,8 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
     # lengths and chunk numbers arrive as floats (NaN-able columns): label them 256, not 256.0
     rows, cols = _whole_numbers(mean.index), _whole_numbers(mean.columns)
     mean, std, n, nf = (f.rename(index=rows, columns=cols) for f in (mean, std, n, nf))
-    return Grid(kind=kind, x=x, y=y, metric=value_col, show=show, mean=mean, std=std, n=n, n_failed=nf, title=title)
+    return Grid(kind=kind, x=x, y=y, metric=value_col, show=show, mean=mean, std=std, n=n, n_failed=nf, title=title,
+                best_of=tuple(best_of))
 
 
 def _whole_numbers(labels) -> dict[float, int]:
@@ -494,21 +507,27 @@ def _what(metric: str, show: str) -> str:
     return f"error = 1 - {metric}" if show == "error" else metric
 
 
-def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike) -> list[Grid]:
+def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,
+                best_of: tuple[str, ...] = (), stem: str = "") -> list[Grid]:
     """The grids a sweep file asks for: capacity when its x axis varies, ood when it has OOD
-    splits; saved as ``out_dir/<kind>.png`` (+ .csv, .md)."""
+    splits; saved as ``out_dir/<kind>.png`` (+ .csv, .md). With ``best_of`` (a tuned sweep's
+    parameters) each cell is the best run over seeds x those settings, saved as
+    ``<kind>-best.png``."""
     if not records:
         return []
     out_dir = Path(out_dir)
     table = tidy(records)
+    suffix = stem or ("-best" if best_of else "")
+    best_title = f", best of seeds x {', '.join(best_of)}" if best_of else ""
     title = spec.name
     grids: list[Grid] = []
     cap_x = spec.capacity_x
     if cap_x in table.columns and table[cap_x].nunique(dropna=True) > 1:
         g = make_grid(table, "capacity", cap_x, spec.capacity_y, spec.metric, spec.show, split=spec.in_dist,
-                      title=f"{title}: capacity ({_what(spec.metric, spec.show)} on {spec.in_dist})")
+                      title=f"{title}: capacity ({_what(spec.metric, spec.show)} on {spec.in_dist}{best_title})",
+                      best_of=best_of)
         g.mark_papers(spec.papers, spec.in_dist)
-        g.save(out_dir / "capacity.png")
+        g.save(out_dir / f"capacity{suffix}.png")
         grids.append(g)
     if spec.ood or spec.ood_x not in ("split",):
         if spec.ood_x == "split":
@@ -520,8 +539,9 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike)
         x, y = spec.ood_x, spec.ood_y
         if x in table.columns or x in ("split", "length"):
             g = make_grid(table, "ood", x, y, spec.metric, spec.show, split=split,
-                          title=f"{title}: OOD ({_what(spec.metric, spec.show)}{'' if isinstance(split, list) else ' on ' + split})")
+                          title=f"{title}: OOD ({_what(spec.metric, spec.show)}"
+                                f"{'' if isinstance(split, list) else ' on ' + split}{best_title})", best_of=best_of)
             g.mark_papers(spec.papers, split)
-            g.save(out_dir / "ood.png")
+            g.save(out_dir / f"ood{suffix}.png")
             grids.append(g)
     return grids

@@ -72,6 +72,8 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         if isinstance(mod, Rotary):
             mod.pairs = pairs
     load_model(model, str(weights), device="cpu")
+    if cfg.get("rope_factor") is not None:  # PoSE's static interpolation, as the run trained and was evaluated
+        model.set_rope_scaling(cfg["rope_scaling"], cfg["rope_factor"], cfg.get("train_len"))
     model.eval()
     metrics_path = run_dir / "metrics.jsonl"
     metrics = []

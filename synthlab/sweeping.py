@@ -1055,6 +1055,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
         tuned = spec.preset_tune_keys(preset)
         shown = best_tuned(spec, pairs, not _lower_is_better(spec), tuned) if tuned else records
         tables = grids_mod.sweep_grids(shown, spec, out_dir / "grids")
+        if tuned:  # the CHE papers report the best run over seeds x learning rates: show that too
+            tables += grids_mod.sweep_grids(records, spec, out_dir / "grids", best_of=tuple(tuned))
         missing = len(cells) - sum(1 for r in records if r.get("status") == "ok")
         print(f"study {study_name}: {len(records)}/{len(cells)} cells finished"
               + (f" ({missing} failed or not run)" if missing else "") + f"; results in {out_dir}")

@@ -648,7 +648,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
         run_dir.mkdir(parents=True, exist_ok=False)
         (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), "max_len": max_len, "run_id": run_id,
                                                          "rotary_pairs": CURRENT_PAIRS, "rope_factor": rope_factor,
-                                                         "pe_revision": PE_REVISION},
+                                                         "train_len": train_len, "pe_revision": PE_REVISION},
                                                         indent=1) + "\n")
     log_every = max(1, tc.steps // 200)
     module = make_module(model, cfg, log_every)

@@ -71,8 +71,11 @@ INDEX_SCHEMES: dict[str, tuple[str, str]] = {
     "token": ("positions 0..T-1 (default)", "-"),
     "segment": ("BiPE segment index and index within the segment; a separator ends its segment", "He et al. 2024 (BiPE)"),
     "randomized": ("--positions randomized:max=2048: sorted sample of T distinct positions from [0, max), every batch", "Ruoss et al. 2023, Randomized Positional Encodings"),
-    "pose": ("--positions pose:chunks=2,target=1024: N chunks with skipping biases, training only", "Zhu et al. 2024, PoSE (ICLR)"),
-    "rope-scaling linear": ("--rope-scaling linear: positions / s (position interpolation), s = L_eval / L_train", "Chen et al. 2023, Position Interpolation"),
+    "pose": ("--positions pose:chunks=2,target=1024: N chunks with skipping biases drawn per example, training only; "
+             "chunks >= T is RandPos; with --rope-scaling, s = target / T fixed in training and evaluation",
+             "Zhu et al. 2024, PoSE (ICLR)"),
+    "rope-scaling linear": ("--rope-scaling linear: positions / s (position interpolation), s = L_eval / L_train "
+                            "(with PoSE: s = target / T throughout)", "Chen et al. 2023, Position Interpolation"),
     "rope-scaling ntk": ("--rope-scaling ntk: base * s^(d/(d-2))", "bloc97 2023, NTK-aware scaled RoPE"),
     "rope-scaling yarn": ("--rope-scaling yarn: NTK-by-parts ramp (alpha=1, beta=32), logits x (0.1 ln s + 1)^2", "Peng et al. 2023, YaRN"),
 }

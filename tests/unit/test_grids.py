@@ -163,3 +163,22 @@ def test_composite_rows_and_an_all_failed_grid(tmp_path):
     assert dead.mean.isna().all().all()
     dead.save(tmp_path / "dead.png")  # draws an all-blank grid, no crash
     assert (tmp_path / "dead.png").exists()
+
+
+def test_best_of_a_tuned_setting_is_the_best_single_run_never_pooled_by_mean():
+    runs = []
+    for seed, (lo, hi) in enumerate([(0.5, 0.9), (0.6, 0.7)]):  # two seeds x two learning rates
+        for lr, acc in ((1e-4, lo), (1e-3, hi)):
+            r = rec("rope", 16, seed, acc, acc)
+            r["train"]["lr"] = lr
+            r["run_id"] += f"-{lr}"
+            runs.append(r)
+    t = grids.tidy(runs)
+    mean = grids.make_grid(t, "capacity", "d_model", "pe", "token_acc", "accuracy", split="test")
+    assert list(mean.mean.index) != ["rope"]  # averaged grid: each lr is its own row (never pooled)
+    best = grids.make_grid(t, "capacity", "d_model", "pe", "token_acc", "accuracy", split="test", best_of=("lr",))
+    assert list(best.mean.index) == ["rope"] and best.mean.at["rope", 16] == pytest.approx(90.0)
+    assert best.n.at["rope", 16] == 4 and best.labels() == [["90.0\nbest of 4"]]
+    assert "the best of n runs over seeds x lr" in best.markdown()
+    err = grids.make_grid(t, "capacity", "d_model", "pe", "token_acc", "error", split="test", best_of=("lr",))
+    assert err.mean.at["rope", 16] == pytest.approx(10.0)  # error: the lowest

@@ -119,3 +119,23 @@ def test_randomized_keeps_eval_time_rope_scaling(monkeypatch):
     assert rec["status"] == "ok"
     assert all(s == 1.0 for training, _, s in seen if training)
     assert {(T, s) for training, T, s in seen if not training and T == 64} == {(64, 2.0)}
+
+
+def test_load_run_restores_poses_static_rope_factor(tmp_path):
+    """A reloaded PoSE run scales its rotary positions as it trained and was evaluated (before:
+    load_run built the model unscaled, so a notebook saw another function)."""
+    import torch
+
+    from synthlab import load_run
+
+    rec = train("passkey", "rope", preset="smoke", positions="pose:chunks=2,target=128", rope_scaling="linear",
+                steps=3, out=tmp_path)
+    run = load_run(tmp_path / rec["run_id"])
+    rot = run.model.rotary_encoders()[0]
+    assert rot._scale(64) == 4.0 and rot._scale(32) == 4.0
+    _, ids = run.batch("test", n=2)
+    with torch.no_grad():
+        a = run.model(ids)
+        run.model.set_rope_scaling(None)
+        b = run.model(ids)
+    assert not torch.allclose(a, b)
