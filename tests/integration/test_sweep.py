@@ -448,7 +448,7 @@ def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     assert recs[3e-3]["status"] == "ok"
     cap = (out / "grids" / "capacity.csv").read_text().splitlines()
     row = next(line for line in cap if line.startswith("rope,1e+30"))
-    assert row == "rope,1e+30,,,0,1"  # mean and std blank, not 0
+    assert row == "rope,1e+30,,,0,1,,,"  # mean and std blank, not 0 (and no paper number)
     assert "1 failed or not run" in r.stdout
     # --retry-failed runs that cell (only that one) again: it diverges again
     r = subprocess.run(_cmd(str(path), "--out", str(out), "--retry-failed"), env=_env(), capture_output=True,

@@ -172,7 +172,7 @@ def test_grid_marks_the_paper_cell_in_labels_markdown_and_csv():
 
 
 def test_every_installed_sweep_file_parses_its_paper_sections():
-    for name in ("flipflop", "selective_copy", "counting", "arithmetic", "binfa", "pose", "mqar", "che"):
+    for name in ("flipflop", "flipflop_lm", "selective_copy", "counting", "arithmetic", "binfa", "pose", "mqar", "che"):
         s = load_sweep(name)
         assert s.claims, f"{name} states no claim"
         for c in s.claims:
