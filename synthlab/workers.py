@@ -127,7 +127,9 @@ def _main(payload: str) -> int:
 
     kwargs = json.loads(payload)
     torch.set_num_threads(int(kwargs.pop("threads")))
-    # SIGTERM (the main process stopping us, or a scheduler) as Ctrl-C: the cell is re-queued
+    # the main process stops us with SIGINT (a parent without job control may have left it
+    # ignored, which a child inherits); SIGTERM (a scheduler) likewise: the cell is re-queued
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         sweep(**kwargs, grids=False, workers=1)
