@@ -306,10 +306,16 @@ def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
                            "ood_x": "split", "ood_y": "pe", "capacity_x": "d_model", "capacity_y": "pe",
                            "spec": None}
     tasks = {r.get("task") for r in records}
+    studies = {str(r.get("study") or "") for r in records}
     try:
         from synthlab.sweeping import installed_sweeps, parse_sweep
 
-        for name, text in installed_sweeps().items():
+        # the sweep that wrote the records first (a study is named <sweep>-<preset> by default:
+        # flipflop_lm-quick), then any sweep of their task
+        installed = installed_sweeps()
+        named = [n for n in installed if studies and all(st.startswith(f"{n}-") for st in studies)]
+        for name in sorted(named, key=len, reverse=True) + [n for n in installed if n not in named]:
+            text = installed[name]
             spec = parse_sweep(text, f"sweeps/{name}.toml", name=name)
             if tasks and tasks <= set(spec.tasks):
                 out.update(metric=spec.metric, show=spec.show, in_dist=spec.in_dist, ood=spec.ood or None,

@@ -150,13 +150,17 @@ def _entries(where: str, name: str, raw: Any) -> list[dict[str, Any]]:
     return raw
 
 
+def _known_keys(where: str, sec: str, entry: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(entry) - set(allowed))
+    if unknown:
+        raise ValueError(f"{where}: {sec}: unknown key {unknown[0]!r} (allowed: {', '.join(allowed)})")
+
+
 def parse_papers(where: str, raw: Any, allowed_presets: tuple[str, ...]) -> list[PaperValue]:
     out = []
     for i, e in enumerate(_entries(where, "paper", raw)):
         sec = f"paper[{i}]"
-        unknown = sorted(set(e) - set(_PAPER_KEYS))
-        if unknown:
-            raise ValueError(f"{where}: {sec}: unknown key {unknown[0]!r} (allowed: {', '.join(_PAPER_KEYS)})")
+        _known_keys(where, sec, e, _PAPER_KEYS)
         for req in ("source", "cell", "value"):
             if req not in e:
                 raise ValueError(f"{where}: {sec}: {req!r} is required")
@@ -175,9 +179,7 @@ def parse_claims(where: str, raw: Any, allowed_presets: tuple[str, ...]) -> list
     out = []
     for i, e in enumerate(_entries(where, "claim", raw)):
         sec = f"claim[{i}]"
-        unknown = sorted(set(e) - set(_CLAIM_KEYS))
-        if unknown:
-            raise ValueError(f"{where}: {sec}: unknown key {unknown[0]!r} (allowed: {', '.join(_CLAIM_KEYS)})")
+        _known_keys(where, sec, e, _CLAIM_KEYS)
         ordering = "better" in e or "worse" in e
         threshold = "cell" in e
         if ordering == threshold:

@@ -194,3 +194,12 @@ def test_a_length_cell_reads_the_per_length_rows():
     r = [{**rec("rope", i, 1.0, 0.5), "by_length": {"ood-sparse/256": 0.25 + 0.5 * i}} for i in range(2)]
     st = papers.measure(tidy(r), {"pe": "rope", "split": "ood-sparse", "length": 256}, "seq_acc", "accuracy")
     assert st.n == 2 and st.mean == pytest.approx(50.0)
+
+
+def test_grid_judges_records_by_the_sweep_that_wrote_them():
+    from synthlab.grids import sweep_spec_for
+
+    records = [rec("cope", 0, 1.0, 1.0)]
+    assert sweep_spec_for(records).name == "flipflop"  # no study: the task's first sweep
+    assert sweep_spec_for([{**r, "study": "flipflop_lm-quick"} for r in records]).name == "flipflop_lm"
+    assert sweep_spec_for([{**r, "study": "flipflop-paper"} for r in records]).name == "flipflop"
