@@ -229,11 +229,19 @@ def _column(table, key: str) -> str | None:
 def canonical(cell: dict[str, Any]) -> dict[str, Any]:
     """The cell as records name it: ``pe = "kerple+dape", dape_k = 3`` -> ``pe =
     "kerple+dape:k=3"`` (the sweep's dape_k axis writes the kernel into the encoding)."""
-    if "pe" in cell and "dape_k" in cell:
-        from synthlab.sweeping import _with_dape_k
+    if "pe" not in cell:
+        return cell
+    from synthlab.model import parse_pe
+    from synthlab.sweeping import _with_dape_k
 
-        cell = dict(cell)
-        cell["pe"] = _with_dape_k(str(cell["pe"]), int(cell.pop("dape_k")))
+    cell = dict(cell)
+    pe = str(cell["pe"])
+    if "dape_k" in cell:
+        pe = _with_dape_k(pe, int(cell.pop("dape_k")))
+    try:  # the record's own spelling: "nope+dape:k=1" is recorded as "nope+dape" (k = 1 is the default)
+        cell["pe"] = parse_pe(pe).name
+    except ValueError:
+        cell["pe"] = pe
     return cell
 
 

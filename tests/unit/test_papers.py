@@ -188,6 +188,13 @@ def test_a_dape_cell_names_its_kernel_as_the_sweep_axis_does():
               [rec("kerple+dape:k=1", i, 1.0, 0.7) for i in range(2)] + [rec("kerple", i, 1.0, 0.5) for i in range(2)]
     (v,) = papers.verdicts(records, s)
     assert [st.n for st in v.stats] == [2, 2] and v.verdict == papers.REPRODUCED
+    # k = 1 is DAPE's default: records name it "kerple+dape" (the claim was silently left out before)
+    s1 = spec('[[claim]]\ntext = "k3 over k1"\nsource = "s"\n'
+              'better = { pe = "kerple+dape", dape_k = 3, split = "ood-sparse" }\n'
+              'worse = { pe = "kerple+dape", dape_k = 1, split = "ood-sparse" }\n')
+    records = [{**r, "pe": "kerple+dape"} if r["pe"] == "kerple+dape:k=1" else r for r in records]
+    (v,) = papers.verdicts(records, s1)
+    assert [st.n for st in v.stats] == [2, 2] and v.verdict == papers.REPRODUCED
 
 
 def test_a_length_cell_reads_the_per_length_rows():
