@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("sweep", metavar="TASK_OR_FILE",
-                   help="an installed sweep (flipflop, selective_copy, counting, arithmetic, binfa, che, pose, "
+                   help="an installed sweep (flipflop, flipflop_lm, selective_copy, counting, arithmetic, binfa, che, pose, "
                    "mqar), a CHE task name (che.toml restricted to it), or a .toml file")
     p.add_argument("--pe", help="comma-separated encodings; replaces the sweep's encodings axis")
     p.add_argument("--preset", choices=("smoke", "quick", "paper"), help="settings preset (default: the sweep file's)")
