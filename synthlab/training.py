@@ -453,11 +453,6 @@ def greedy_right(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, k
     return right
 
 
-def greedy_answers(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, key: int = 0) -> float:
-    """Arithmetic's ``answer_acc``: the fraction of :func:`greedy_right` samples."""
-    return _fraction(greedy_right(model, samples, ctx, key))
-
-
 def answer_acc_by_ops(task: Any, split: str, samples: list[Any], right: np.ndarray) -> dict[str, float]:
     """Arithmetic: ``answer_acc_ops_k`` = answer accuracy over the samples with k operators, for
     each k of ``task.op_counts(split)`` (the training mix on ``test-mix``, where the headline

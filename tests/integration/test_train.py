@@ -13,7 +13,7 @@ import generators
 from synthlab.cli import main
 from synthlab.config import CHE_TASKS
 from synthlab.data import eval_sets
-from synthlab.training import (EvalContext, evaluate, greedy_answers, lr_factor, resolve_config, train)
+from synthlab.training import (EvalContext, evaluate, greedy_right, lr_factor, resolve_config, train)
 
 RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",
                "by_length", "wall_s", "device", "synthlab", "git", "study", "trial", "status"}
@@ -222,8 +222,8 @@ def test_greedy_decoding_reads_the_answer_before_eos():
     task = generators.get_task("arithmetic", n_ops=2, ood_ops_max=0)
     samples = task.sample("test", 6, seed=0)
     ctx = EvalContext(task=task, pad_id=len(task.vocab), batch_size=4, device=torch.device("cpu"))
-    assert greedy_answers(_Oracle(samples, len(task.vocab) + 1), samples, ctx) == 1.0
-    assert greedy_answers(_Oracle(samples, len(task.vocab) + 1, wrong_answer=True), samples, ctx) == 0.0
+    assert greedy_right(_Oracle(samples, len(task.vocab) + 1), samples, ctx).all()
+    assert not greedy_right(_Oracle(samples, len(task.vocab) + 1, wrong_answer=True), samples, ctx).any()
 
 
 class _Recorder(torch.nn.Module):

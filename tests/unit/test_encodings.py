@@ -460,6 +460,12 @@ def test_spec_grammar_canonical_names():
     ("kerple:kind=cubic", "log, power"),
     ("rope:base", "key=value"),
     ("", "non-empty"),
+    # shared tables and CoPE-ALiBi's slopes (issue 15)
+    ("cope:alibi=1,layer_tables=1", "no position table"),
+    ("cope-alibi:layer_tables=1", "unknown parameter 'layer_tables'"),
+    ("cope:m0=1", "cope-alibi:m0"),
+    ("cope-alibi:m0=0", "positive"),
+    ("t5:layer_tables=maybe", "must be bool"),
 ])
 def test_bad_spec_strings(bad, needle):
     with pytest.raises(ValueError, match=needle):

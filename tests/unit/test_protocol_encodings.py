@@ -198,18 +198,6 @@ def test_cope_alibi_uses_the_app_c_slopes():
     assert parse_pe("cope-alibi:m0=0.0625").name == "cope-alibi:m0=0.0625"
 
 
-@pytest.mark.parametrize("spec,needle", [
-    ("cope:alibi=1,layer_tables=1", "no position table"),
-    ("cope-alibi:layer_tables=1", "unknown parameter 'layer_tables'"),
-    ("cope:m0=1", "cope-alibi:m0"),
-    ("cope-alibi:m0=0", "positive"),
-    ("t5:layer_tables=maybe", "must be bool"),
-])
-def test_bad_table_and_slope_params(spec, needle):
-    with pytest.raises(ValueError, match=needle):
-        parse_pe(spec)
-
-
 # ---- KERPLE: parameters projected, gradient kept -------------------------------------------------
 
 @pytest.mark.parametrize("kind,names", [("log", ("r1", "r2")), ("power", ("a", "p"))])
