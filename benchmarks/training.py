@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 import generators
-from synthlab.config import build_config, apply_overrides
+from synthlab.config import apply_overrides
+from synthlab.presets import build_config
 from synthlab.data import DataModule, TrainStream
 from synthlab.model import build_model
 from synthlab.training import _quiet_lightning, fit, lr_factor, make_module

@@ -35,4 +35,23 @@ def get_task(name: str, **params: Any) -> Task:
     return cls(**params)
 
 
-__all__ = ["PAD", "Param", "Sample", "TASKS", "Task", "get_task"]
+def register(cls: type[Task]) -> type[Task]:
+    """Add a task class (one small :class:`Task` subclass) to ``TASKS`` under ``cls.name``;
+    usable as a class decorator. ValueError for a taken name or a class that is not a Task."""
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ValueError(f"register() takes a Task subclass, got {cls!r}")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a task's name must be an identifier, got {name!r}")
+    if name in TASKS:
+        raise ValueError(f"task {name!r} is already registered")
+    TASKS[name] = cls
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a task added with :func:`register` (KeyError if there is none)."""
+    del TASKS[name]
+
+
+__all__ = ["PAD", "Param", "Sample", "TASKS", "Task", "get_task", "register", "unregister"]

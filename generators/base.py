@@ -4,6 +4,7 @@ A task is a small class with
 - ``PARAMS``: its parameters (name -> :class:`Param`, with default, type and range check),
 - ``vocab``: its token strings (token id = index in the list),
 - ``separators``: the tokens that END a BiPE segment,
+- ``segment_starts``: the tokens that START one (default none),
 - ``split_params(split)``: the parameters one split is drawn with,
 - ``generate(rng, p)``: one example as numpy arrays (vectorised inside the example),
 - ``solve(sample)``: an independent re-derivation of the targets from the tokens alone.
@@ -31,6 +32,26 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar, Iterable
 
 import numpy as np
+
+#: the words read as true / false (any case, surrounding blanks ignored); the one list for
+#: ``--set``, sweep-file settings, task parameters and pe spec parameters (here, at the
+#: lowest layer: generators import nothing from synthlab; synthlab.config re-exports them)
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
+def parse_bool(value: Any) -> bool:
+    """``True`` / ``False``, or one of :data:`TRUE_WORDS` / :data:`FALSE_WORDS`; else ValueError."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+    raise ValueError(f"expected true or false ({', '.join(TRUE_WORDS)} / {', '.join(FALSE_WORDS)}), got {value!r}")
+
 
 PAD = "<pad>"  # not in any task vocab; the data layer appends it as id len(vocab)
 
@@ -130,7 +151,7 @@ class Sample:
         return len(self.ids)
 
     def to_record(self) -> dict[str, Any]:
-        """The JSON-lines record of spec/interfaces.md, exactly these field names."""
+        """The JSON-lines record of docs/interfaces.md (a generated sample), exactly these field names."""
         return {
             "task": self.task,
             "split": self.split,
@@ -147,11 +168,10 @@ class Sample:
 def _check_type(name: str, value: Any, spec: Param) -> Any:
     want = spec.type
     if want is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
-            return value.lower() in ("true", "1")
-        raise ValueError(f"parameter {name!r}: expected true or false, got {value!r}")
+        try:  # the words every true/false setting accepts (TRUE_WORDS / FALSE_WORDS above)
+            return parse_bool(value)
+        except ValueError:
+            raise ValueError(f"parameter {name!r}: expected true or false, got {value!r}") from None
     if want is int:
         if isinstance(value, bool):
             raise ValueError(f"parameter {name!r}: expected an integer, got {value!r}")
@@ -202,6 +222,9 @@ class Task(ABC):
     HASH_BUCKETS: ClassVar[int] = 16
     #: the parameter that sets a sample's length, if one does (CHE: "length")
     length_param: ClassVar[str | None] = None
+    #: BiPE: tokens that START a segment, for tasks without a natural closing separator
+    #: (flip-flop's writes); ``separators`` are the tokens that end one
+    segment_starts: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any) -> None:
         unknown = sorted(set(params) - set(self.PARAMS))

@@ -42,8 +42,8 @@ class MQAR(Task):
     Scored: every query key (target: its value; logits at the key predict it, Zoology's
     shifted labels). Metric: accuracy over queries.
     Deviations from Zoology: non-query slots hold the filler token (Zoology's default
-    ``random_non_queries=True`` fills them with random tokens; spec/tasks.md asks for a
-    dedicated filler); ``length`` may be odd and need not be below ``vocab_size``; ``test``
+    ``random_non_queries=True`` fills them with random tokens; synthlab's design asks for
+    a dedicated filler); ``length`` may be odd and need not be below ``vocab_size``; ``test``
     is kept apart from train by the input hash (Zoology draws it with another seed).
     Splits: train / test (``length``, ``n_kv``); ``ood-length``: longer sequences with
     proportionally more pairs, one eval group per entry of ``ood_lengths``

@@ -10,7 +10,7 @@ import importlib
 import sys
 
 # command name -> module in synthlab.commands exposing add_parser(subparsers) and run(args)
-COMMANDS = ("tasks", "encodings", "generate", "train", "sweep", "grid")
+COMMANDS = ("tasks", "encodings", "generate", "train", "sweep", "grid", "plot")
 
 
 class _Parser(argparse.ArgumentParser):

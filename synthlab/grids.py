@@ -1,9 +1,7 @@
 """Result records -> tidy table -> grids (seaborn heatmaps, CSV, Markdown).
 
-- :func:`read_results` reads a results JSONL (a torn last line from a killed writer is skipped).
-- :func:`tidy` gives one row per record x split x length (``length`` is NaN for the split's
-  aggregate metrics; ``by_length`` entries give one row per length with the value in
-  ``token_acc``). A failed record gives one row with NaN metrics, so it shows up as missing.
+- records are read by :func:`synthlab.records.read_results`, tidied by
+  :func:`synthlab.tables.tidy` (both importable from here too);
 - :func:`grid` pivots a tidy table into a grid: rows ``y`` (e.g. encoding), columns ``x``
   (``d_model``, ``split``, ``length``, ``task``...), cell = mean and spread (std) over seeds of
   the headline metric in percent (``accuracy`` = 100 m, ``error`` = 100 (1 - m)); a cell with no
@@ -13,158 +11,20 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from synthlab.papers import canonical, same
+from synthlab.records import read_results
+from synthlab.sweepfile import installed_sweeps, parse_sweep
+from synthlab.tables import SETTING_COLUMNS, tidy
+
+__all__ = ["KINDS", "Grid", "grid", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
+
 KINDS = ("capacity", "ood")
 
-_RECORD_START = '{"schema"'
-
-
-def _parse_line(line: str) -> dict | None:
-    try:
-        obj = json.loads(line)
-        return obj if isinstance(obj, dict) else None
-    except json.JSONDecodeError:
-        pass
-    # a torn record followed by a whole one on the same line: keep the whole one
-    i = line.rfind(_RECORD_START)
-    if i > 0:
-        try:
-            obj = json.loads(line[i:])
-            return obj if isinstance(obj, dict) else None
-        except json.JSONDecodeError:
-            return None
-    return None
-
-
-def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Result records of a JSONL file. A torn line (cut by a kill) is skipped; a file that is
-    missing, empty of records, or not result records raises ValueError."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"results file {str(p)!r} does not exist")
-    try:
-        text = p.read_text(encoding="utf-8", errors="strict")
-    except UnicodeDecodeError:
-        raise ValueError(f"results file {str(p)!r} is not JSON lines (not UTF-8 text)") from None
-    lines = [ln for ln in text.split("\n") if ln.strip()]
-    records, bad = [], 0
-    for n, line in enumerate(lines, 1):
-        obj = _parse_line(line)
-        if obj is None:
-            bad += 1
-            continue
-        if "status" not in obj or "pe" not in obj or "task" not in obj:
-            raise ValueError(f"results file {str(p)!r} line {n}: not a result record (needs task, pe, status)")
-        records.append(obj)
-    if not records:
-        raise ValueError(f"results file {str(p)!r} holds no result records (expected JSON lines from synthlab train/sweep)")
-    if bad > 1 and bad > len(lines) // 10:
-        # a kill leaves at most one torn line per writer; this many is not a results file
-        raise ValueError(f"results file {str(p)!r}: {bad} of {len(lines)} lines are not JSON")
-    return records
-
-
-def _num(v: Any) -> float:
-    if isinstance(v, bool) or v is None:
-        return math.nan
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _dape_k(pe: str) -> float:
-    for comp in str(pe).split("+"):
-        name, _, params = comp.partition(":")
-        if name == "dape":
-            m = re.search(r"(?:^|,)k=(\d+)", params)
-            return float(m.group(1)) if m else 1.0
-    return math.nan
-
-
-def _pose_chunks(positions: Any) -> float:
-    if not isinstance(positions, str) or not positions.startswith("pose"):
-        return math.nan
-    m = re.search(r"chunks=(\d+)", positions)
-    return float(m.group(1)) if m else math.nan
-
-
-def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
-    model = r.get("model") or {}
-    train = r.get("train") or {}
-    row: dict[str, Any] = {
-        "record": i, "study": r.get("study"), "trial": r.get("trial"), "run_id": r.get("run_id"),
-        "status": r.get("status"), "error": r.get("error"), "task": r.get("task"), "pe": r.get("pe"),
-        "positions": r.get("positions"), "seed": train.get("seed"),
-        "d_model": model.get("d_model"), "n_layers": model.get("n_layers"), "n_heads": model.get("n_heads"),
-        "params": model.get("params"), "steps": train.get("steps"), "batch_size": train.get("batch_size"),
-        "lr": train.get("lr"), "train_len": train.get("train_len"), "wall_s": r.get("wall_s"),
-        "dape_k": _dape_k(r.get("pe", "")), "pose_chunks": _pose_chunks(r.get("positions")),
-    }
-    for k, v in (r.get("task_params") or {}).items():
-        if isinstance(v, (int, float, str, bool)) or v is None:
-            row[f"task.{k}"] = v
-            row.setdefault(k, v)
-    return row
-
-
-def tidy(records: Iterable[dict[str, Any]] | str | os.PathLike):
-    """One row per record x split x length (pandas DataFrame); see the module docstring."""
-    import pandas as pd
-
-    if isinstance(records, (str, os.PathLike)):
-        records = read_results(records)
-    rows: list[dict[str, Any]] = []
-    for i, r in enumerate(records):
-        base = _base_row(r, i)
-        metrics = r.get("metrics") or {}
-        if r.get("status") != "ok" or not metrics:
-            rows.append({**base, "split": None, "length": math.nan})
-            continue
-        for split, m in metrics.items():
-            row = {**base, "split": split, "length": math.nan}
-            for name, v in (m or {}).items():
-                if not isinstance(v, dict):
-                    row[name] = _num(v)
-            rows.append(row)
-        for split, length, v in _length_entries(r.get("by_length"), metrics):
-            rows.append({**base, "split": split, "length": length, "token_acc": v})
-    return pd.DataFrame(rows)
-
-
-def _length_entries(by_length: Any, metrics: dict[str, Any]) -> list[tuple[str, float, float]]:
-    """(split, length, accuracy) of a record's ``by_length``: ``{"41": acc}`` (one grouped
-    split), ``{"ood/41": acc}`` (several) or ``{"ood": {"41": acc}}``."""
-    out: list[tuple[str, float, float]] = []
-    if not isinstance(by_length, dict):
-        return out
-    for key, v in by_length.items():
-        if isinstance(v, dict):
-            out += [(str(key), _num(k), _num(a)) for k, a in v.items()]
-        elif "/" in str(key):
-            split, _, length = str(key).rpartition("/")
-            out.append((split, _num(length), _num(v)))
-        else:
-            out.append((_length_split(metrics), _num(key), _num(v)))
-    return out
-
-
-def _length_split(metrics: dict[str, Any]) -> str:
-    ood = [s for s in metrics if s.startswith("ood")]
-    if len(ood) == 1:
-        return ood[0]
-    return "test"
-
-
-# --------------------------------------------------------------------------------------------
-# grids
-# --------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class Grid:
@@ -188,8 +48,6 @@ class Grid:
     def mark_papers(self, papers: Iterable[Any], split: str | list[str] | None = None) -> None:
         """Attach the papers' numbers to the cells they describe: a paper cell whose keys are
         this grid's row and column fields (plus, for a grid of one split, that split)."""
-        from synthlab.papers import _same, canonical
-
         for p in papers:
             cell = canonical(p.cell)
             rest = {k: v for k, v in cell.items() if k not in (self.x, self.y)}
@@ -199,7 +57,7 @@ class Grid:
                 continue
             for yi in self.mean.index:
                 for xi in self.mean.columns:
-                    if _same(yi, cell[self.y]) and _same(xi, cell[self.x]):
+                    if same(yi, cell[self.y]) and same(xi, cell[self.x]):
                         self.paper[(yi, xi)] = p
 
     def labels(self) -> list[list[str]]:
@@ -308,8 +166,6 @@ def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
     tasks = {r.get("task") for r in records}
     studies = {str(r.get("study") or "") for r in records}
     try:
-        from synthlab.sweeping import installed_sweeps, parse_sweep
-
         # the sweep that wrote the records first (a study is named <sweep>-<preset> by default:
         # flipflop_lm-quick), then any sweep of their task
         installed = installed_sweeps()
@@ -332,10 +188,6 @@ def sweep_spec_for(records: list[dict[str, Any]]):
     return _defaults_for(records)["spec"]
 
 
-# what a record's run was, besides its seed: the candidates for a grid axis
-_SETTING_COLUMNS = ("task", "pe", "positions", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr")
-
-
 def _axis_col(df, name: str) -> str:
     return f"task.{name}" if f"task.{name}" in df.columns else name
 
@@ -351,7 +203,7 @@ def pooled_axes(df, x: str, y: str) -> list[str]:
     e.g. ``n_vars`` in an encoding x split grid of a sweep over 1 and 3 variables. Named by
     the bare task parameter (``n_vars``) or the setting (``d_model``)."""
     used = {*x.split(","), *y.split(",")}
-    cols = [c for c in _SETTING_COLUMNS if c in df.columns]
+    cols = [c for c in SETTING_COLUMNS if c in df.columns]
     cols += [c for c in df.columns if c.startswith("task.")]
     keys = [y] + ([] if x in ("split", "length") else [x])
     per_run = df.drop_duplicates("record")

@@ -19,7 +19,7 @@ beside us"):
     presets = ["quick", "paper"]   # optional (default quick and paper): where it should show
 
 A threshold claim names one ``cell`` and ``at_least`` or ``at_most`` (percent) instead of
-better / worse. A cell's keys are columns of :func:`synthlab.grids.tidy` (``pe``, ``split``,
+better / worse. A cell's keys are columns of :func:`synthlab.tables.tidy` (``pe``, ``split``,
 ``d_model``, ``n_heads``, ``dape_k``, ``pose_chunks``, ``length``, or a task parameter such as
 ``n_vars``); its value is the mean over the seeds of the matching finished runs.
 
@@ -44,6 +44,10 @@ import dataclasses
 import math
 from typing import Any
 
+from synthlab.cells import with_dape_k
+from synthlab.model import parse_pe
+from synthlab.tables import SETTING_COLUMNS, tidy
+
 DEFAULT_CLAIM_PRESETS = ("quick", "paper")
 DEFAULT_PAPER_PRESETS = ("paper",)
 _PAPER_KEYS = ("source", "setting", "cell", "value", "spread", "presets")
@@ -54,9 +58,6 @@ NOT_REPRODUCED = "not reproduced"
 OTHER_SCALE = "not comparable (other scale)"
 NOT_RUN = "not run"
 AMBIGUOUS = "not comparable (cell matches several settings)"
-
-# what a run was besides its seed: runs a cell pools must agree on all of these
-_SETTINGS = ("task", "pe", "positions", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +209,7 @@ def parse_claims(where: str, raw: Any, allowed_presets: tuple[str, ...]) -> list
 # measuring cells and judging claims
 # --------------------------------------------------------------------------------------------
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
     """A cell key's value against a table value: numbers by value (64 == 64.0), else text."""
     if a is None or (isinstance(a, float) and math.isnan(a)):
         return False
@@ -231,17 +232,13 @@ def canonical(cell: dict[str, Any]) -> dict[str, Any]:
     "kerple+dape:k=3"`` (the sweep's dape_k axis writes the kernel into the encoding)."""
     if "pe" not in cell:
         return cell
-    from synthlab.model import parse_pe
-    from synthlab.sweeping import _with_dape_k
-
     cell = dict(cell)
-    pe = str(cell["pe"])
-    if "dape_k" in cell:
-        pe = _with_dape_k(pe, int(cell.pop("dape_k")))
     try:  # the record's own spelling: "nope+dape:k=1" is recorded as "nope+dape" (k = 1 is the default)
+        pe = with_dape_k(str(cell["pe"]), int(cell["dape_k"])) if "dape_k" in cell else str(cell["pe"])
         cell["pe"] = parse_pe(pe).name
-    except ValueError:
-        cell["pe"] = pe
+        cell.pop("dape_k", None)
+    except ValueError:  # an encoding synthlab does not know, or a kernel given twice: matches no run
+        cell["pe"] = str(cell["pe"])
     return cell
 
 
@@ -258,7 +255,7 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
         col = _column(runs, k)
         if col is None:
             return CellStat(math.nan, math.nan, 0, present=False)
-        runs = runs[runs[col].map(lambda a, v=v: _same(a, v))]
+        runs = runs[runs[col].map(lambda a, v=v: same(a, v))]
     if runs.empty:
         return CellStat(math.nan, math.nan, 0, present=False)
     ok = runs[runs["status"] == "ok"]
@@ -266,12 +263,13 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
         ok = ok[ok["length"].isna()]
     for k in ("split", "length"):
         if k in cell and k in ok.columns:
-            ok = ok[ok[k].map(lambda a, v=cell[k]: _same(a, v))]
+            ok = ok[ok[k].map(lambda a, v=cell[k]: same(a, v))]
     if "length" in cell and (metric not in ok.columns or ok[metric].isna().all()):
         metric = "token_acc"
     if metric not in ok.columns or ok.empty:
         return CellStat(math.nan, math.nan, 0)
-    settings = [c for c in _SETTINGS if c in ok.columns] + [c for c in ok.columns if c.startswith("task.")]
+    # the runs a cell pools must agree on everything but the seed
+    settings = [c for c in SETTING_COLUMNS if c in ok.columns] + [c for c in ok.columns if c.startswith("task.")]
     per_run_settings = ok.drop_duplicates("record")
     varies = tuple(c.removeprefix("task.") for c in settings if per_run_settings[c].nunique(dropna=True) > 1)
     if varies:
@@ -337,15 +335,13 @@ def _cell_label(cell: dict[str, Any]) -> str:
 
 def paper_value_for(papers: list[PaperValue], cell: dict[str, Any]) -> PaperValue | None:
     for p in papers:
-        if len(p.cell) == len(cell) and all(k in p.cell and _same(p.cell[k], v) for k, v in cell.items()):
+        if len(p.cell) == len(cell) and all(k in p.cell and same(p.cell[k], v) for k, v in cell.items()):
             return p
     return None
 
 
 def verdicts(records: list[dict[str, Any]], spec) -> list[Verdict]:
     """Every claim of the sweep file, judged per preset found among the records."""
-    from synthlab.grids import tidy
-
     claims = getattr(spec, "claims", [])
     if not claims or not records:
         return []

@@ -41,8 +41,9 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     import generators
     from safetensors.torch import load_model
 
-    from synthlab.model import Transformer, parse_pe
+    from synthlab.config import RunConfig
     from synthlab.model.encoders.rotary import PAIR_LAYOUTS, Rotary
+    from synthlab.training import model_for
 
     run_dir = Path(run_dir)
     cfg_path, weights = run_dir / "config.json", run_dir / "model.safetensors"
@@ -55,15 +56,8 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     except json.JSONDecodeError as e:
         raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
     task = generators.get_task(cfg["task"], **{k: v for k, v in cfg["task_params"].items() if v is not None})
-    m = cfg["model"]
     # runs saved before config.json recorded the encodings' forms are pe revision 1 (registry.PE_REVISION)
-    model = Transformer(
-        parse_pe(cfg["pe"]), vocab_size=len(task.vocab) + 1, d_model=m["d_model"], n_layers=m["n_layers"],
-        n_heads=m["n_heads"], max_len=cfg["max_len"], dropout=m["dropout"], tie_embeddings=m["tie_embeddings"],
-        causal=m["causal"], separator_ids=tuple(task.token_id(s) for s in task.separators),
-        segment_start_ids=tuple(task.token_id(s) for s in getattr(task, "segment_starts", ())),
-        revision=cfg.get("pe_revision", 1),
-    )
+    model = model_for(RunConfig.from_dict(cfg), task, max_len=cfg["max_len"], revision=cfg.get("pe_revision", 1))
     # runs saved before the rotary layout was recorded used pairs (k, k + d/2)
     pairs = cfg.get("rotary_pairs", "half")
     if pairs not in PAIR_LAYOUTS:

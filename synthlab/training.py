@@ -3,8 +3,9 @@
 Flow: ``resolve_config`` (preset + overrides, everything validated) -> evaluation sets built
 (true lengths known, combination re-validated) -> run directory created -> Lightning fit
 (AdamW, warmup then linear / cosine decay, gradient clipping) -> evaluation of every split
-(token_acc, seq_acc, the task's headline metrics; per length where a split spans lengths)
--> one result record (spec/interfaces.md) appended to ``results.jsonl`` with one fsync'd write.
+(:mod:`synthlab.evaluation`: token_acc, seq_acc, the task's headline metrics; per length where a
+split spans lengths)
+-> one result record (docs/interfaces.md) appended to ``results.jsonl`` with one fsync'd write.
 
 All metric values in the record are fractions in [0, 1] (accuracies and error rates alike:
 ``read_error = 1 - token_acc``); the printed table shows them in %.
@@ -26,7 +27,6 @@ import threading
 import time
 import uuid
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,27 +36,14 @@ import torch.nn.functional as F
 
 import generators
 from synthlab import __version__
-from synthlab.config import RunConfig, apply_overrides, build_config, validate_fields
+from synthlab.config import RunConfig, apply_overrides, validate_fields
+# evaluation lives in synthlab.evaluation; the names are kept here for their users
+from synthlab.evaluation import (EvalContext, answer_acc_by_ops, by_length, check_metrics, decode_width, evaluate,
+                                 format_result, greedy_right, score_samples)
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
-from synthlab.model.registry import PE_REVISION
-
-SCHEMA = 1
-
-# headline metric name -> (source metric, transform). Every metric is a fraction.
-_HEADLINE: dict[str, tuple[str, Callable[[float], float]]] = {
-    "read_error": ("token_acc", lambda a: 1.0 - a),  # flip-flop: error per read
-    "glitch_rate": ("seq_acc", lambda a: 1.0 - a),  # flip-flop: sequences with any wrong read
-    "token_error": ("token_acc", lambda a: 1.0 - a),
-    "seq_error": ("seq_acc", lambda a: 1.0 - a),
-    "error": ("token_acc", lambda a: 1.0 - a),
-    "query_acc": ("token_acc", lambda a: a),
-    "accuracy": ("token_acc", lambda a: a),
-    "acc": ("token_acc", lambda a: a),
-    "length_mean_acc": ("token_acc", lambda a: a),  # CHE: mean over lengths of per-token accuracy
-    "seq_acc": ("seq_acc", lambda a: a),
-    "token_acc": ("token_acc", lambda a: a),
-    "answer_acc": ("answer_acc", lambda a: a),  # arithmetic: greedy decoding from the prompt
-}
+from synthlab.model.registry import PE_REVISION, PESpec
+from synthlab.presets import build_config
+from synthlab.records import SCHEMA, append_record, clean, to_json
 
 
 # ----------------------------------------------------------------------------------------
@@ -79,6 +66,13 @@ def resolve_config(task: str, pe: str, preset: str = "quick", overrides: dict[st
     combination (``validate_combination`` of the model, with sequence lengths probed from the
     task's splits when ``probe``).
     """
+    return _resolve(task, pe, preset, overrides, seed=seed, positions=positions, rope_scaling=rope_scaling,
+                    probe=probe)[0]
+
+
+def _resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, *, seed: int,
+             positions: str | None, rope_scaling: str | None, probe: bool) -> tuple[RunConfig, PESpec]:
+    """:func:`resolve_config` and the parsed pe spec, which the run is handed (parsed once)."""
     if not isinstance(task, str) or task not in generators.TASKS:
         raise ValueError(f"unknown task {task!r} (allowed: {', '.join(generators.TASKS)})")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -89,7 +83,7 @@ def resolve_config(task: str, pe: str, preset: str = "quick", overrides: dict[st
     t = generators.get_task(task, **cfg.task_params)  # types and checks the task parameters
     cfg.task_params = dict(t.params)
     validate_fields(cfg)
-    _check_metrics(t)
+    check_metrics(t)
     m = _model_api()
     spec = m.parse_pe(cfg.pe)
     cfg.pe = spec.name
@@ -102,8 +96,8 @@ def resolve_config(task: str, pe: str, preset: str = "quick", overrides: dict[st
                          f"(the CHE tasks, one length per batch); task {task!r} pads variable-length batches")
     if probe:
         train_len, eval_len = _probe_lengths(t, cfg.train.seed)
-        _validate_combination(cfg, scheme, train_len, _eval_extent(t, eval_len))
-    return cfg
+        _validate_combination(cfg, spec, scheme, train_len, _eval_extent(t, eval_len))
+    return cfg, spec
 
 
 def make_task(cfg: RunConfig) -> Any:
@@ -111,23 +105,10 @@ def make_task(cfg: RunConfig) -> Any:
     return generators.get_task(cfg.task, **{k: v for k, v in cfg.task_params.items() if v is not None})
 
 
-def _check_metrics(task: Any) -> None:
-    unknown = [m for m in task.metrics if m not in _HEADLINE]
-    if unknown:  # a generator declared a metric the trainer cannot compute
-        raise ValueError(f"task {task.name!r}: headline metric {unknown[0]!r} is not computed by synthlab "
-                         f"(known: {', '.join(_HEADLINE)})")
-
-
 def _probe_lengths(task: Any, seed: int) -> tuple[int, int]:
     from synthlab.data import probe_lengths
 
     return probe_lengths(task, seed)
-
-
-def decode_width(length: int) -> int:
-    """Greedy decoding's room for a chunk whose longest sample has ``length`` tokens: 1.5x + 4,
-    so a model that writes a longer chain than the reference still reaches its ``<eos>``."""
-    return int(length * 1.5) + 4
 
 
 def _eval_extent(task: Any, eval_len: int) -> int:
@@ -146,13 +127,29 @@ def _max_len(cfg: RunConfig, scheme: Any, train_len: int, eval_len: int) -> int:
     return max(train_len, eval_len, _position_extent(scheme))
 
 
-def _validate_combination(cfg: RunConfig, scheme: Any, train_len: int, eval_len: int) -> int:
+def _validate_combination(cfg: RunConfig, spec: PESpec, scheme: Any, train_len: int, eval_len: int) -> int:
     max_len = _max_len(cfg, scheme, train_len, eval_len)
-    _model_api().validate_combination(cfg.pe, cfg.positions, cfg.model.causal, max_len, eval_len)
+    _model_api().validate_combination(spec, scheme, cfg.model.causal, max_len, eval_len)
     if scheme is not None and train_len > scheme.max_position:
         raise ValueError(f"--positions {scheme.name}: the training sequences ({train_len} tokens) are longer than "
                          f"its range ({scheme.max_position}); raise it to at least {train_len}")
     return max_len
+
+
+def model_for(cfg: RunConfig, task: Any, spec: PESpec | None = None, *, max_len: int,
+              revision: int = PE_REVISION) -> torch.nn.Module:
+    """The Transformer of a run (the one place it is built, for training and for
+    ``load_run``): ``cfg.model``'s shape, the task's vocabulary (+ the pad id) and BiPE tokens,
+    the encoding ``spec`` (``cfg.pe`` parsed when not given). ``revision``: the encodings'
+    forms; ``load_run`` passes the one a saved run trained with."""
+    m = _model_api()
+    return m.Transformer(
+        m.parse_pe(cfg.pe) if spec is None else spec, vocab_size=len(task.vocab) + 1, d_model=cfg.model.d_model,
+        n_layers=cfg.model.n_layers, n_heads=cfg.model.n_heads, max_len=max_len, dropout=cfg.model.dropout,
+        tie_embeddings=cfg.model.tie_embeddings, causal=cfg.model.causal,
+        separator_ids=tuple(task.token_id(s) for s in task.separators),
+        segment_start_ids=tuple(task.token_id(s) for s in task.segment_starts), revision=revision,
+    )
 
 
 # ----------------------------------------------------------------------------------------
@@ -337,228 +334,7 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
 
 
 # ----------------------------------------------------------------------------------------
-# evaluation
-
-
-@dataclass
-class EvalContext:
-    """What evaluation needs besides the model and the samples."""
-
-    task: Any
-    pad_id: int
-    batch_size: int
-    device: torch.device
-    causal: bool = True
-    rope_scaling: str | None = None
-    rotary: bool = False
-    train_len: int = 0
-    positions: Any = None  # a PositionSampler for schemes also used at evaluation (randomized)
-
-
-def _chunks(order: list[int], samples: list[Any], size: int, same_length: bool) -> list[list[int]]:
-    out: list[list[int]] = []
-    cur: list[int] = []
-    for i in order:
-        if cur and (len(cur) == size or (same_length and len(samples[i]) != len(samples[cur[0]]))):
-            out.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        out.append(cur)
-    return out
-
-
-@contextlib.contextmanager
-def _rope_scaled(model: torch.nn.Module, ctx: EvalContext, length: int):
-    """Rope scaling with s = length / train_len for sequences longer than training."""
-    on = bool(ctx.rope_scaling and ctx.rotary and ctx.train_len and length > ctx.train_len)
-    if on:
-        model.set_rope_scaling(ctx.rope_scaling, length / ctx.train_len)
-    try:
-        yield
-    finally:
-        if on:
-            model.set_rope_scaling(None)
-
-
-def _forward(model: torch.nn.Module, ids: torch.Tensor, ctx: EvalContext, key: int) -> torch.Tensor:
-    if ctx.positions is not None:
-        pos = ctx.positions(ids.shape[1], key).to(ids.device)
-        return model(ids, positions=pos)
-    return model(ids)
-
-
-@torch.no_grad()
-def score_samples(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, key: int = 0) -> dict[str, float]:
-    """token_acc (over all scored tokens) and seq_acc (samples with every scored token right),
-    teacher-forced, at the scored positions."""
-    from synthlab.data import IGNORE, collate
-
-    n = len(samples)
-    ok = np.zeros(n, dtype=np.int64)
-    tot = np.zeros(n, dtype=np.int64)
-    order = sorted(range(n), key=lambda i: len(samples[i]))  # less padding
-    for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, not ctx.causal)):
-        b = collate([samples[i] for i in idx], ctx.pad_id)
-        ids, sc = b.ids.to(ctx.device), b.scored.to(ctx.device)
-        with _rope_scaled(model, ctx, int(b.lengths.max())):
-            logits = _forward(model, ids, ctx, key * 1_000_003 + c)  # (B, T, V)
-        mask = sc != IGNORE
-        right = (logits.argmax(-1) == sc) & mask
-        ok[idx] = right.sum(1).cpu().numpy()
-        tot[idx] = mask.sum(1).cpu().numpy()
-    return {"token_acc": float(ok.sum() / max(1, tot.sum())), "seq_acc": float(np.mean(ok == tot)) if n else float("nan")}
-
-
-@torch.no_grad()
-def greedy_right(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, key: int = 0) -> np.ndarray:
-    """Arithmetic: decode greedily from each prompt (``task.prompt_length``) until ``<eos>``;
-    a sample is right when the token before the generated ``<eos>`` is ``task.answer_id``.
-    Returns one bool per sample, (N,). Batched: every row advances one token per step (no KV
-    cache, causal model)."""
-    task = ctx.task
-    eos = task.token_id("<eos>")
-    n = len(samples)
-    right = np.zeros(n, dtype=bool)
-    order = sorted(range(n), key=lambda i: task.prompt_length(samples[i]))
-    for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, False)):
-        chunk = [samples[i] for i in idx]
-        plen = torch.tensor([task.prompt_length(s) for s in chunk])
-        width = decode_width(max(len(s) for s in chunk))  # the model never sees more (max_len covers it)
-        budget = width - int(plen.min())  # new tokens allowed
-        buf = torch.full((len(chunk), width), ctx.pad_id, dtype=torch.long)
-        for r, s in enumerate(chunk):
-            buf[r, : plen[r]] = torch.from_numpy(s.ids[: plen[r]])
-        buf, cur = buf.to(ctx.device), plen.to(ctx.device)
-        rows = torch.arange(len(chunk), device=ctx.device)
-        done = torch.zeros(len(chunk), dtype=torch.bool, device=ctx.device)
-        answer = torch.full((len(chunk),), -1, dtype=torch.long, device=ctx.device)
-        pos = ctx.positions(width, key * 1_000_003 + c).to(ctx.device) if ctx.positions is not None else None
-        for _ in range(budget):
-            t_now = int(cur.max())
-            with _rope_scaled(model, ctx, t_now):
-                ids = buf[:, :t_now]
-                logits = model(ids) if pos is None else model(ids, positions=pos[:t_now])  # (B, t, V)
-            nxt = logits[rows, cur - 1].argmax(-1)  # (B,)
-            live = ~done & (cur < width)
-            buf[rows[live], cur[live]] = nxt[live]
-            ended = live & (nxt == eos)
-            answer[ended] = buf[rows[ended], cur[ended] - 1]
-            cur = cur + live.long()
-            done |= ended | (cur >= width)
-            if bool(done.all()):
-                break
-        want = torch.tensor([task.answer_id(s) for s in chunk], device=ctx.device)
-        right[idx] = (answer == want).cpu().numpy()
-    return right
-
-
-def answer_acc_by_ops(task: Any, split: str, samples: list[Any], right: np.ndarray) -> dict[str, float]:
-    """Arithmetic: ``answer_acc_ops_k`` = answer accuracy over the samples with k operators, for
-    each k of ``task.op_counts(split)`` (the training mix on ``test-mix``, where the headline
-    ``answer_acc`` averages over counts); NaN (None in the record) for a count with no sample."""
-    counts = task.op_counts(split) if hasattr(task, "op_counts") else ()
-    if not counts:
-        return {}
-    ops = np.array([task.op_count(s) for s in samples])  # (N,)
-    return {f"answer_acc_ops_{k}": _fraction(right[ops == k]) for k in counts}
-
-
-def _fraction(right: np.ndarray) -> float:
-    return float(right.mean()) if len(right) else float("nan")
-
-
-def _headline(task: Any, m: dict[str, float]) -> dict[str, float]:
-    out = dict(m)
-    for name in task.metrics:
-        src, fn = _HEADLINE[name]
-        if src in m:
-            out[name] = fn(m[src])
-    return out
-
-
-def evaluate(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]],
-             ctx: EvalContext) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
-    """Metrics per split (a split spanning lengths: the mean over its groups) and per group;
-    greedy tasks add ``answer_acc`` and, on a split mixing operator counts, ``answer_acc_ops_k``.
-
-    Returns (metrics[split][name], groups[split][group key][name]).
-    """
-    was_training = model.training
-    model.eval()
-    metrics: dict[str, dict[str, float]] = {}
-    groups: dict[str, dict[str, dict[str, float]]] = {}
-    try:
-        for s_i, (split, parts) in enumerate(sets.items()):
-            per: dict[str, dict[str, float]] = {}
-            for g_i, (gkey, _ov, samples) in enumerate(parts):
-                key = s_i * 100_003 + g_i
-                m = score_samples(model, samples, ctx, key)
-                if ctx.task.scoring == "greedy":
-                    right = greedy_right(model, samples, ctx, key)  # (N,) bool
-                    m["answer_acc"] = _fraction(right)
-                    m.update(answer_acc_by_ops(ctx.task, split, samples, right))
-                per[gkey if gkey is not None else ""] = _headline(ctx.task, m)
-            if len(parts) == 1 and parts[0][0] is None:
-                metrics[split] = per[""]
-            else:
-                groups[split] = per
-                names = next(iter(per.values())).keys()
-                metrics[split] = {k: float(np.mean([g[k] for g in per.values()])) for k in names}
-    finally:
-        model.train(was_training)
-    return metrics, groups
-
-
-def by_length(task: Any, groups: dict[str, dict[str, dict[str, float]]]) -> dict[str, float] | None:
-    """Flat {length: accuracy} of the grouped splits (keys ``split/length`` when several
-    splits are grouped). The value is the task's headline accuracy per group (CHE: per-token
-    accuracy, its per-length score; passkey: sequence accuracy), token_acc otherwise."""
-    if not groups:
-        return None
-    accs = [m for m in task.metrics if m.endswith("acc") or m == "accuracy"]
-    name = accs[0] if accs else "token_acc"
-    flat = len(groups) == 1
-    out: dict[str, float] = {}
-    for split, per in groups.items():
-        for k, m in per.items():
-            out[k if flat else f"{split}/{k}"] = m.get(name, m["token_acc"])
-    return out
-
-
-# ----------------------------------------------------------------------------------------
 # records and files
-
-
-def _finite(x: Any) -> Any:
-    """NaN / inf -> None, recursively (records never hold NaN)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, np.floating):
-        return _finite(float(x))
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, dict):
-        return {str(k): _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
-
-
-def to_json(x: Any) -> str:
-    return json.dumps(_finite(x), allow_nan=False, ensure_ascii=False)
-
-
-def append_record(path: str | os.PathLike, record: dict[str, Any]) -> None:
-    """Append one JSON line with a single fsync'd write (the file stays parseable)."""
-    data = (to_json(record) + "\n").encode()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def git_hash() -> str | None:
@@ -591,18 +367,20 @@ def train(task: str, pe: str, preset: str = "quick", seed: int = 0, out: str | o
     (config.json, metrics.jsonl, model.safetensors) and appends its record to
     ``out/results.jsonl`` (or ``results``); with neither, nothing is written.
 
-    Returns the result record (spec/interfaces.md). Bad input raises ValueError before
+    Returns the result record (docs/interfaces.md). Bad input raises ValueError before
     anything is written; a diverged run returns ``status: "failed"`` with the reason.
     """
     t0 = time.perf_counter()
     ov = {**(overrides or {}), **more_overrides}
-    cfg = resolve_config(task, pe, preset, ov, seed=seed, positions=positions, rope_scaling=rope_scaling, probe=False)
-    return run(cfg, out=out, results=results, quiet=quiet, study=study, trial=trial, t0=t0)
+    cfg, spec = _resolve(task, pe, preset, ov, seed=seed, positions=positions, rope_scaling=rope_scaling, probe=False)
+    return run(cfg, out=out, results=results, quiet=quiet, study=study, trial=trial, t0=t0, spec=spec)
 
 
 def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.PathLike | None = None,
-        quiet: bool = True, study: str | None = None, trial: int | None = None, t0: float | None = None) -> dict[str, Any]:
-    """Train and evaluate a resolved :class:`RunConfig` (see :func:`train`)."""
+        quiet: bool = True, study: str | None = None, trial: int | None = None, t0: float | None = None, *,
+        spec: PESpec | None = None) -> dict[str, Any]:
+    """Train and evaluate a resolved :class:`RunConfig` (see :func:`train`); ``spec``: its
+    parsed ``cfg.pe`` when the caller has it (the spec is parsed once per run)."""
     from safetensors.torch import save_model
 
     from synthlab.data import DataModule, PositionSampler
@@ -611,7 +389,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     m = _model_api()
     L = _lightning()
     task = make_task(cfg)
-    spec = m.parse_pe(cfg.pe)
+    spec = m.parse_pe(cfg.pe) if spec is None else spec
     scheme = m.parse_positions(cfg.positions) if cfg.positions else None
     tc = cfg.train
 
@@ -620,19 +398,13 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     sets = dm.eval_sets()
     eval_len = max((len(s) for parts in sets.values() for _, _, ss in parts for s in ss), default=0)
     train_len = max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1])
-    max_len = _validate_combination(cfg, scheme, train_len, _eval_extent(task, eval_len))
+    max_len = _validate_combination(cfg, spec, scheme, train_len, _eval_extent(task, eval_len))
 
     run_id = make_run_id(cfg.task, spec.name, tc.seed)
     run_dir = Path(out) / run_id if out is not None else None
     results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
     L.seed_everything(tc.seed, workers=False, verbose=False)
-    model = m.build_model(
-        pe=cfg.pe, vocab_size=len(task.vocab) + 1, d_model=cfg.model.d_model, n_layers=cfg.model.n_layers,
-        n_heads=cfg.model.n_heads, max_len=max_len, dropout=cfg.model.dropout,
-        tie_embeddings=cfg.model.tie_embeddings, causal=cfg.model.causal,
-        separator_ids=tuple(task.token_id(s) for s in task.separators),
-        segment_start_ids=tuple(task.token_id(s) for s in getattr(task, "segment_starts", ())),
-    )
+    model = model_for(cfg, task, spec, max_len=max_len)
     n_params = int(sum(p.numel() for p in model.parameters()))
     # PoSE interpolates at one static factor L_t / L_c in training and at evaluation (see
     # indices.PoSE.rope_factor); other runs scale at evaluation only (_rope_scaled)
@@ -701,7 +473,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
         raise
     record["wall_s"] = round(time.perf_counter() - t0, 3)
     _finish_files(run_dir, results_path, record, lines, model if record["status"] == "ok" else None, save_model)
-    return _finite(record)
+    return clean(record)
 
 
 def _finish_files(run_dir: Path | None, results_path: Path | None, record: dict[str, Any], lines: list[dict[str, Any]],
@@ -714,25 +486,3 @@ def _finish_files(run_dir: Path | None, results_path: Path | None, record: dict[
             save(model, str(run_dir / "model.safetensors"))
     if results_path is not None:
         append_record(results_path, record)
-
-
-# ----------------------------------------------------------------------------------------
-# printing
-
-
-def format_result(record: dict[str, Any]) -> str:
-    """A compact table: one row per split, metrics in %."""
-    metrics = record.get("metrics") or {}
-    head = f"{record['task']}  pe={record['pe']}  seed={record['train']['seed']}  status={record['status']}"
-    if record.get("status") != "ok":
-        return head + f"\nerror: {record.get('error')}"
-    names: list[str] = []
-    for m in metrics.values():
-        names += [k for k in m if k not in names]
-    rows = [[split] + [("-" if m.get(k) is None else f"{100 * m[k]:.2f}") for k in names] for split, m in metrics.items()]
-    cells = [["split"] + [f"{k} %" for k in names]] + rows
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))) for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    tail = f"params={record['model']['params']}  train_len={record['train']['train_len']}  wall={record['wall_s']}s  device={record['device']}"
-    return "\n".join([head, *lines, tail])

@@ -1,8 +1,10 @@
 """Several worker processes on one sweep (``synthlab sweep ... --workers N|auto``).
 
-The study's scheduling is already exactly once across processes (see :mod:`synthlab.sweeping`),
+The study's scheduling is already exactly once across processes (see :mod:`synthlab.scheduler`),
 so a sweep with N workers is this process plus N - 1 helper processes running the same sweep on
-the same storage and study, without drawing grids. The machine is split between them:
+the same storage and study, without drawing grids (``python -m synthlab.sweeping``: this module
+knows processes and threads, not sweeps, and imports none of their modules). The machine is
+split between them:
 
 - CPU: each worker gets ``cores // N`` torch threads (at least 1), so workers x threads =
   cores. Small models gain from it: a step of the quick presets does not keep two threads
@@ -22,7 +24,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 AUTO = "auto"
 
@@ -80,8 +82,9 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def spawn(n_workers: int, sweep_kwargs: dict[str, Any]) -> list[subprocess.Popen]:
-    """Start ``n_workers - 1`` helper processes on the sweep (the caller is worker 0)."""
+def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[subprocess.Popen]:
+    """Start ``n_workers - 1`` helper processes, ``python -m module PAYLOAD``, on the sweep (the
+    caller is worker 0); ``module`` passes the payload to :func:`helper_main`."""
     gpus = gpu_count()
     threads = threads_per_worker(n_workers)
     procs = []
@@ -95,7 +98,7 @@ def spawn(n_workers: int, sweep_kwargs: dict[str, Any]) -> list[subprocess.Popen
         payload = json.dumps({**sweep_kwargs, "threads": threads})
         # a new process group: a Ctrl-C at the terminal reaches the main process only, which
         # then stops the helpers itself (so they never race it to the journal)
-        procs.append(subprocess.Popen([sys.executable, "-m", "synthlab.workers", payload], env=env,
+        procs.append(subprocess.Popen([sys.executable, "-m", module, payload], env=env,
                                       stdin=subprocess.DEVNULL, start_new_session=True))
     return procs
 
@@ -119,11 +122,9 @@ def wait(procs: list[subprocess.Popen]) -> list[int]:
     return [p.wait() for p in procs]
 
 
-def _main(payload: str) -> int:
-    """A helper process: run the sweep's loop without drawing (``python -m synthlab.workers``)."""
+def helper_main(run: Callable[..., Any], payload: str) -> int:
+    """A helper process: ``run(**sweep_kwargs)`` with its share of the threads; its exit code."""
     import torch
-
-    from synthlab.sweeping import sweep
 
     kwargs = json.loads(payload)
     torch.set_num_threads(int(kwargs.pop("threads")))
@@ -132,11 +133,7 @@ def _main(payload: str) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        sweep(**kwargs, grids=False, workers=1)
+        run(**kwargs)
     except KeyboardInterrupt:
         return 130
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover - run as a subprocess
-    sys.exit(_main(sys.argv[1]))

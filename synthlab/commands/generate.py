@@ -1,4 +1,4 @@
-"""`synthlab generate`: write samples of a task as JSON lines (spec/interfaces.md record)."""
+"""`synthlab generate`: write samples of a task as JSON lines (docs/interfaces.md)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     if not Path(out).parent.exists():
         raise ValueError(f"-o {out!r}: directory {str(Path(out).parent)!r} does not exist")
     from synthlab import papers
-    from synthlab.grids import read_results, sweep_spec_for
+    from synthlab.grids import sweep_spec_for
+    from synthlab.records import read_results
 
     records = read_results(args.results)
     g = grid(records, kind=args.kind, x=args.x, y=args.y, out=out)

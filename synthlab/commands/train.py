@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("task", help="task name (see `synthlab tasks`)")
     p.add_argument("--pe", required=True, metavar="SPEC", help="positional encoding spec, e.g. rope, cope, kerple+dape:k=3 (see `synthlab encodings`)")
-    p.add_argument("--preset", default="quick", choices=("smoke", "quick", "paper"), help="settings preset (default: quick)")
+    p.add_argument("--preset", default="quick", choices=("smoke", "quick", "paper"), help="settings preset: the [presets.P] tables of the task's sweep file (default: quick)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a setting (repeatable): model.d_model=32, train.lr=3e-4, task.n_pairs=64, "
                    "or a bare unambiguous key like steps=100")
@@ -38,12 +38,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from synthlab.training import format_result, resolve_config, run as run_config, to_json
+    from synthlab.records import to_json
+    from synthlab.training import format_result, train
 
     overrides = parse_assignments(args.set)
     # validates everything (task, params, settings, pe, positions, combination) before writing
-    cfg = resolve_config(args.task, args.pe, args.preset, overrides, seed=args.seed, positions=args.positions,
-                         rope_scaling=args.rope_scaling, probe=False)
-    record = run_config(cfg, out=args.out, results=args.results, quiet=args.quiet)
+    record = train(args.task, args.pe, args.preset, seed=args.seed, out=args.out, positions=args.positions,
+                   rope_scaling=args.rope_scaling, quiet=args.quiet, results=args.results, overrides=overrides)
     print(to_json(record) if args.json else format_result(record))
     return 0 if record.get("status") == "ok" else 1

@@ -1,6 +1,6 @@
-"""synthlab.model: the Transformer and every positional encoding (spec/encodings.md).
+"""synthlab.model: the Transformer and every positional encoding (README "Encodings").
 
-Three independent position axes (ARCHITECTURE.md): indices (``indices.py``), encoders
+Three independent position axes (docs/architecture.md): indices (``indices.py``), encoders
 (``encoders/``) and logit processors (``processors.py``); a spec string (``registry.py``)
 names a combination, e.g. ``rope``, ``kerple+dape:k=3``, ``cope+rope``, ``bipe-alibi``.
 
@@ -23,7 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .cpu import tune_cpu_allocator
-from .registry import COMPONENTS, ENCODINGS, INDEX_SCHEMES, PESpec, parse_pe
+from .registry import COMPONENTS, ENCODINGS, INDEX_SCHEMES, Encoding, PESpec, names_of, parse_pe, register, unregister
 
 if TYPE_CHECKING:  # torch-backed names load on first use, so `synthlab encodings` stays fast
     from .indices import PoSE, PositionScheme, Randomized, bipe_segments, parse_positions
@@ -73,8 +73,8 @@ def validate_combination(pe: "str | PESpec", positions: "str | PositionScheme | 
     if not isinstance(eval_len, int) or eval_len < 1:
         raise ValueError(f"eval_len must be a positive integer, got {eval_len!r}")
     if not causal and spec.causal_only:
-        bad = [c for c in spec.components if COMPONENTS[c].causal_only] or [f"dape:k={spec.dape_k}"]
-        raise ValueError(f"pe {spec.name!r} is causal only ({', '.join(bad)}); it cannot run in encoder mode (causal=False)")
+        raise ValueError(f"pe {spec.name!r} is causal only ({', '.join(spec.causal_only_parts)}); "
+                         "it cannot run in encoder mode (causal=False)")
     if scheme is not None:
         kind = scheme.name.split(":")[0]
         if spec.bipe:
@@ -84,20 +84,18 @@ def validate_combination(pe: "str | PESpec", positions: "str | PositionScheme | 
         if kind == "randomized" and scheme.max_position < eval_len:
             raise ValueError(f"--positions randomized:max={scheme.max_position} must cover the longest evaluated sequence ({eval_len})")
     needed = max(eval_len, scheme.max_position if scheme is not None else 0)
-    for table in ("learned", "relative"):
-        if spec.has(table) and needed > max_len:
-            raise ValueError(
-                f"pe {table} has a table of max_len={max_len} rows, shorter than the positions used ({needed}); "
-                f"raise max_len{' or use relative-capped' if table == 'relative' else ''}"
-            )
+    for c in spec.components:  # the encodings whose tables stop at max_len (row max_len_hint)
+        hint = COMPONENTS[c].max_len_hint
+        if hint is not None and needed > max_len:
+            raise ValueError(f"pe {c} has a table of max_len={max_len} rows, shorter than the positions used ({needed}); {hint}")
     if rope_scaling not in (None, "none", "linear", "ntk", "yarn"):
         raise ValueError(f"--rope-scaling {rope_scaling!r} unknown; allowed: none, linear, ntk, yarn")
     if rope_scaling not in (None, "none") and not spec.rotary:
-        raise ValueError(f"--rope-scaling {rope_scaling} needs a rotary encoder (rope, xpos, bipe-rope, cope+rope); pe {spec.name!r} has none")
+        raise ValueError(f"--rope-scaling {rope_scaling} needs a rotary encoder ({', '.join(names_of('rotary'))}); pe {spec.name!r} has none")
     # BiPE's intra-segment table needs only the longest segment; the model checks it at run time
 
 
 __all__ = [
     "build_model", "parse_pe", "parse_positions", "validate_combination", "ENCODINGS", "INDEX_SCHEMES",
-    "COMPONENTS", "PESpec", "tune_cpu_allocator", "PositionScheme", "Randomized", "PoSE", "Transformer", "bipe_segments",
+    "COMPONENTS", "Encoding", "register", "unregister", "PESpec", "tune_cpu_allocator", "PositionScheme", "Randomized", "PoSE", "Transformer", "bipe_segments",
 ]

@@ -103,16 +103,24 @@ class Attention(nn.Module):
         # than through scaled_dot_product_attention's masked math path (measured on CPU)
         self._query_bias = any(getattr(b, "needs_queries", False) for b in self.biases)
 
-    def forward(self, x: torch.Tensor, ctx: PositionContext, return_attention: bool = False):
+    def qkv(self, x: torch.Tensor, ctx: PositionContext) -> tuple[torch.Tensor, ...]:
+        """(q_raw, k_raw, q, k, v), each (B, H, T, d_h): the heads' content queries and keys,
+        the same after the rotary encoder (unchanged without one), and the values. The one
+        place they are made; ``synthlab.plot`` reads them here too."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d_h)
         k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        q_raw = q  # content query: CoPE's and Shaw's position terms q . e[.] stay relative under RoPE
+        q_raw, k_raw = q, k  # content query: CoPE's and Shaw's position terms q . e[.] stay relative under RoPE
         if self.rotary is not None:
             idx = self.rotary.index
             q, k = self.rotary(q, k, ctx.pos(idx), ctx.cacheable(idx))
+        return q_raw, k_raw, q, k, v
+
+    def forward(self, x: torch.Tensor, ctx: PositionContext, return_attention: bool = False):
+        B, T, C = x.shape
+        q_raw, _, q, k, v = self.qkv(x, ctx)
 
         att = None
         if not (return_attention or self.cope is not None or self.dape is not None or self._query_bias):

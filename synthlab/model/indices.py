@@ -1,4 +1,4 @@
-"""Indices: which numbers the positions are (axis 1 of ARCHITECTURE.md).
+"""Indices: which numbers the positions are (axis 1 of docs/architecture.md).
 
 - token index 0..T-1 (default),
 - BiPE segment index / index within the segment (:func:`bipe_segments`),

@@ -1,4 +1,4 @@
-"""Logit processors (axis 3 of ARCHITECTURE.md): DAPE and DAPE V2 (1 x k convolutions)."""
+"""Logit processors (axis 3 of docs/architecture.md): DAPE and DAPE V2 (1 x k convolutions)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from .cache import TensorCache
 from .native import dape_kernel, ptr
+from .registry import BuildConfig
 
 _PACK_CACHE = TensorCache(max_bytes=128 * 2**20)  # index maps per (T, c, device), shared by all models
 
@@ -232,6 +233,10 @@ class DAPE(nn.Module):
     into ceil(T/2) rows (see ``_packing``), and
     ``forward_full`` is the plain version on the whole T x T map (encoder mode, tests).
     """
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "DAPE":
+        return cls(cfg.n_heads, with_bias=cfg.scores_bias, hidden=cfg.params["hidden"], k=cfg.params["k"], causal=cfg.causal)
 
     def __init__(self, n_heads: int, with_bias: bool, hidden: int = 32, k: int = 1, causal: bool = True):
         super().__init__()

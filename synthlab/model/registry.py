@@ -1,24 +1,45 @@
-"""Spec strings <-> position components.
+"""The table of encodings, and spec strings <-> position components.
 
 Grammar: components joined by ``+``, each optionally followed by ``:key=value[,key=value]``::
 
     rope   alibi   kerple+dape   kerple+dape:k=3   cope+rope   cope:npos=16   fire+dape:k=5
 
-Every component has a *role* on one of the three position axes (ARCHITECTURE.md):
-``absolute`` (added to embeddings), ``rotary`` (rotates q, k), ``bias`` (additive b(i, j)),
-``contextual`` (CoPE) and ``processor`` (DAPE). Composite names (``bipe-rope``, ``bipe-alibi``)
-expand to an absolute encoder on the intra-segment index plus a rotary / bias encoder on the
-segment index. Validation here is pure Python (no torch), so ``synthlab encodings`` and
-config checks stay fast.
+Each encoding is one row of the table (:class:`Encoding`) plus one module class that builds
+itself, ``Class.build(cfg: BuildConfig) -> nn.Module``. The row says what *kind* of component
+it is, i.e. where the model puts its module (docs/architecture.md): ``absolute`` (added to the
+embeddings), ``rotary`` (rotates q, k), ``bias`` (additive b(i, j)), ``contextual`` (CoPE) or
+``processor`` (DAPE); which index it reads; whether it is causal only; its parameters with
+their checks; and its builder. A composite (``bipe-rope``, ``bipe-alibi``) adds a second
+module (``also``). The transformer builds whatever the rows say; it tests no names.
+
+What each kind's module provides (see the classes named in ``_ROWS``): absolute
+``forward(index) -> (.., T, d)`` and ``scales_tokens``; rotary ``forward(q, k, pos, cacheable)
+-> (q, k)``, ``index`` and ``set_scaling``; bias ``forward(ctx, q) -> (1|B, H, T, T)``;
+contextual ``forward(q, S, x, future) -> (B, H, T, T)``; processor ``attention(S, bias,
+future) -> softmax weights``. An optional ``build_shared(cfg)`` makes one object that every
+layer's ``build`` then gets as ``cfg.shared`` (T5's and CoPE's tables, tied across layers).
+
+Rows are plain Python and name their builder lazily (``"encoders.bias:ALiBi"``, imported on
+first build), so parsing a spec and ``synthlab encodings`` never import torch; that is why a
+row's parameter checks are declared in the row rather than in its torch module.
+
+Adding an encoding: write its module (a class with ``build(cfg)``, see ``encoders/bias.py``)
+and add its row to ``_ROWS`` below, or, from outside the package, ``register(Encoding(...,
+build=MyClass))`` (tests/unit/test_toy_encoding.py does this).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
-# role order = canonical order of components in a spec string
+from synthlab.config import parse_bool
+
+# kind order = canonical order of components in a spec string
 ROLES = ("none", "absolute", "contextual", "rotary", "bias", "processor")
+INDICES = ("token", "segment", "intra", None)  # None: reads no index (contextual, processors)
+_ONE_PER_MODEL = ("rotary", "absolute", "contextual", "processor")  # kinds with one slot (bias: a list)
 
 #: Revision of the encodings' forms; config.json records the one a run was trained with
 #: ("pe_revision") and synthlab.load_run rebuilds a run with it (Transformer(revision=...)).
@@ -29,42 +50,198 @@ ROLES = ("none", "absolute", "contextual", "rotary", "bias", "processor")
 PE_REVISION = 2
 
 
+# ---- parameter checks -------------------------------------------------------------------
+
+class Check(NamedTuple):
+    """A parameter's range check: ``ok(value)``, else ValueError 'pe parameter name:key=value <why>'."""
+
+    ok: Callable[[Any], bool]
+    why: str
+
+
+POSITIVE = Check(lambda v: isinstance(v, (int, float)) and v > 0, "must be a positive number")
+POSITIVE_INT = Check(lambda v: isinstance(v, int) and v >= 1, "must be a positive integer")
+INT_AT_LEAST_2 = Check(lambda v: isinstance(v, int) and v >= 2, "must be an integer >= 2")
+ODD = Check(lambda v: isinstance(v, int) and v >= 1 and v % 2 == 1, "must be an odd integer >= 1 (1, 3, 5, 7, ...)")
+
+
+def one_of(*allowed: str) -> Check:
+    return Check(lambda v: v in allowed, f"must be one of: {', '.join(allowed)}")
+
+
+# ---- rows ---------------------------------------------------------------------------------
+
+class Part(NamedTuple):
+    """One module an encoding puts into the model."""
+
+    kind: str  # absolute | rotary | bias | contextual | processor
+    index: str | None  # the index it reads: token | segment | intra | None
+    build: Any  # the class (its build(cfg) makes the module), or "module:Class" under synthlab.model
+
+
 @dataclass(frozen=True)
-class Component:
-    """One registered name: its role, parameters (name -> default) and documentation."""
+class Encoding:
+    """One registered name: a row of the table."""
 
     name: str
-    role: str
+    kind: str  # one of ROLES: where its module goes; "none" puts no module in the model
     description: str
     paper: str
-    params: dict[str, Any] = field(default_factory=dict)
-    causal_only: bool = False  # cannot run in encoder (bidirectional) mode
-    reads_token_index: bool = True  # consumes token indices (so randomized / PoSE matter)
+    build: Any = None  # see Part.build
+    index: str | None = "token"  # see Part.index
+    params: dict[str, Any] = field(default_factory=dict)  # name -> default; a given value is typed like it
+    checks: dict[str, Check] = field(default_factory=dict)  # name -> its range check
+    check: Callable[[dict[str, Any]], None] | None = None  # rules across the full params (raises ValueError)
+    causal_only: bool | Callable[[dict[str, Any]], bool] = False  # no encoder mode (a function of the params if they decide)
+    also: Part | None = None  # a composite's second module (BiPE: a learned table on the intra-segment index)
+    alias: tuple[str, dict[str, Any]] | None = None  # shorthand for another row with params set (dape-k = dape:k=3)
+    hints: dict[str, str] = field(default_factory=dict)  # a key of this row written on another one -> what to write
+    max_len_hint: str | None = None  # indices must stay below max_len (a table): the fix to suggest
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        if self.kind == "none" or self.alias is not None:
+            return ()
+        return (Part(self.kind, self.index, self.build),) + ((self.also,) if self.also else ())
+
+    @property
+    def role(self) -> str:
+        """The kind, or "composite" for two modules (what `synthlab encodings` shows)."""
+        return "composite" if self.also else self.kind
+
+    @property
+    def reads_token_index(self) -> bool:  # so randomized / PoSE positions matter
+        return any(p.index == "token" for p in self.parts)
+
+    def is_causal_only(self, params: dict[str, Any] | None = None) -> bool:
+        if callable(self.causal_only):
+            return bool(self.causal_only({**self.params, **(params or {})}))
+        return self.causal_only
+
+    def check_param(self, key: str, value: Any) -> Any:
+        """The value if it passes its range check (parser and build_model(**pe_params) alike)."""
+        c = self.checks.get(key)
+        if c is not None and not c.ok(value):
+            raise ValueError(f"pe parameter {self.name}:{key}={value!r} {c.why}")
+        return value
 
 
-_C = Component
-COMPONENTS: dict[str, Component] = {
-    c.name: c
-    for c in [
-        _C("nope", "none", "no positional information; the causal mask alone", "Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization in Transformers", reads_token_index=False),
-        _C("sinusoidal", "absolute", "fixed sin/cos of the index added to the token embeddings", "Vaswani et al. 2017, Attention Is All You Need", {"base": 10000.0}),
-        _C("learned", "absolute", "learned table of max_len position embeddings (an index past it is an error)", "Gehring et al. 2017 / Radford et al. 2018 (GPT)"),
-        _C("rope", "rotary", "rotate q,k dim pairs by index * base^(-2k/d_h)", "Su et al. 2021, RoFormer", {"base": 10000.0}),
-        _C("xpos", "rotary", "RoPE times zeta_k^((i-j)/scale_base), zeta_k = (2k+0.4d)/(1.4d); causal only", "Sun et al. 2023, A Length-Extrapolatable Transformer", {"base": 10000.0, "scale_base": 512.0}, causal_only=True),
-        _C("alibi", "bias", "b = -m_h (i - j), geometric head slopes", "Press et al. 2022, Train Short, Test Long (ALiBi)"),
-        _C("t5", "bias", "learned scalar per head per log-spaced distance bucket, one table shared by all layers (t5:layer_tables=1: one per layer)", "Raffel et al. 2020, T5", {"buckets": 32, "max_distance": 128, "layer_tables": False}),
-        _C("kerple", "bias", "b = -r1 log(1 + r2 (i - j)) (kind=log) or -a (i - j)^p (kind=power), learned per head, kept >= 0.01", "Chi et al. 2022, KERPLE", {"kind": "log"}),
-        _C("fire", "bias", "b = MLP(psi(i-j) / psi(max(L', i))), psi(x) = log(c x + 1), c learned, threshold L' = |m| L with m learned (init 1)", "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)", {"width": 32, "c": 0.1, "L": 512.0}),
-        _C("relative", "bias", "learned vector per distance added to keys: q_i (k_j + e[i-j]); distance past the table is an error", "Shaw et al. 2018, Self-Attention with Relative Position Representations"),
-        _C("relative-capped", "bias", "relative, distances past the table (max_len) use its last row", "Shaw et al. 2018; Golovneva et al. 2024 (CoPE) Sec. 5.5"),
-        _C("cope", "contextual", "gates sigmoid(q k) counted from j to i, interpolated learned position logits, one table shared by all layers (cope:layer_tables=1: one per layer)", "Golovneva et al. 2024, Contextual Position Encoding (CoPE)", {"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25}, causal_only=True, reads_token_index=False),
-        _C("cope-alibi", "contextual", "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table, m_h = m0 / 2^h", "Golovneva et al. 2024 (CoPE) App. C, Eq. 10", {"npos": 64, "sep_keys": False, "m0": 0.25}, causal_only=True, reads_token_index=False),
-        _C("bipe-rope", "composite", "learned APE on the intra-segment index + RoPE on the segment index", "He et al. 2024, Two Stones Hit One Bird: Bilevel Positional Encoding (BiPE)", {"base": 10000.0}, reads_token_index=False),
-        _C("bipe-alibi", "composite", "learned APE on the intra-segment index + ALiBi (slopes x 96) on segment distance", "He et al. 2024, Bilevel Positional Encoding (BiPE)", {"slope_scale": 96.0}, reads_token_index=False),
-        _C("dape", "processor", "A = S + B + MLP_heads([S, B]) per (i, j) (2H -> hidden -> H, LeakyReLU); k > 1: DAPE V2", "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding", {"k": 1, "hidden": 32}, reads_token_index=False),
-        _C("dape-k", "processor", "DAPE V2: the same with causal 1 x k convolutions along the key axis (dape:k=3)", "Zheng et al. 2024, DAPE V2: Process Attention Score as Feature Map, Sec. 3.3 / App. L", {"k": 3, "hidden": 32}, causal_only=True, reads_token_index=False),
-    ]
-}
+def _check_cope(p: dict[str, Any]) -> None:
+    if p["alibi"] and p["layer_tables"]:
+        raise ValueError("pe parameter layer_tables does not apply to cope-alibi (it has no position table)")
+    if not p["alibi"] and p["m0"] != COMPONENTS["cope"].params["m0"]:
+        raise ValueError("pe parameter cope:m0 sets CoPE-ALiBi's slopes; write cope-alibi:m0=... (or cope:alibi=1,m0=...)")
+
+
+_E = Encoding
+_BASE = {"base": POSITIVE}
+_COPE = {"npos": INT_AT_LEAST_2, "m0": POSITIVE}
+_DAPE = {"k": ODD, "hidden": POSITIVE_INT}
+_BIPE_TABLE = Part("absolute", "intra", "encoders.absolute:Learned")
+_ROWS = [
+    _E("nope", "none", "no positional information; the causal mask alone", "Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization in Transformers", index=None),
+    _E("sinusoidal", "absolute", "fixed sin/cos of the index added to the token embeddings", "Vaswani et al. 2017, Attention Is All You Need",
+       "encoders.absolute:Sinusoidal", params={"base": 10000.0}, checks=_BASE),
+    _E("learned", "absolute", "learned table of max_len position embeddings (an index past it is an error)", "Gehring et al. 2017 / Radford et al. 2018 (GPT)",
+       "encoders.absolute:Learned", max_len_hint="raise max_len"),
+    _E("rope", "rotary", "rotate q,k dim pairs by index * base^(-2k/d_h)", "Su et al. 2021, RoFormer",
+       "encoders.rotary:Rotary", params={"base": 10000.0}, checks=_BASE),
+    _E("xpos", "rotary", "RoPE times zeta_k^((i-j)/scale_base), zeta_k = (2k+0.4d)/(1.4d); causal only", "Sun et al. 2023, A Length-Extrapolatable Transformer",
+       "encoders.rotary:XPos", params={"base": 10000.0, "scale_base": 512.0}, checks={**_BASE, "scale_base": POSITIVE}, causal_only=True),
+    _E("alibi", "bias", "b = -m_h (i - j), geometric head slopes", "Press et al. 2022, Train Short, Test Long (ALiBi)",
+       "encoders.bias:ALiBi"),
+    _E("t5", "bias", "learned scalar per head per log-spaced distance bucket, one table shared by all layers (t5:layer_tables=1: one per layer)", "Raffel et al. 2020, T5",
+       "encoders.bias:T5Bias", params={"buckets": 32, "max_distance": 128, "layer_tables": False},
+       checks={"buckets": INT_AT_LEAST_2, "max_distance": INT_AT_LEAST_2}),
+    _E("kerple", "bias", "b = -r1 log(1 + r2 (i - j)) (kind=log) or -a (i - j)^p (kind=power), learned per head, kept >= 0.01", "Chi et al. 2022, KERPLE",
+       "encoders.bias:Kerple", params={"kind": "log"}, checks={"kind": one_of("log", "power")}),
+    _E("fire", "bias", "b = MLP(psi(i-j) / psi(max(L', i))), psi(x) = log(c x + 1), c learned, threshold L' = |m| L with m learned (init 1)", "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)",
+       "encoders.bias:FIRE", params={"width": 32, "c": 0.1, "L": 512.0}, checks={"width": POSITIVE_INT, "c": POSITIVE, "L": POSITIVE}),
+    _E("relative", "bias", "learned vector per distance added to keys: q_i (k_j + e[i-j]); distance past the table is an error", "Shaw et al. 2018, Self-Attention with Relative Position Representations",
+       "encoders.bias:Relative", max_len_hint="raise max_len or use relative-capped"),
+    _E("relative-capped", "bias", "relative, distances past the table (max_len) use its last row", "Shaw et al. 2018; Golovneva et al. 2024 (CoPE) Sec. 5.5",
+       "encoders.bias:RelativeCapped"),
+    _E("cope", "contextual", "gates sigmoid(q k) counted from j to i, interpolated learned position logits, one table shared by all layers (cope:layer_tables=1: one per layer)", "Golovneva et al. 2024, Contextual Position Encoding (CoPE)",
+       "encoders.contextual:CoPE", index=None, params={"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25},
+       checks=_COPE, check=_check_cope, causal_only=True,
+       hints={"alibi": "(cope-alibi) requires cope; write cope:alibi=1 or cope-alibi", "sep_keys": "(cope sep-keys) requires cope"}),
+    _E("cope-alibi", "contextual", "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table, m_h = m0 / 2^h", "Golovneva et al. 2024 (CoPE) App. C, Eq. 10",
+       index=None, params={"npos": 64, "sep_keys": False, "m0": 0.25}, checks=_COPE, causal_only=True, alias=("cope", {"alibi": True})),
+    _E("bipe-rope", "rotary", "learned APE on the intra-segment index + RoPE on the segment index", "He et al. 2024, Two Stones Hit One Bird: Bilevel Positional Encoding (BiPE)",
+       "encoders.rotary:Rotary", index="segment", params={"base": 10000.0}, checks=_BASE, also=_BIPE_TABLE),
+    _E("bipe-alibi", "bias", "learned APE on the intra-segment index + ALiBi (slopes x 96) on segment distance", "He et al. 2024, Bilevel Positional Encoding (BiPE)",
+       "encoders.bias:ALiBi", index="segment", params={"slope_scale": 96.0}, checks={"slope_scale": POSITIVE}, also=_BIPE_TABLE),
+    _E("dape", "processor", "A = S + B + MLP_heads([S, B]) per (i, j) (2H -> hidden -> H, LeakyReLU); k > 1: DAPE V2", "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding",
+       "processors:DAPE", index=None, params={"k": 1, "hidden": 32}, checks=_DAPE, causal_only=lambda p: p["k"] > 1),
+    _E("dape-k", "processor", "DAPE V2: the same with causal 1 x k convolutions along the key axis (dape:k=3)", "Zheng et al. 2024, DAPE V2: Process Attention Score as Feature Map, Sec. 3.3 / App. L",
+       index=None, params={"k": 3, "hidden": 32}, checks=_DAPE, causal_only=True, alias=("dape", {})),
+]
+
+#: name -> row, in registration order (the order `synthlab encodings` lists them)
+COMPONENTS: dict[str, Encoding] = {}
+#: name -> (one-line description, paper) for every pe component (used by `synthlab encodings`)
+ENCODINGS: dict[str, tuple[str, str]] = {}
+
+
+def register(row: Encoding) -> Encoding:
+    """Add an encoding to the table (ValueError if the name is taken or the row is malformed)."""
+    name = row.name
+    if not name or name != name.strip().lower() or any(ch in name for ch in "+:,= "):
+        raise ValueError(f"encoding name {name!r} must be lower case without '+', ':', ',', '=' or spaces")
+    if name in COMPONENTS:
+        raise ValueError(f"encoding {name!r} is already registered")
+    if row.kind not in ROLES or row.index not in INDICES:
+        raise ValueError(f"encoding {name!r}: kind must be one of {ROLES} and index one of {INDICES}")
+    if row.alias is None and row.kind != "none" and row.build is None:
+        raise ValueError(f"encoding {name!r} has no builder")
+    if set(row.checks) - set(row.params):
+        raise ValueError(f"encoding {name!r} checks parameters it does not have: {sorted(set(row.checks) - set(row.params))}")
+    COMPONENTS[name] = row
+    ENCODINGS[name] = (row.description, row.paper)
+    return row
+
+
+def unregister(name: str) -> None:
+    """Remove a registered encoding (tests that register a toy one clean up with it)."""
+    COMPONENTS.pop(name, None)
+    ENCODINGS.pop(name, None)
+
+
+for _row in _ROWS:
+    register(_row)
+
+
+def names_of(kind: str) -> list[str]:
+    """The names whose modules include one of ``kind`` (for messages: "rope, xpos, bipe-rope")."""
+    return [n for n, r in COMPONENTS.items() if any(p.kind == kind for p in r.parts)]
+
+
+def builder(part: Part) -> Any:
+    """The class that builds a part (imported on first use: the rows stay torch-free)."""
+    if not isinstance(part.build, str):
+        return part.build
+    module, _, name = part.build.partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """What a builder gets: the model's shape, its encoding's full params and the index it reads."""
+
+    params: dict[str, Any]
+    index: str | None
+    d_model: int
+    n_heads: int
+    max_len: int
+    causal: bool
+    revision: int = PE_REVISION
+    scores_bias: bool = False  # the layers add a bias or contextual term to the scores (DAPE's input)
+    shared: Any = None  # what the class's build_shared(cfg) made once for all layers (tied tables)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
 
 # index schemes and eval-time interpolation (a separate option from the pe spec)
 INDEX_SCHEMES: dict[str, tuple[str, str]] = {
@@ -80,20 +257,14 @@ INDEX_SCHEMES: dict[str, tuple[str, str]] = {
     "rope-scaling yarn": ("--rope-scaling yarn: NTK-by-parts ramp (alpha=1, beta=32), logits x (0.1 ln s + 1)^2", "Peng et al. 2023, YaRN"),
 }
 
-#: name -> (one-line description, paper) for every pe component (used by `synthlab encodings`)
-ENCODINGS: dict[str, tuple[str, str]] = {n: (c.description, c.paper) for n, c in COMPONENTS.items()}
 
+# ---- spec strings -------------------------------------------------------------------------
 
 def _parse_value(comp: str, key: str, raw: str, default: Any) -> Any:
     """Type a raw parameter string like its default."""
     try:
         if isinstance(default, bool):
-            low = raw.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
+            return parse_bool(raw)  # the true/false words of every setting (synthlab.config)
         if isinstance(default, int):
             return int(raw)
         if isinstance(default, float):
@@ -103,26 +274,6 @@ def _parse_value(comp: str, key: str, raw: str, default: Any) -> Any:
     return raw
 
 
-def _check_param(comp: str, key: str, value: Any) -> Any:
-    """Range checks shared by the parser and build_model(**pe_params)."""
-    if comp in ("dape", "dape-k"):
-        if key == "k" and (not isinstance(value, int) or value < 1 or value % 2 == 0):
-            raise ValueError(f"pe parameter {comp}:k={value!r} must be an odd integer >= 1 (1, 3, 5, 7, ...)")
-        if key == "hidden" and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"pe parameter {comp}:hidden={value!r} must be a positive integer")
-    if key == "npos" and (not isinstance(value, int) or value < 2):
-        raise ValueError(f"pe parameter {comp}:npos={value!r} must be an integer >= 2")
-    if comp == "kerple" and key == "kind" and value not in ("log", "power"):
-        raise ValueError(f"pe parameter kerple:kind={value!r}; allowed: log, power")
-    if comp == "t5" and key in ("buckets", "max_distance") and (not isinstance(value, int) or value < 2):
-        raise ValueError(f"pe parameter t5:{key}={value!r} must be an integer >= 2")
-    if key in ("base", "scale_base", "slope_scale", "c", "L", "m0") and not (isinstance(value, (int, float)) and value > 0):
-        raise ValueError(f"pe parameter {comp}:{key}={value!r} must be a positive number")
-    if key == "width" and (not isinstance(value, int) or value < 1):
-        raise ValueError(f"pe parameter {comp}:width={value!r} must be a positive integer")
-    return value
-
-
 @dataclass(frozen=True)
 class PESpec:
     """A parsed spec string. ``name`` is canonical; ``params`` maps component -> its full params."""
@@ -130,31 +281,33 @@ class PESpec:
     components: tuple[str, ...]
     params: dict[str, dict[str, Any]]
 
+    def _part_name(self, c: str) -> str:
+        """How component ``c`` is written: its name (or an alias's) and the params not at their default."""
+        defaults = COMPONENTS[c].params
+        changed = {k: v for k, v in self.params.get(c, {}).items() if defaults.get(k) != v}
+        for alias, row in COMPONENTS.items():  # cope:alibi=1 is written with its registered name, cope-alibi
+            if row.alias and row.alias[0] == c and row.alias[1] and all(changed.get(k) == v for k, v in row.alias[1].items()):
+                c, changed = alias, {k: v for k, v in changed.items() if k not in row.alias[1]}
+                break
+        if not changed:
+            return c
+        return c + ":" + ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in changed.items())
+
     @property
     def name(self) -> str:
-        parts = []
-        for c in self.components:
-            defaults = COMPONENTS[c].params
-            changed = {k: v for k, v in self.params.get(c, {}).items() if defaults.get(k) != v}
-            if c == "cope" and changed.pop("alibi", False):
-                c = "cope-alibi"  # cope:alibi=1 is written with its registered name
-            if changed:
-                kv = ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in changed.items())
-                parts.append(f"{c}:{kv}")
-            else:
-                parts.append(c)
-        return "+".join(parts)
+        return "+".join(self._part_name(c) for c in self.components)
 
     def __str__(self) -> str:
         return self.name
 
     @property
-    def causal_only(self) -> bool:
-        return any(COMPONENTS[c].causal_only for c in self.components) or self.dape_k > 1
+    def causal_only_parts(self) -> list[str]:
+        """The components that cannot run in encoder mode, as written ("xpos", "dape:k=3")."""
+        return [self._part_name(c) for c in self.components if COMPONENTS[c].is_causal_only(self.params[c])]
 
     @property
-    def dape_k(self) -> int:
-        return int(self.params.get("dape", {}).get("k", 0))
+    def causal_only(self) -> bool:
+        return bool(self.causal_only_parts)
 
     @property
     def reads_token_index(self) -> bool:
@@ -164,12 +317,18 @@ class PESpec:
         return name in self.components
 
     @property
+    def parts(self) -> list[tuple[str, Part]]:
+        """(component, part) for every module the spec puts into the model, in canonical order."""
+        return [(c, p) for c in self.components for p in COMPONENTS[c].parts]
+
+    @property
     def rotary(self) -> bool:
-        return any(c in ("rope", "xpos", "bipe-rope") for c in self.components)
+        return any(p.kind == "rotary" for _, p in self.parts)
 
     @property
     def bipe(self) -> bool:
-        return any(c.startswith("bipe-") for c in self.components)
+        """Reads BiPE's segment ids (segment or intra-segment index)."""
+        return any(p.index in ("segment", "intra") for _, p in self.parts)
 
     def with_params(self, **pe_params: Any) -> "PESpec":
         """Apply flat keyword params (``k=3``, ``npos=16``) to the component that owns each."""
@@ -187,60 +346,45 @@ class PESpec:
                 value = _parse_value(comp, key, value, default)
             elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
-            params[comp][key] = _check_param(comp, key, value)
+            params[comp][key] = COMPONENTS[comp].check_param(key, value)
         return _finish(tuple(self.components), params)
 
 
 def _finish(components: tuple[str, ...], params: dict[str, dict[str, Any]]) -> PESpec:
-    """Normalise aliases, check the combination, sort into canonical order."""
+    """Resolve aliases, check the combination, sort into canonical order."""
     comps = list(components)
-    # aliases: dape-k == dape:k=3 ; cope-alibi == cope:alibi=1
-    if "dape-k" in comps:
-        p = params.pop("dape-k")
-        comps[comps.index("dape-k")] = "dape"
-        params["dape"] = {"k": COMPONENTS["dape-k"].params["k"], **p}
-    if "cope-alibi" in comps:
-        p = params.pop("cope-alibi")
-        comps[comps.index("cope-alibi")] = "cope"
-        params["cope"] = {**p, "alibi": True}
+    for i, c in enumerate(comps):  # dape-k == dape:k=3 ; cope-alibi == cope:alibi=1
+        row = COMPONENTS[c]
+        if row.alias is not None:
+            target, fixed = row.alias
+            params[target] = {**row.params, **params.pop(c, {}), **fixed}
+            comps[i] = target
     if len(set(comps)) != len(comps):
         dup = sorted({c for c in comps if comps.count(c) > 1})
         raise ValueError(f"pe component {dup[0]!r} given twice")
-    if "nope" in comps and len(comps) > 1 and set(comps) - {"nope", "dape"}:
-        others = [c for c in comps if c not in ("nope", "dape")]
-        raise ValueError(f"pe 'nope' cannot be combined with {'+'.join(others)} (nope means no positional encoder; only +dape may follow it)")
-    roles: dict[str, list[str]] = {}
-    for c in comps:
-        role = COMPONENTS[c].role
-        if c == "bipe-rope":
-            roles.setdefault("absolute", []).append(c)
-            roles.setdefault("rotary", []).append(c)
-        elif c == "bipe-alibi":
-            roles.setdefault("absolute", []).append(c)
-            roles.setdefault("bias", []).append(c)
-        else:
-            roles.setdefault(role, []).append(c)
-    if len(roles.get("rotary", [])) > 1:
-        raise ValueError(f"pe combines two rotary encoders ({' and '.join(roles['rotary'])}); use at most one of rope, xpos, bipe-rope")
-    if len(roles.get("absolute", [])) > 1:
-        raise ValueError(f"pe combines two absolute encoders ({' and '.join(roles['absolute'])}); use at most one of sinusoidal, learned, bipe-*")
-    if any(c.startswith("bipe-") for c in comps) and len([c for c in comps if c.startswith("bipe-")]) > 1:
-        raise ValueError("pe combines bipe-rope and bipe-alibi; choose one")
+    for lone in (c for c in comps if COMPONENTS[c].kind == "none"):  # nope: nothing but a processor may follow
+        others = [c for c in comps if COMPONENTS[c].kind not in ("none", "processor")]
+        if others:
+            processors = " / +".join(n for n, r in COMPONENTS.items() if r.kind == "processor" and r.alias is None)
+            raise ValueError(f"pe {lone!r} cannot be combined with {'+'.join(others)} "
+                             f"({lone} means no positional encoder; only +{processors} may follow it)")
+    for kind in _ONE_PER_MODEL:
+        have = [c for c in comps if any(p.kind == kind for p in COMPONENTS[c].parts)]
+        if len(have) > 1:
+            raise ValueError(f"pe combines two {kind} encoders ({' and '.join(have)}); use at most one of {', '.join(names_of(kind))}")
     order = {r: i for i, r in enumerate(ROLES)}
+    names = list(COMPONENTS)
 
     def key(c: str) -> tuple[int, int]:
-        role = COMPONENTS[c].role
-        rank = order.get(role, 0) if role != "composite" else order["absolute"]
-        return rank, list(COMPONENTS).index(c)
+        row = COMPONENTS[c]
+        return min((order[p.kind] for p in row.parts), default=order[row.kind]), names.index(c)
 
     comps.sort(key=key)
     full = {c: {**COMPONENTS[c].params, **params.get(c, {})} for c in comps}
-    cope = full.get("cope")
-    if cope is not None and cope["alibi"] and cope["layer_tables"]:
-        raise ValueError("pe parameter layer_tables does not apply to cope-alibi (it has no position table)")
-    if cope is not None and not cope["alibi"] and cope["m0"] != COMPONENTS["cope"].params["m0"]:
-        raise ValueError("pe parameter cope:m0 sets CoPE-ALiBi's slopes; write cope-alibi:m0=... (or cope:alibi=1,m0=...)")
-    return PESpec(components=tuple(comps), params={c: full[c] for c in comps})
+    for c in comps:
+        if COMPONENTS[c].check is not None:
+            COMPONENTS[c].check(full[c])
+    return PESpec(components=tuple(comps), params=full)
 
 
 def parse_pe(spec: "str | PESpec") -> PESpec:
@@ -266,13 +410,12 @@ def parse_pe(spec: "str | PESpec") -> PESpec:
                 k = {n.lower(): n for n in comp.params}.get(k, k)  # the spec is lower-cased; FIRE's key is L
                 if not eq or not k or not v:
                     raise ValueError(f"pe parameter {kv!r} of {name!r} must be key=value")
-                if k == "alibi" and name != "cope":
-                    raise ValueError(f"pe parameter {name}:alibi (cope-alibi) requires cope; write cope:alibi=1 or cope-alibi")
-                if k == "sep_keys" and name not in ("cope", "cope-alibi"):
-                    raise ValueError(f"pe parameter {name}:sep_keys (cope sep-keys) requires cope")
                 if k not in comp.params:
+                    hint = next((r.hints[k] for r in COMPONENTS.values() if k in r.hints), None)
+                    if hint is not None:
+                        raise ValueError(f"pe parameter {name}:{k} {hint}")
                     raise ValueError(f"unknown parameter {k!r} for pe component {name!r}; allowed: {', '.join(comp.params) or 'none'}")
-                given[k] = _check_param(name, k, _parse_value(name, k, v, comp.params[k]))
+                given[k] = comp.check_param(k, _parse_value(name, k, v, comp.params[k]))
         comps.append(name)
         params[name] = given
     return _finish(tuple(comps), params)

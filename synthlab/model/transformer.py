@@ -8,6 +8,7 @@ is encoder (bidirectional) mode for the encodings that define it.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Sequence
 
 import torch
@@ -15,13 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import Attention, PositionContext, TensorCache
-from .encoders.absolute import Learned, Sinusoidal
-from .encoders.bias import FIRE, ALiBi, Kerple, Relative, T5Bias, alibi_slopes
-from .encoders.contextual import CoPE, cope_alibi_slopes
 from .encoders.rotary import Rotary
 from .indices import bipe_segments, intra_from_segments
-from .processors import DAPE
-from .registry import PE_REVISION, PESpec
+from .registry import PE_REVISION, BuildConfig, Part, PESpec, builder, names_of
 
 
 class MLP(nn.Module):
@@ -54,59 +51,40 @@ class Block(nn.Module):
         return x, att
 
 
-def _shared_components(spec: PESpec, d_model: int, n_heads: int, causal: bool, revision: int) -> dict[str, Any]:
-    """The position tables one model shares across its layers: CoPE's (d_h x npos) table
-    (Golovneva et al. 2024, the paper's default) and T5's bucket table (Raffel et al. 2020: one
-    table for the whole stack, layers 2.. reuse layer 1's). None where each layer has its own
-    (``layer_tables=1``, or pe revision 1). Each layer holds the same object, so the state dict
-    lists it under every layer, as tied weights, and the optimiser sees one tensor."""
-    shared: dict[str, Any] = {"t5": None, "cope_table": None}
-    if revision < 2:
-        return shared
-    if spec.has("t5") and not spec.params["t5"]["layer_tables"]:
-        p = spec.params["t5"]
-        shared["t5"] = T5Bias(n_heads, p["buckets"], p["max_distance"], causal=causal)
-    if spec.has("cope") and not (spec.params["cope"]["alibi"] or spec.params["cope"]["layer_tables"]):
-        shared["cope_table"] = nn.Parameter(torch.zeros(d_model // n_heads, spec.params["cope"]["npos"]))  # (d_h, npos)
-    return shared
+# the Attention argument each kind of per-layer module goes to (absolute: the model's abs_enc)
+SLOTS = {"rotary": "rotary", "bias": "biases", "contextual": "cope", "processor": "dape"}
 
 
-def _layer_components(spec: PESpec, d_model: int, n_heads: int, max_len: int, causal: bool, revision: int,
-                      shared: dict[str, Any]) -> dict[str, Any]:
-    """The per-layer rotary / bias / contextual / processor modules a spec names."""
-    head_dim = d_model // n_heads
-    rotary, biases, cope, dape = None, [], None, None
-    for name in spec.components:
-        p = spec.params[name]
-        if name == "rope":
-            rotary = Rotary(head_dim, base=p["base"])
-        elif name == "xpos":
-            rotary = Rotary(head_dim, base=p["base"], xpos=True, scale_base=p["scale_base"])
-        elif name == "bipe-rope":
-            rotary = Rotary(head_dim, base=p["base"], index="segment")
-        elif name == "alibi":
-            biases.append(ALiBi(n_heads))
-        elif name == "bipe-alibi":
-            biases.append(ALiBi(n_heads, scale=p["slope_scale"], index="segment"))
-        elif name == "t5":
-            t5 = shared["t5"]
-            biases.append(t5 if t5 is not None else T5Bias(n_heads, p["buckets"], p["max_distance"], causal=causal))
-        elif name == "kerple":
-            biases.append(Kerple(n_heads, kind=p["kind"]))
-        elif name == "fire":
-            biases.append(FIRE(n_heads, width=p["width"], c=p["c"], L=p["L"]))
-            if revision < 2:
-                biases[-1].eps = 0.0  # revision 1 had no eps in the normaliser
-        elif name in ("relative", "relative-capped"):
-            biases.append(Relative(head_dim, rows=max_len, capped=name == "relative-capped", causal=causal))
-        elif name == "cope":
-            slopes = cope_alibi_slopes(n_heads, p["m0"]) if revision >= 2 else alibi_slopes(n_heads)
-            cope = CoPE(d_model, n_heads, npos=p["npos"], sep_keys=p["sep_keys"], alibi=p["alibi"],
-                        pos_emb=shared["cope_table"], slopes=slopes)
-    if spec.has("dape"):
-        p = spec.params["dape"]
-        dape = DAPE(n_heads, with_bias=bool(biases) or cope is not None, hidden=p["hidden"], k=p["k"], causal=causal)
-    return {"rotary": rotary, "biases": biases, "cope": cope, "dape": dape}
+def _build_configs(spec: PESpec, d_model: int, n_heads: int, max_len: int, causal: bool,
+                   revision: int) -> list[tuple[Part, BuildConfig]]:
+    """(part, its build config) for every module the spec names, in canonical order."""
+    scores_bias = any(p.kind in ("bias", "contextual") for _, p in spec.parts)
+    return [(p, BuildConfig(spec.params[c], p.index, d_model, n_heads, max_len, causal, revision, scores_bias))
+            for c, p in spec.parts]
+
+
+def _shared_components(parts: list[tuple[Part, BuildConfig]]) -> list[Any]:
+    """What each part shares across the layers (None for most), e.g. CoPE's (d_h x npos) table
+    (Golovneva et al. 2024, the paper's default) or T5's bucket table (Raffel et al. 2020: one
+    table for the whole stack). None where each layer has its own (``layer_tables=1``, or pe
+    revision 1). Each layer holds the same object, so the state dict lists it under every layer,
+    as tied weights, and the optimiser sees one tensor."""
+    return [getattr(builder(p), "build_shared", lambda cfg: None)(cfg) for p, cfg in parts]
+
+
+def _layer_components(parts: list[tuple[Part, BuildConfig]], shared: list[Any]) -> dict[str, Any]:
+    """One layer's rotary / bias / contextual / processor modules (Attention's arguments), built
+    in spec order: that order draws their random initialisation."""
+    slots: dict[str, Any] = {**dict.fromkeys(SLOTS.values()), "biases": []}
+    for (p, cfg), obj in zip(parts, shared):
+        if p.kind == "absolute":
+            continue
+        module = builder(p).build(replace(cfg, shared=obj))
+        if SLOTS[p.kind] == "biases":
+            slots["biases"].append(module)
+        else:
+            slots[SLOTS[p.kind]] = module
+    return slots
 
 
 class Transformer(nn.Module):
@@ -131,8 +109,8 @@ class Transformer(nn.Module):
         if not 0.0 <= float(dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         if not causal and spec.causal_only:
-            bad = [c for c in spec.components if c in ("xpos", "cope")] or ["dape:k>1"]
-            raise ValueError(f"pe {spec.name!r} is causal only ({', '.join(bad)}); it cannot run with causal=False (encoder mode)")
+            raise ValueError(f"pe {spec.name!r} is causal only ({', '.join(spec.causal_only_parts)}); "
+                             "it cannot run with causal=False (encoder mode)")
         self.spec, self.pe = spec, spec.name
         self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
         self.max_len, self.causal, self.revision = max_len, causal, revision
@@ -141,24 +119,21 @@ class Transformer(nn.Module):
 
         self.wte = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.wte.weight, std=0.02)
+        parts = _build_configs(spec, d_model, n_heads, max_len, causal, revision)
         self.abs_index = "token"
         self.abs_enc: nn.Module | None = None
-        if spec.has("sinusoidal"):
-            self.abs_enc = Sinusoidal(d_model, spec.params["sinusoidal"]["base"])
-        elif spec.has("learned"):
-            self.abs_enc = Learned(d_model, max_len)
-        elif spec.bipe:
-            self.abs_enc, self.abs_index = Learned(d_model, max_len, what="intra-segment position"), "intra"
+        for p, cfg in parts:  # at most one (parse_pe checks)
+            if p.kind == "absolute":
+                self.abs_enc, self.abs_index = builder(p).build(cfg), p.index  # token, or intra-segment (BiPE)
         # sqrt(d) on the token embeddings where a fixed sinusoid of RMS sqrt(1/2) is added (see
         # Sinusoidal); only there, so the encodings without an absolute encoder train as before
         scaled = self.abs_enc is not None and self.abs_enc.scales_tokens and revision >= 2
         self.embed_scale = math.sqrt(d_model) if scaled else 1.0
         self.drop = nn.Dropout(dropout)
-        shared = _shared_components(spec, d_model, n_heads, causal, revision)
+        shared = _shared_components(parts)
         self.blocks = nn.ModuleList(
             Block(d_model, dropout, n_layers,
-                  Attention(d_model, n_heads, dropout, causal, n_layers,
-                            **_layer_components(spec, d_model, n_heads, max_len, causal, revision, shared)))
+                  Attention(d_model, n_heads, dropout, causal, n_layers, **_layer_components(parts, shared)))
             for _ in range(n_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
@@ -229,7 +204,7 @@ class Transformer(nn.Module):
             kind = None
         rots = self.rotary_encoders()
         if kind is not None and not rots:
-            raise ValueError(f"rope scaling {kind!r} needs a rotary encoder (rope, xpos, bipe-rope); pe={self.pe!r} has none")
+            raise ValueError(f"rope scaling {kind!r} needs a rotary encoder ({', '.join(names_of('rotary'))}); pe={self.pe!r} has none")
         if factor is None and train_len is None:
             train_len = self.max_len
         for r in rots:

@@ -1,4 +1,4 @@
-"""The data commands end to end: `synthlab tasks`, `synthlab generate` (spec/interfaces.md)."""
+"""The data commands end to end: `synthlab tasks`, `synthlab generate` (docs/interfaces.md)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -186,7 +187,7 @@ def test_a_trial_of_a_dead_process_is_rerun_once(tmp_path, fake):
     dead.wait()
     st.enqueue_trial({}, user_attrs={"cell_key": cells[0].key, "cell": cells[0].axes})
     t = st.ask()
-    storage.set_trial_user_attr(t._trial_id, "worker", {"host": sweeping.socket.gethostname(), "pid": dead.pid,
+    storage.set_trial_user_attr(t._trial_id, "worker", {"host": socket.gethostname(), "pid": dead.pid,
                                                          "start": "1"})
     storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time())
     sweeping.sweep(path, out=out, grids=False)

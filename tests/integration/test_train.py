@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import generators
+import generators.che
 from synthlab.cli import main
-from synthlab.config import CHE_TASKS
 from synthlab.data import eval_sets
 from synthlab.training import (EvalContext, evaluate, greedy_right, lr_factor, resolve_config, train)
 
+CHE_TASKS = tuple(generators.che.TASKS)
 RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",
                "by_length", "wall_s", "device", "synthlab", "git", "study", "trial", "status"}
 

@@ -3,15 +3,16 @@
 import pytest
 
 import generators
-from synthlab.config import (CHE_TASKS, PRESETS, RunConfig, apply_overrides, build_config, coerce, preset,
-                             resolve_key, validate_fields)
+import generators.che
+from synthlab.config import PRESETS, RunConfig, apply_overrides, coerce, resolve_key, validate_fields
+from synthlab.presets import build_config, preset
 
 FLIPFLOP_PARAMS = tuple(generators.TASKS["flipflop"].PARAMS)
 
 
 def test_every_task_has_every_preset_with_valid_task_params():
     assert len(generators.TASKS) == 23
-    assert set(CHE_TASKS) <= set(generators.TASKS)
+    assert len(generators.che.TASKS) == 15 and set(generators.che.TASKS) <= set(generators.TASKS)
     for name in generators.TASKS:
         for p in PRESETS:
             cfg = build_config(name, "rope", p)

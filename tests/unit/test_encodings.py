@@ -1,4 +1,4 @@
-"""Property tests of every positional encoding, processor and index scheme (spec/encodings.md)."""
+"""Property tests of every positional encoding, processor and index scheme (README "Encodings")."""
 
 from __future__ import annotations
 

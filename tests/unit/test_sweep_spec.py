@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from synthlab import cells, storage
 from synthlab import sweeping as sw
 
 GOOD = """
@@ -104,16 +105,22 @@ def test_pose_chunks_axis_builds_positions():
     spec = sw.parse_sweep(text, "p.toml")
     pos = sorted({c.positions for c in sw.expand_cells(spec, "smoke")})
     assert pos == ["pose:chunks=1,target=64", "pose:chunks=3,target=64"]
-    assert sw._with_pose_chunks(None, 2) == "pose:chunks=2"
+    assert cells.with_pose_chunks(None, 2) == "pose:chunks=2"
     with pytest.raises(ValueError, match="pose"):
-        sw._with_pose_chunks("randomized:max=64", 2)
+        cells.with_pose_chunks("randomized:max=64", 2)
+    assert cells.pose_chunks_of("pose:chunks=3,target=64") == 3
+    assert cells.pose_chunks_of("randomized:max=64") is None and cells.pose_chunks_of(None) is None
 
 
 def test_dape_kernel_helper():
-    assert sw._with_dape_k("kerple+dape", 3) == "kerple+dape:k=3"
-    assert sw._with_dape_k("rope", 3) == "rope"
-    with pytest.raises(ValueError, match="already fixes"):
-        sw._with_dape_k("kerple+dape:k=5", 3)
+    assert cells.with_dape_k("kerple+dape", 3) == "kerple+dape:k=3"
+    assert cells.with_dape_k("nope+dape:hidden=8", 3) == "nope+dape:hidden=8,k=3"  # the file's spelling kept
+    assert cells.with_dape_k("rope", 3) == "rope"
+    assert cells.with_dape_k("kerple+dape:k=1", 3) == "kerple+dape:k=3"  # k = 1 is the default: fixes nothing
+    for fixed in ("kerple+dape:k=5", "kerple+dape-k"):
+        with pytest.raises(ValueError, match="already fixes"):
+            cells.with_dape_k(fixed, 3)
+    assert [cells.dape_k_of(pe) for pe in ("kerple+dape", "kerple+dape:k=3", "rope", None)] == [1, 3, None, None]
 
 
 def test_installed_sweeps_cover_the_experiments_and_have_all_presets():
@@ -159,9 +166,9 @@ def test_storage_urls_are_checked_without_creating_anything(tmp_path):
         sw.check_storage("nosuchdialect://x/y")
     sw.check_storage(str(tmp_path / "ok.journal"))
     assert list(tmp_path.iterdir()) == []
-    assert sw._redact("postgresql://me:secret@host/db") == "postgresql://me:***@host/db"
+    assert storage._redact("postgresql://me:secret@host/db") == "postgresql://me:***@host/db"
 
 
 def test_tuned_value_van_der_corput_spreads():
     spec = {"low": 0.0, "high": 1.0, "log": False}
-    assert [sw._tuned_value(spec, i, 4) for i in range(4)] == [0.5, 0.25, 0.75, 0.125]
+    assert [cells._tuned_value(spec, i, 4) for i in range(4)] == [0.5, 0.25, 0.75, 0.125]

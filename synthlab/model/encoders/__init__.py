@@ -1,1 +1,1 @@
-"""Encoders: how indices enter the model (axis 2 of ARCHITECTURE.md), one family per file."""
+"""Encoders: how indices enter the model (axis 2 of docs/architecture.md), one family per file."""

@@ -1,4 +1,4 @@
-"""Absolute encoders: a vector per index added to the token embeddings."""
+"""Absolute encoders: a vector per index added to the token embeddings, x_p = wte(token_p) + e(p)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import math
 
 import torch
 import torch.nn as nn
+
+from ..registry import BuildConfig
 
 
 class Sinusoidal(nn.Module):
@@ -19,6 +21,10 @@ class Sinusoidal(nn.Module):
     (1 : 35) unscaled, when the position signal swamps the tokens."""
 
     scales_tokens = True
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "Sinusoidal":
+        return cls(cfg.d_model, cfg.params["base"])
 
     def __init__(self, d_model: int, base: float = 10000.0):
         super().__init__()
@@ -34,13 +40,18 @@ class Sinusoidal(nn.Module):
 
 
 class Learned(nn.Module):
-    """Learned table of ``rows`` position embeddings (GPT). An index past the table raises
-    ValueError (never a silent clamp).
+    """Learned table of ``rows`` position embeddings, e(p) = E[p] (Gehring et al. 2017; Radford
+    et al. 2018, GPT). An index past the table raises ValueError (never a silent clamp). BiPE
+    (He et al. 2024) uses one on the intra-segment index.
 
     Initialised like the token embeddings (std 0.02), so the two signals start 1 : 1 and the
     token embeddings are not rescaled (GPT-2 / nanoGPT add ``wte + wpe`` as is)."""
 
     scales_tokens = False
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "Learned":
+        return cls(cfg.d_model, cfg.max_len, what="intra-segment position" if cfg.index == "intra" else "position")
 
     def __init__(self, d_model: int, rows: int, what: str = "position"):
         super().__init__()

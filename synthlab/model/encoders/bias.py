@@ -1,4 +1,5 @@
-"""Additive attention biases b(i, j) (ALiBi, T5 buckets, KERPLE, FIRE, Shaw relative).
+"""Additive attention biases b(i, j) (ALiBi, T5 buckets, KERPLE, FIRE, Shaw relative):
+logit_ij = q_i k_j / sqrt(d_h) + b(i, j).
 
 Each module maps the position context to a bias (1 | B, H, T, T) added to the logits
 q_i k_j / sqrt(d_h). Values above the diagonal are finite and masked later (causal mode); in
@@ -14,6 +15,8 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ..registry import BuildConfig
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
@@ -33,6 +36,10 @@ def alibi_slopes(n_heads: int) -> list[float]:
 class ALiBi(nn.Module):
     """ALiBi (Press et al. 2022): b = -m_h |i - j| (causal: -m_h (i - j)). BiPE-ALiBi uses the
     segment index and ``scale`` = 96 (He et al. 2024, App. D). No parameters: cached per length."""
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "ALiBi":
+        return cls(cfg.n_heads, scale=cfg.params.get("slope_scale", 1.0), index=cfg.index)
 
     def __init__(self, n_heads: int, scale: float = 1.0, index: str = "token"):
         super().__init__()
@@ -75,7 +82,22 @@ def t5_buckets(rel: torch.Tensor, causal: bool, num_buckets: int = 32, max_dista
 
 
 class T5Bias(nn.Module):
-    """T5 relative bias (Raffel et al. 2020): a learned scalar per head per distance bucket."""
+    """T5 relative bias (Raffel et al. 2020): b_h(i, j) = table[bucket(i - j), h], a learned scalar
+    per head per distance bucket (:func:`t5_buckets`). One table for the whole stack, layers 2..
+    reuse layer 1's (the paper's setting; ``layer_tables=1`` or pe revision 1: one per layer)."""
+
+    @classmethod
+    def build_shared(cls, cfg: BuildConfig) -> "T5Bias | None":
+        """The model's one table, built before the layers (None: each layer builds its own)."""
+        if cfg.revision < 2 or cfg.params["layer_tables"]:
+            return None
+        return cls(cfg.n_heads, cfg.params["buckets"], cfg.params["max_distance"], causal=cfg.causal)
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "T5Bias":
+        if cfg.shared is not None:  # the same module in every layer: tied weights in the state dict
+            return cfg.shared
+        return cls(cfg.n_heads, cfg.params["buckets"], cfg.params["max_distance"], causal=cfg.causal)
 
     def __init__(self, n_heads: int, buckets: int = 32, max_distance: int = 128, causal: bool = True):
         super().__init__()
@@ -102,6 +124,10 @@ class Kerple(nn.Module):
     inside the graph would zero it and pin a parameter that drifted below the floor there)."""
 
     eps = 0.01  # the reference's floor
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "Kerple":
+        return cls(cfg.n_heads, kind=cfg.params["kind"])
 
     def __init__(self, n_heads: int, kind: str = "log"):
         super().__init__()
@@ -148,6 +174,14 @@ class FIRE(nn.Module):
     keeps the normaliser > 0 when L' and i are 0.
     """
 
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "FIRE":
+        p = cfg.params
+        fire = cls(cfg.n_heads, width=p["width"], c=p["c"], L=p["L"])
+        if cfg.revision < 2:
+            fire.eps = 0.0  # revision 1 had no eps in the normaliser
+        return fire
+
     def __init__(self, n_heads: int, width: int = 32, c: float = 0.1, L: float = 512.0, eps: float = 1e-6):
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, n_heads))
@@ -193,6 +227,11 @@ class Relative(nn.Module):
     error. Encoder mode: 2 rows - 1 signed distances."""
 
     needs_queries = True  # the bias is q_i . e[i - j]
+    capped = False
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "Relative":
+        return cls(cfg.head_dim, rows=cfg.max_len, capped=cls.capped, causal=cfg.causal)
 
     def __init__(self, head_dim: int, rows: int, capped: bool = False, causal: bool = True):
         super().__init__()
@@ -248,3 +287,10 @@ class Relative(nn.Module):
                 raise ValueError(f"relative: distance {far} past the table of {self.rows} rows (max_len); use relative-capped or raise max_len")
             rel = rel.clamp(-(self.rows - 1), self.rows - 1)
         return rel + self.rows - 1, 2 * self.rows - 1
+
+
+class RelativeCapped(Relative):
+    """Shaw et al. 2018 relative keys whose distances past the table (max_len) use its last row,
+    e[min(i - j, max_len - 1)] (Golovneva et al. 2024, CoPE, Sec. 5.5); see :class:`Relative`."""
+
+    capped = True

@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 
 from ..native import cope_kernel, ptr
-from ..registry import COMPONENTS
+from ..registry import COMPONENTS, BuildConfig
+from .bias import alibi_slopes
 
 
 class _FusedCoPE(torch.autograd.Function):
@@ -66,7 +67,23 @@ class CoPE(nn.Module):
     ``alibi`` (CoPE-ALiBi, App. C Eq. 10) adds -m_h p_ij with fixed head ``slopes`` instead of
     the table (the paper writes + m p_ij with m listed positive; the minus keeps ALiBi's
     convention that farther counts are penalised, as the fixed slopes intend). Causal only.
+    Pe revision 1 had one table per layer and Press et al.'s ALiBi slopes for CoPE-ALiBi.
     """
+
+    @classmethod
+    def build_shared(cls, cfg: BuildConfig) -> nn.Parameter | None:
+        """The model's one (d_h, npos) table, built before the layers (None: one per layer)."""
+        p = cfg.params
+        if cfg.revision < 2 or p["alibi"] or p["layer_tables"]:
+            return None
+        return nn.Parameter(torch.zeros(cfg.head_dim, p["npos"]))
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "CoPE":
+        p = cfg.params
+        slopes = cope_alibi_slopes(cfg.n_heads, p["m0"]) if cfg.revision >= 2 else alibi_slopes(cfg.n_heads)
+        return cls(cfg.d_model, cfg.n_heads, npos=p["npos"], sep_keys=p["sep_keys"], alibi=p["alibi"],
+                   pos_emb=cfg.shared, slopes=slopes)
 
     def __init__(self, d_model: int, n_heads: int, npos: int = 64, sep_keys: bool = False, alibi: bool = False,
                  pos_emb: nn.Parameter | None = None, slopes: list[float] | None = None):
@@ -95,15 +112,20 @@ class CoPE(nn.Module):
         """p_ij = sum_{t=j..i} g_it for gates (.., T, T) with future gates already 0."""
         return (gates.sum(-1, keepdim=True) + gates).sub_(gates.cumsum(-1))
 
+    def gate_logits(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The logits whose sigmoid are the gates (B, H, T, T), future not yet masked: the
+        attention logits S, or with ``sep_keys`` q . k'_j / sqrt(d_h) for a separate key
+        projection k' of the layer input x. ``synthlab.plot`` reads the gates from here."""
+        if self.gate_key is None:
+            return S
+        B, T, C = x.shape
+        kg = self.gate_key(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d_h)
+        return (q @ kg.transpose(-2, -1)) * self.scale
+
     def forward(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
         """q (B, H, T, d_h), S = q k^T / sqrt(d_h) (B, H, T, T), x (B, T, C) the layer input,
         future (T, T) bool -> the additive term (B, H, T, T)."""
-        if self.gate_key is not None:
-            B, T, C = x.shape
-            kg = self.gate_key(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d_h)
-            G = (q @ kg.transpose(-2, -1)) * self.scale
-        else:
-            G = S
+        G = self.gate_logits(q, S, x)
         if self._native(G):
             table = None if self.alibi else q @ self.pos_emb  # (B, H, T, npos)
             return _FusedCoPE.apply(torch.sigmoid(G), table, self.slopes if self.alibi else None, self.npos)

@@ -7,6 +7,8 @@ import math
 import torch
 import torch.nn as nn
 
+from ..registry import BuildConfig
+
 SCALINGS = (None, "linear", "ntk", "yarn")
 
 
@@ -50,6 +52,10 @@ class Rotary(nn.Module):
     beta = 32 on r_k = L_train / wavelength_k, theta'_k = (1 - g) theta_k / s + g theta_k, and
     q, k each scaled by (0.1 ln s + 1) (logits by its square). s <= 1 changes nothing.
     """
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "Rotary":
+        return cls(cfg.head_dim, base=cfg.params["base"], index=cfg.index)
 
     def __init__(self, head_dim: int, base: float = 10000.0, xpos: bool = False, scale_base: float = 512.0, index: str = "token"):
         super().__init__()
@@ -131,3 +137,12 @@ class Rotary(nn.Module):
         cq, sq, ck, sk = self.tables(pos, T, q.dtype, cacheable)
         rot = PAIR_LAYOUTS[self.pairs]
         return rot(q, cq, sq), rot(k, ck, sk)
+
+
+class XPos(Rotary):
+    """xPos (Sun et al. 2023, A Length-Extrapolatable Transformer): RoPE with the logit scaled by
+    zeta_k^((i-j)/scale_base), zeta_k = (2k + 0.4 d_h)/(1.4 d_h) (see :class:`Rotary`). Causal only."""
+
+    @classmethod
+    def build(cls, cfg: BuildConfig) -> "XPos":
+        return cls(cfg.head_dim, base=cfg.params["base"], xpos=True, scale_base=cfg.params["scale_base"], index=cfg.index)

@@ -29,6 +29,8 @@ import time
 import warnings
 from pathlib import Path
 
+from synthlab.config import FALSE_WORDS
+
 _DIR = Path(__file__).parent
 _LOCK = threading.Lock()
 _LOADED: dict[str, ctypes.CDLL | None] = {}
@@ -57,7 +59,8 @@ def cache_dir() -> Path:
 
 
 def enabled() -> bool:
-    return os.environ.get("SYNTHLAB_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+    # an env switch: on unless set to a false word (any other value, a typo included, keeps it on)
+    return os.environ.get("SYNTHLAB_NATIVE", "1").strip().lower() not in FALSE_WORDS
 
 
 def _compiler() -> str | None:

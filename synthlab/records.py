@@ -1,0 +1,155 @@
+"""Result records: the one writer and reader of ``results.jsonl`` and ``study-results.jsonl``.
+
+A result record (docs/interfaces.md) is one JSON object per line, appended with a single
+write so a killed writer leaves at most one torn line. Every path a record takes to a file
+goes through :func:`clean` (never NaN or infinity: ``null``; numpy / torch scalars as Python
+numbers), and every read goes through :func:`read_results`, which skips a torn line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from pathlib import Path
+from typing import Any
+
+from synthlab.storage import check_storage, open_storage
+
+SCHEMA = 1
+
+
+def clean(obj: Any) -> Any:
+    """JSON-safe copy: NaN / inf -> None (records never hold NaN), numpy and torch scalars ->
+    Python numbers, tuples -> lists, keys -> str."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if obj is None or isinstance(obj, (str, bytes, int)):
+        return obj
+    if isinstance(obj, numbers.Integral):  # numpy integers
+        return int(obj)
+    if isinstance(obj, numbers.Real):  # numpy floats that are no Python float (float32, longdouble)
+        return clean(float(obj))
+    if hasattr(obj, "item"):  # numpy bools, 0-d arrays, tensors
+        try:
+            return clean(obj.item())
+        except Exception:
+            return str(obj)
+    return obj
+
+
+def to_json(x: Any, *, ensure_ascii: bool = False) -> str:
+    """One JSON line's text (no newline). The sweep's own lines pass ``ensure_ascii=True``, as
+    they always have, so a file rebuilt by a new version is byte for byte the old one."""
+    return json.dumps(clean(x), allow_nan=False, ensure_ascii=ensure_ascii)
+
+
+def append_record(path: str | os.PathLike, record: dict[str, Any], *, ensure_ascii: bool = False) -> None:
+    """Append one JSON line with a single fsync'd write (the file stays parseable)."""
+    data = (to_json(record, ensure_ascii=ensure_ascii) + "\n").encode()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def repair_jsonl(path: Path) -> None:
+    """End a torn final line (a record cut by a kill) so the next record starts a new line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) != b"\n":
+            f.write(b"\n")
+
+
+def write_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """Replace ``path`` by these records, atomically (a study's grid rebuilt from its trials)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(to_json(r, ensure_ascii=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _section(overrides: dict[str, Any], name: str) -> dict[str, Any]:
+    """{"model.d_model": 64, "train.lr": 1e-3} -> {"d_model": 64} for name "model"."""
+    return {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith(name + ".")}
+
+
+def failed_record(task: str, pe: str, positions: str | None, overrides: dict[str, Any], seed: int,
+                  study: str, trial: int, error: str) -> dict[str, Any]:
+    """The record of a run whose trainer raised instead of returning one: what the cell sets,
+    so the failure sits in the right grid row."""
+    ov = overrides
+    return {"schema": SCHEMA, "task": task, "task_params": _section(ov, "task"), "pe": pe, "positions": positions,
+            "model": _section(ov, "model"), "train": {**_section(ov, "train"), "seed": seed}, "overrides": ov,
+            "study": study, "trial": trial, "status": "failed", "error": error}
+
+
+def export_results(storage: str, study: str, path: str | os.PathLike) -> int:
+    """Rebuild a results JSONL from a study's trials (the records stored in user attrs)."""
+    import optuna
+
+    check_storage(storage)
+    st = optuna.load_study(study_name=study, storage=open_storage(storage))
+    recs = [t.user_attrs["record"] for t in sorted(st.get_trials(deepcopy=False), key=lambda t: t.number)
+            if "record" in t.user_attrs]
+    write_records(Path(path), recs)
+    return len(recs)
+
+
+_RECORD_START = '{"schema"'
+
+
+def _parse_line(line: str) -> dict | None:
+    try:
+        obj = json.loads(line)
+        return obj if isinstance(obj, dict) else None
+    except json.JSONDecodeError:
+        pass
+    # a torn record followed by a whole one on the same line: keep the whole one
+    i = line.rfind(_RECORD_START)
+    if i > 0:
+        try:
+            obj = json.loads(line[i:])
+            return obj if isinstance(obj, dict) else None
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Result records of a JSONL file. A torn line (cut by a kill) is skipped; a file that is
+    missing, empty of records, or not result records raises ValueError."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"results file {str(p)!r} does not exist")
+    try:
+        text = p.read_text(encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise ValueError(f"results file {str(p)!r} is not JSON lines (not UTF-8 text)") from None
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    records, bad = [], 0
+    for n, line in enumerate(lines, 1):
+        obj = _parse_line(line)
+        if obj is None:
+            bad += 1
+            continue
+        if "status" not in obj or "pe" not in obj or "task" not in obj:
+            raise ValueError(f"results file {str(p)!r} line {n}: not a result record (needs task, pe, status)")
+        records.append(obj)
+    if not records:
+        raise ValueError(f"results file {str(p)!r} holds no result records (expected JSON lines from synthlab train/sweep)")
+    if bad > 1 and bad > len(lines) // 10:
+        # a kill leaves at most one torn line per writer; this many is not a results file
+        raise ValueError(f"results file {str(p)!r}: {bad} of {len(lines)} lines are not JSON")
+    return records

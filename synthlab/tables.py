@@ -1,0 +1,102 @@
+"""Result records -> the tidy table that grids and the papers' verdicts read.
+
+:func:`tidy` gives one row per record x split x length (``length`` is NaN for the split's
+aggregate metrics; ``by_length`` entries give one row per length with the value in
+``token_acc``). A failed record gives one row with NaN metrics, so it shows up as missing.
+A row names its run by the record's fields, the DAPE kernel and PoSE chunk number read back
+from the encoding and positions (``dape_k``, ``pose_chunks``) and the task parameters
+(``task.<name>``, also as ``<name>`` when no field has that name).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Iterable
+
+from synthlab.cells import dape_k_of, pose_chunks_of
+from synthlab.records import read_results
+
+# what a record's run was, besides its seed: the candidates for a grid axis, and what the runs
+# a paper's cell pools must agree on
+SETTING_COLUMNS = ("task", "pe", "positions", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr")
+
+
+def _num(v: Any) -> float:
+    if isinstance(v, bool) or v is None:
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _or_nan(v: int | None) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
+    model = r.get("model") or {}
+    train = r.get("train") or {}
+    row: dict[str, Any] = {
+        "record": i, "study": r.get("study"), "trial": r.get("trial"), "run_id": r.get("run_id"),
+        "status": r.get("status"), "error": r.get("error"), "task": r.get("task"), "pe": r.get("pe"),
+        "positions": r.get("positions"), "seed": train.get("seed"),
+        "d_model": model.get("d_model"), "n_layers": model.get("n_layers"), "n_heads": model.get("n_heads"),
+        "params": model.get("params"), "steps": train.get("steps"), "batch_size": train.get("batch_size"),
+        "lr": train.get("lr"), "train_len": train.get("train_len"), "wall_s": r.get("wall_s"),
+        "dape_k": _or_nan(dape_k_of(r.get("pe", ""))), "pose_chunks": _or_nan(pose_chunks_of(r.get("positions"))),
+    }
+    for k, v in (r.get("task_params") or {}).items():
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            row[f"task.{k}"] = v
+            row.setdefault(k, v)
+    return row
+
+
+def tidy(records: Iterable[dict[str, Any]] | str | os.PathLike):
+    """One row per record x split x length (pandas DataFrame); see the module docstring."""
+    import pandas as pd
+
+    if isinstance(records, (str, os.PathLike)):
+        records = read_results(records)
+    rows: list[dict[str, Any]] = []
+    for i, r in enumerate(records):
+        base = _base_row(r, i)
+        metrics = r.get("metrics") or {}
+        if r.get("status") != "ok" or not metrics:
+            rows.append({**base, "split": None, "length": math.nan})
+            continue
+        for split, m in metrics.items():
+            row = {**base, "split": split, "length": math.nan}
+            for name, v in (m or {}).items():
+                if not isinstance(v, dict):
+                    row[name] = _num(v)
+            rows.append(row)
+        for split, length, v in _length_entries(r.get("by_length"), metrics):
+            rows.append({**base, "split": split, "length": length, "token_acc": v})
+    return pd.DataFrame(rows)
+
+
+def _length_entries(by_length: Any, metrics: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(split, length, accuracy) of a record's ``by_length``: ``{"41": acc}`` (one grouped
+    split), ``{"ood/41": acc}`` (several) or ``{"ood": {"41": acc}}``."""
+    out: list[tuple[str, float, float]] = []
+    if not isinstance(by_length, dict):
+        return out
+    for key, v in by_length.items():
+        if isinstance(v, dict):
+            out += [(str(key), _num(k), _num(a)) for k, a in v.items()]
+        elif "/" in str(key):
+            split, _, length = str(key).rpartition("/")
+            out.append((split, _num(length), _num(v)))
+        else:
+            out.append((_length_split(metrics), _num(key), _num(v)))
+    return out
+
+
+def _length_split(metrics: dict[str, Any]) -> str:
+    ood = [s for s in metrics if s.startswith("ood")]
+    if len(ood) == 1:
+        return ood[0]
+    return "test"
