@@ -3,19 +3,28 @@
 #
 #   .ci/postgres.sh            # install (Debian package, needs root) if missing, start, create the db
 #   .ci/postgres.sh stop       # stop it again
+#   .ci/postgres.sh status     # exit 0 if it is running (installs and starts nothing)
 #
 # Its own data directory ($SYNTHLAB_PG_DIR, default /tmp/synthlab-pg) and port
 # ($SYNTHLAB_PG_PORT, default 54329): the machine's own clusters are never touched. Trust
 # authentication on 127.0.0.1 only. Idempotent. The last stdout line is the storage URL:
 #   postgresql://synthlab@127.0.0.1:54329/synthlab
 # Sourced (`source .ci/postgres.sh`), it exports SYNTHLAB_PG_URL instead and returns 1 on
-# failure without exiting the caller. The test reads $SYNTHLAB_PG_URL when set, otherwise
-# runs this script itself.
+# failure without exiting the caller; a server it started is stopped when the calling shell
+# exits (an EXIT trap, unless the caller has one). The test reads $SYNTHLAB_PG_URL when set,
+# otherwise runs this script itself; a pytest session stops a server it started
+# (tests/conftest.py).
 
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
     # sourced (e.g. by .ci/run): run as a child, export SYNTHLAB_PG_URL, never exit the caller
-    if SYNTHLAB_PG_URL="$(bash "${BASH_SOURCE[0]}" "$@" | tail -n 1)" && [[ "$SYNTHLAB_PG_URL" == postgresql://* ]]; then
+    _synthlab_pg_script="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+    _synthlab_pg_was_running=0
+    bash "$_synthlab_pg_script" status && _synthlab_pg_was_running=1
+    if SYNTHLAB_PG_URL="$(bash "$_synthlab_pg_script" "$@" | tail -n 1)" && [[ "$SYNTHLAB_PG_URL" == postgresql://* ]]; then
         export SYNTHLAB_PG_URL
+        if [[ "$_synthlab_pg_was_running" == 0 && -z "$(trap -p EXIT)" ]]; then
+            trap "bash '$_synthlab_pg_script' stop" EXIT
+        fi
         return 0
     fi
     unset SYNTHLAB_PG_URL
@@ -39,6 +48,14 @@ find_bin() {
 }
 
 BIN="$(find_bin || true)"
+if [ "${1:-start}" = status ]; then
+    pid="$(head -n 1 "$DIR/data/postmaster.pid" 2>/dev/null || true)"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && exit 0
+    exit 1
+fi
+if [ "${1:-start}" = stop ] && [ -z "$BIN" ]; then
+    exit 0  # nothing installed: nothing runs
+fi
 if [ -z "$BIN" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "postgres.sh: PostgreSQL is not installed and installing it needs root (apt-get install postgresql)" >&2

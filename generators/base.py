@@ -55,6 +55,19 @@ def parse_bool(value: Any) -> bool:
 
 PAD = "<pad>"  # not in any task vocab; the data layer appends it as id len(vocab)
 
+#: the one seed range (data, model initialisation, positions; synthlab.errors re-exports it):
+#: Lightning's seed_everything and numpy's legacy seeding take 32-bit seeds
+SEED_MAX = 2**32 - 1
+#: the largest integer task parameter (a length or a count); a seed parameter takes a seed
+MAX_SIZE = 1_000_000
+
+
+def check_seed(seed: Any, what: str = "seed") -> int:
+    """``seed`` as an int when it is an integer in 0..SEED_MAX, else ValueError naming ``what``."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= SEED_MAX:
+        raise ValueError(f"{what} must be an integer from 0 to {SEED_MAX} (2**32 - 1), got {seed!r}")
+    return int(seed)
+
 
 @dataclass(frozen=True)
 class Param:
@@ -184,6 +197,12 @@ def _check_type(name: str, value: Any, spec: Param) -> Any:
                 return int(value)
             except ValueError:
                 pass
+            try:  # "1e3", as --set reads the model and train settings
+                f = float(value)
+            except ValueError:
+                f = float("nan")
+            if np.isfinite(f) and f.is_integer():
+                return int(f)
         raise ValueError(f"parameter {name!r}: expected an integer, got {value!r}")
     if want is float:
         if isinstance(value, bool):
@@ -238,6 +257,12 @@ class Task(ABC):
                 value = spec.default
             else:
                 value = _check_type(name, params[name], spec)
+            if spec.type is int and value is not None:
+                if name.endswith("seed"):
+                    check_seed(value, f"task {self.name!r}: parameter {name!r}")
+                elif abs(value) > MAX_SIZE:
+                    raise ValueError(f"task {self.name!r}: parameter {name!r} must be at most {MAX_SIZE:,} "
+                                     f"(a larger size cannot be generated), got {value!r}")
             if spec.check is not None and value is not None:
                 problem = spec.check(value)
                 if problem:
@@ -349,12 +374,14 @@ class Task(ABC):
 
     def sample(self, split: str, n: int, seed: int = 0, start: int = 0, **overrides: Any) -> list[Sample]:
         """Samples ``start .. start + n - 1`` of ``split`` under ``seed``."""
+        check_seed(seed)
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         p = self.resolved_split_params(split, overrides)
         return [self.sample_one(split, seed, i, overrides or None, p) for i in range(start, start + n)]
 
     def iter_samples(self, split: str, indices: Iterable[int], seed: int = 0, **overrides: Any) -> list[Sample]:
+        check_seed(seed)
         p = self.resolved_split_params(split, overrides)
         return [self.sample_one(split, seed, i, overrides or None, p) for i in indices]
 

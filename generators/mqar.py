@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Param, Sample, Task, positive
+from .base import MAX_SIZE, Param, Sample, Task, positive
 
 FILLER = "."
 
@@ -16,7 +16,9 @@ def _lengths(v: Any) -> str | None:
         vals = [int(x) for x in str(v).split(",") if x.strip()]
     except ValueError:
         return "must be comma-separated integers, e.g. '512,1024'"
-    return None if vals and all(x >= 1 for x in vals) else "must list at least one length >= 1"
+    if vals and all(1 <= x <= MAX_SIZE for x in vals):
+        return None
+    return f"must list at least one length, each from 1 to {MAX_SIZE:,}"
 
 
 def _power(v: Any) -> str | None:

@@ -1,6 +1,8 @@
 """`synthlab` command line: argument parsing only; each command lives in synthlab/commands/.
 
-Exit codes: 0 success, 2 bad input (one line on stderr, nothing written), 1 internal error.
+Exit codes: 0 success, 2 bad input (one line on stderr, nothing written), 1 an environment
+error (one line naming the path: disk full, read-only file system, permission denied) or an
+internal error, 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from synthlab.workers import sigterm_as_ctrl_c
+
     try:
-        return int(args.run(args) or 0)
+        with sigterm_as_ctrl_c():  # preemption / `timeout` stop every command as Ctrl-C does: exit 130
+            return int(args.run(args) or 0)
     except ValueError as e:  # bad input: UsageError or any validation error
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"synthlab {args.command}: error: {msg}", file=sys.stderr)
@@ -52,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # e.g. `synthlab generate ... | head`
         return 0
+    except OSError as e:  # the environment: disk full, read-only, permission denied, ...
+        from synthlab.errors import os_error_line
+
+        print(f"synthlab {args.command}: error: {os_error_line(e)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

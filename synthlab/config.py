@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -29,11 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # the one true/false reading, kept at the lowest layer (generators import nothing from synthlab)
-from generators.base import FALSE_WORDS, TRUE_WORDS, parse_bool  # noqa: F401 (re-exported)
+from generators.base import FALSE_WORDS, SEED_MAX, TRUE_WORDS, parse_bool  # noqa: F401 (re-exported)
 
 PRESETS = ("smoke", "quick", "paper")
 SCHEDULES = ("linear", "cosine", "constant")
 ROPE_SCALINGS = ("linear", "ntk", "yarn")
+MAX_STEPS = 10**9  # a step count needs no memory; past this it is a typo, not a run
+# sanity limits (besides each field's range): a model whose weights, gradients and AdamW state
+# (16 bytes a parameter) exceed any single machine's memory is refused before anything is built
+MAX_PARAMS = 10**10
 
 
 
@@ -43,6 +48,11 @@ def _ge(lo: float) -> Any:
 
 def _gt(lo: float) -> Any:
     return lambda v: None if v > lo else f"must be > {lo}"
+
+
+def _range(lo: float, hi: float) -> Any:
+    """lo <= v <= hi; the upper bound is a sanity limit (nothing larger can run here)."""
+    return lambda v: f"must be >= {lo}" if v < lo else f"must be <= {hi:,}" if v > hi else None
 
 
 def _in(*allowed: Any) -> Any:
@@ -66,33 +76,37 @@ def _f(default: Any, check: Any = None, help: str = "") -> Any:
 class ModelConfig:
     """The Transformer's shape (pre-LN decoder; ``causal=False`` = bidirectional encoder)."""
 
-    d_model: int = _f(64, _ge(1), "hidden size")
-    n_layers: int = _f(2, _ge(1), "number of layers")
-    n_heads: int = _f(4, _ge(1), "attention heads (must divide d_model)")
+    d_model: int = _f(64, _range(1, 2**16), "hidden size")
+    n_layers: int = _f(2, _range(1, 1024), "number of layers")
+    n_heads: int = _f(4, _range(1, 2**16), "attention heads (must divide d_model)")
     dropout: float = _f(0.0, _unit_interval_open_right, "dropout probability")
     tie_embeddings: bool = _f(False, None, "share input embedding and output head")
     causal: bool = _f(True, None, "causal decoder (True) or bidirectional encoder (False)")
-    max_len: int | None = _f(None, _opt(_ge(1)), "position table size; none = longest evaluated sequence")
+    max_len: int | None = _f(None, _opt(_range(1, 2**20)), "position table size; none = longest evaluated sequence")
 
 
 @dataclass
 class TrainConfig:
     """Optimisation (AdamW, warmup then linear/cosine decay to 0) and evaluation sizes."""
 
-    steps: int = _f(1000, _ge(1), "optimizer steps")
-    batch_size: int = _f(32, _ge(1), "sequences per step")
+    steps: int = _f(1000, _range(1, MAX_STEPS), "optimizer steps")
+    batch_size: int = _f(32, _range(1, 2**14), "sequences per step")
     lr: float = _f(1e-3, _gt(0.0), "peak learning rate")
-    warmup: int = _f(0, _ge(0), "linear warmup steps")
+    warmup: int = _f(0, _range(0, MAX_STEPS), "linear warmup steps")
     schedule: str = _f("linear", _in(*SCHEDULES), "decay after warmup")
     weight_decay: float = _f(0.1, _ge(0.0), "AdamW weight decay (matrices only)")
     grad_clip: float = _f(1.0, _ge(0.0), "max gradient norm (0 = off)")
-    n_train: int | None = _f(None, _opt(_ge(1)), "fixed training set size; none = fresh samples every step")
-    eval_samples: int = _f(500, _ge(1), "evaluation samples per split (per length group)")
-    eval_batch_size: int = _f(64, _ge(1), "evaluation batch size")
-    seed: int = _f(0, _ge(0), "run seed (data, init, positions)")
-    threads: int = _f(0, _ge(0), "CPU threads for this run (0 = torch's default); tiny models run faster on 1")
+    n_train: int | None = _f(None, _opt(_range(1, 10**7)), "fixed training set size; none = fresh samples every step")
+    eval_samples: int = _f(500, _range(1, 10**6), "evaluation samples per split (per length group)")
+    eval_batch_size: int = _f(64, _range(1, 2**14), "evaluation batch size")
+    seed: int = _f(0, _range(0, SEED_MAX), "run seed (data, init, positions)")
+    threads: int = _f(0, _range(0, 4096), "CPU threads for this run (0 = torch's default); tiny models run faster on 1")
     deterministic: bool = _f(False, None, "GPU: deterministic algorithms only (cuBLAS workspace, no atomics; slower). "
                                           "CPU runs repeat exactly for a given thread count either way")
+    checkpoint_every: int = _f(1000, _ge(0), "save a resumable checkpoint every N steps under OUT/.checkpoints/ "
+                                             "(0 = off; never at the last step)")
+    checkpoint_minutes: float = _f(10.0, _ge(0.0), "also save one when this many minutes passed since the last (0 = off)")
+    check_memory: bool = _f(True, None, "refuse a run whose estimated memory exceeds what this machine has available")
 
 
 @dataclass
@@ -132,6 +146,11 @@ _NONE_WORDS = ("none", "null", "")
 
 
 def field_types(cls: type) -> dict[str, Any]:
+    return dict(_field_types(cls))
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:  # get_type_hints is slow; a sweep resolves every cell
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
@@ -258,6 +277,11 @@ def validate_fields(cfg: RunConfig) -> None:
     check_fields(cfg.train, "train")
     if cfg.model.d_model % cfg.model.n_heads:
         raise ValueError(f"model.d_model ({cfg.model.d_model}) must be divisible by model.n_heads ({cfg.model.n_heads})")
+    m = cfg.model
+    if 12 * m.n_layers * m.d_model**2 > MAX_PARAMS:  # 12 L d^2: attention + MLP weights
+        raise ValueError(f"model.d_model={m.d_model} x model.n_layers={m.n_layers} is about "
+                         f"{12 * m.n_layers * m.d_model**2:.1e} parameters, over the limit of {MAX_PARAMS:.0e} "
+                         "(16 bytes each to train: more memory than any one machine has)")
     if cfg.train.warmup > cfg.train.steps:
         raise ValueError(f"train.warmup must be <= train.steps ({cfg.train.steps}), got {cfg.train.warmup}")
     if cfg.rope_scaling is not None and cfg.rope_scaling not in ROPE_SCALINGS:

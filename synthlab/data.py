@@ -169,14 +169,17 @@ class PositionSampler:
 
 
 class TrainBatches(torch.utils.data.IterableDataset):
-    """Steps ``start .. steps - 1`` of a :class:`TrainStream` as (ids, targets[, positions])."""
+    """Steps ``start .. steps - 1`` of a :class:`TrainStream` as (ids, targets[, positions]).
+
+    ``len`` is ``steps`` whatever ``start``: the one epoch of a run, which a resumed run
+    (Lightning restores the batch count) continues at batch ``start``."""
 
     def __init__(self, stream: TrainStream, steps: int, positions: PositionSampler | None = None, start: int = 0) -> None:
         super().__init__()
         self.stream, self.steps, self.positions, self.start = stream, int(steps), positions, int(start)
 
     def __len__(self) -> int:
-        return self.steps - self.start
+        return self.steps
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         for s in range(self.start, self.steps):
@@ -209,13 +212,19 @@ def group_key(overrides: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
 
 
-def probe_lengths(task: Any, seed: int, n: int = 2) -> tuple[int, int]:
-    """(longest training length, longest evaluation length) over a few samples per split and
-    group: a cheap estimate for validation before a run (the run itself uses the real sets)."""
+def probe_train_length(task: Any, seed: int, n: int = 2) -> int:
+    """The longest of the first ``n`` training samples (each batch's overrides applied)."""
     train_len = 0
     for s in range(n):
         ov = task.train_overrides(_rng(seed, _TRAIN_BATCH, s))
         train_len = max(train_len, *(len(x) for x in task.sample("train", 1, seed=seed, start=s, **ov)))
+    return train_len
+
+
+def probe_lengths(task: Any, seed: int, n: int = 2) -> tuple[int, int]:
+    """(longest training length, longest evaluation length) over a few samples per split and
+    group: a cheap estimate for validation before a run (the run itself uses the real sets)."""
+    train_len = probe_train_length(task, seed, n)
     eval_len = 0
     for split in task.splits:
         if split == "train":
@@ -248,6 +257,19 @@ class DataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         # batches are built in-process (num_workers=0): generation is cheap and a worker
-        # pool would cost more than it saves at these model sizes
-        ds = TrainBatches(self.stream, self.steps, self.positions)
-        return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+        # pool would cost more than it saves at these model sizes. A resumed run starts at the
+        # step its checkpoint restored (the trainer's global step).
+        start = int(self.trainer.global_step) if self.trainer is not None else 0
+        ds = TrainBatches(self.stream, self.steps, self.positions, start=start)
+        return StepLoader(ds, batch_size=None, num_workers=0)
+
+
+class StepLoader(torch.utils.data.DataLoader):
+    """A DataLoader that Lightning treats as resumable: its position is the step the trainer
+    restores, so it has no state of its own."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

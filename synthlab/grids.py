@@ -5,7 +5,8 @@
 - :func:`grid` pivots a tidy table into a grid: rows ``y`` (e.g. encoding), columns ``x``
   (``d_model``, ``split``, ``length``, ``task``...), cell = mean and spread (std) over seeds of
   the headline metric in percent (``accuracy`` = 100 m, ``error`` = 100 (1 - m)); a cell with no
-  finished run is NaN (blank), never 0. :meth:`Grid.save` writes PNG + CSV + Markdown.
+  finished run is NaN, never 0: marked "failed" where its runs failed, blank where none ran.
+  :meth:`Grid.save` writes PNG + CSV + Markdown (all three or none).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from synthlab.errors import check_input_file, check_output_file, naming
 from synthlab.papers import canonical, same
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
-from synthlab.tables import SETTING_COLUMNS, tidy
+from synthlab.tables import SETTING_COLUMNS, check_records, tidy
 
-__all__ = ["KINDS", "Grid", "grid", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
+__all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
 
 KINDS = ("capacity", "ood")
 
@@ -44,6 +46,8 @@ class Grid:
     best_of: tuple[str, ...] = ()  # cells are the best run over seeds x these settings (see make_grid)
     # (row, column) -> the source paper's number for that cell (synthlab.papers.PaperValue)
     paper: dict[tuple[Any, Any], Any] = dataclasses.field(default_factory=dict)
+    runs: int = 0  # the runs the grid was made from, and how many of them failed
+    runs_failed: int = 0
 
     def mark_papers(self, papers: Iterable[Any], split: str | list[str] | None = None) -> None:
         """Attach the papers' numbers to the cells they describe: a paper cell whose keys are
@@ -66,14 +70,17 @@ class Grid:
             row = []
             for xi in self.mean.columns:
                 m, s, n = self.mean.at[yi, xi], self.std.at[yi, xi], self.n.at[yi, xi]
-                if not math.isfinite(m):
-                    text = ""
+                nf = int(self.n_failed.at[yi, xi])
+                if not math.isfinite(m):  # no finished run: failed, or not run (blank)
+                    text = f"failed\n({nf} run{'s' if nf > 1 else ''})" if nf else ""
                 elif self.best_of:
                     text = f"{m:.1f}\nbest of {n}"
                 elif n > 1 and math.isfinite(s):
                     text = f"{m:.1f}\n±{s:.1f} (n {n})"
                 else:
                     text = f"{m:.1f}\n(n {n})"
+                if nf and math.isfinite(m):
+                    text = text[:-1] + f", {nf} failed)" if text.endswith(")") else text + f" ({nf} failed)"
                 p = self.paper.get((yi, xi))
                 row.append(text + (f"\npaper {p.label()}" if p is not None else ""))
             out.append(row)
@@ -82,7 +89,7 @@ class Grid:
     def markdown(self) -> str:
         what = (f"the best of n runs over seeds x {', '.join(self.best_of)}" if self.best_of
                 else "mean ± std over n seeds")
-        head = (f"**{self.title}** ({self.show} %, {what}; blank = failed or not run"
+        head = (f"**{self.title}** ({self.show} %, {what}; blank = not run{self._failed_note('; ')}"
                 + ("; paper: the source paper's number" if self.paper else "") + ")\n\n")
         cols = [str(c) for c in self.mean.columns]
         corner = self.y if self.x == "split" else f"{self.y} / {self.x}"  # rows / columns
@@ -91,6 +98,11 @@ class Grid:
             lines.append("| " + " | ".join([str(yi), *(c.replace("\npaper", " · paper").replace("\n", " ")
                                                       for c in row)]) + " |")
         return head + "\n".join(lines) + "\n"
+
+    def _failed_note(self, sep: str) -> str:
+        if not self.runs_failed:
+            return ""
+        return f"{sep}{self.runs_failed} of {self.runs} runs failed (cells marked failed)"
 
     def long(self):
         """The grid as a long table: y, x, mean, std, n, n_failed, paper, paper_spread, paper_source."""
@@ -108,7 +120,8 @@ class Grid:
         return pd.DataFrame(rows)
 
     def save(self, png: str | os.PathLike) -> dict[str, str]:
-        """Write the heatmap PNG and the same table as CSV and Markdown beside it."""
+        """Write the heatmap PNG and the same table as CSV and Markdown beside it: into
+        temporary files renamed at the end, so a failure leaves none of the three."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -116,13 +129,29 @@ class Grid:
 
         png = Path(png)
         png.parent.mkdir(parents=True, exist_ok=True)
-        fig, _ = self.plot()
-        fig.savefig(png, dpi=120)
-        plt.close(fig)
-        csv, md = png.with_suffix(".csv"), png.with_suffix(".md")
-        self.long().to_csv(csv, index=False)
-        md.write_text(self.markdown(), encoding="utf-8")
-        self.files = {"png": str(png), "csv": str(csv), "md": str(md)}
+        paths = {"png": png, "csv": png.with_suffix(".csv"), "md": png.with_suffix(".md")}
+        for path in paths.values():
+            check_output_file(path, "grid file")
+        tmp = {k: p.with_name(f".{p.name}.{os.getpid()}.tmp") for k, p in paths.items()}
+        try:
+            fig, _ = self.plot()
+            try:
+                with naming(paths["png"], tmp["png"]):
+                    fig.savefig(tmp["png"], dpi=120, format="png")
+            finally:
+                plt.close(fig)
+            with naming(paths["csv"], tmp["csv"]):
+                self.long().to_csv(tmp["csv"], index=False)
+            with naming(paths["md"], tmp["md"]):
+                tmp["md"].write_text(self.markdown(), encoding="utf-8")
+            for k, p in paths.items():
+                with naming(p, tmp[k]):
+                    os.replace(tmp[k], p)
+        finally:
+            for t in tmp.values():
+                if os.path.lexists(t):
+                    os.unlink(t)
+        self.files = {k: str(p) for k, p in paths.items()}
         return self.files
 
     def plot(self, ax=None):
@@ -142,11 +171,26 @@ class Grid:
         sns.heatmap(data, vmin=0.0, vmax=100.0, cmap="viridis_r" if self.show == "error" else "viridis",
                     annot=np.array(self.labels(), dtype=object), fmt="", annot_kws={"fontsize": 8},
                     linewidths=0.5, linecolor="white", cbar_kws={"label": f"{self.show} (%)"}, ax=ax)
+        self._mark_failed(ax)
         ax.set_xlabel(self.x)
         ax.set_ylabel(self.y)
-        ax.set_title(self.title, fontsize=10)
+        ax.set_title(self.title + self._failed_note("\n"), fontsize=10)
         fig.tight_layout()
         return fig, ax
+
+
+    def _mark_failed(self, ax) -> None:
+        """Hatch and label the cells whose every run failed (seaborn leaves NaN cells bare)."""
+        from matplotlib.patches import Rectangle
+
+        for i, (yi, row) in enumerate(zip(self.mean.index, self.labels())):
+            for j, (xi, text) in enumerate(zip(self.mean.columns, row)):
+                if math.isfinite(self.mean.at[yi, xi]) or not self.n_failed.at[yi, xi]:
+                    continue
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor="#f4f4f4", hatch="//", edgecolor="#d9a0a0",
+                                       linewidth=0))
+                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8, color="#b22222",
+                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
 
 
 def _order(values: Iterable[Any]) -> list[Any]:
@@ -260,6 +304,8 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
         ok = ok[ok["length"].notna()]
         if split is not None and not isinstance(split, list):
             ok = ok[ok["split"] == split]
+        if ok.empty and (df["status"] == "ok").any():  # finished runs, none evaluated per length
+            raise ValueError(_no_lengths(df, split))
         value_col = "token_acc" if metric not in ok.columns or ok[metric].isna().all() else metric
     else:
         ok = ok[ok["length"].isna()]
@@ -277,6 +323,8 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
     key_x = (col_split if x == "split" else _order(list(ok[x]) + ([] if x == "length" else list(failed[x]))))
     if y == "split":
         key_y = col_split
+    if not key_x and len(failed):  # every run failed before any column was known: one column
+        key_x = ["(failed)"]
     mean = pd.DataFrame(np.nan, index=key_y, columns=key_x)
     std, n, nf = mean.copy(), pd.DataFrame(0, index=key_y, columns=key_x), pd.DataFrame(0, index=key_y, columns=key_x)
     # one value per run (record) per cell: a run's several rows (never expected) are averaged
@@ -305,7 +353,18 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
     rows, cols = _whole_numbers(mean.index), _whole_numbers(mean.columns)
     mean, std, n, nf = (f.rename(index=rows, columns=cols) for f in (mean, std, n, nf))
     return Grid(kind=kind, x=x, y=y, metric=value_col, show=show, mean=mean, std=std, n=n, n_failed=nf, title=title,
-                best_of=tuple(best_of))
+                best_of=tuple(best_of), runs=int(df["record"].nunique()), runs_failed=int(failed["record"].nunique()))
+
+
+def _no_lengths(df, split: Any) -> str:
+    """Why a grid over lengths has nothing to draw."""
+    with_lengths = sorted({str(v) for v in df.loc[df["length"].notna(), "split"].dropna()})
+    if with_lengths:
+        return (f"these results have no per-length metrics on split {split!r} (per-length splits: "
+                f"{', '.join(with_lengths)})")
+    tasks = ", ".join(sorted({str(t) for t in df["task"].dropna()}))
+    return (f"these results have no per-length metrics ({tasks}: evaluated per split, by_length is null); "
+            "draw them with --x split")
 
 
 def _whole_numbers(labels) -> dict[float, int]:
@@ -324,7 +383,13 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
     write PNG + CSV + Markdown. Defaults (metric, splits, axes) come from the task's sweep file."""
     if kind not in KINDS:
         raise ValueError(f"--kind {kind!r} is not allowed (allowed: {', '.join(KINDS)})")
-    records = read_results(results) if isinstance(results, (str, os.PathLike)) else list(results)
+    if out is not None and Path(out).suffix.lower() != ".png":
+        raise ValueError(f"-o {str(out)!r}: expected a .png path (CSV and Markdown go beside it)")
+    if isinstance(results, (str, os.PathLike)):
+        records = load_results(results)
+    else:
+        records = list(results)
+        check_records(records, "results", _known_tasks())
     if not records:
         raise ValueError("no result records to draw")
     d = _defaults_for(records)
@@ -342,7 +407,7 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
         if x == "split" or y == "split":
             present = _order(s for s in table["split"].dropna())
             wanted = [d["in_dist"], *(d["ood"] or [s for s in present if s != d["in_dist"]])]
-            split = [s for s in dict.fromkeys(wanted) if s in present] or present
+            split = [s for s in dict.fromkeys(wanted) if s in present] or present or wanted
         elif x == "length" or y == "length":
             split = d["ood"][0] if d["ood"] and d["ood_x"] == "length" else None
         else:
@@ -354,11 +419,25 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
     if d["spec"] is not None and metric == d["spec"].metric and show == d["spec"].show:
         g.mark_papers(d["spec"].papers, split)
     if out is not None:
-        p = Path(out)
-        if p.suffix.lower() != ".png":
-            raise ValueError(f"-o {str(out)!r}: expected a .png path (CSV and Markdown go beside it)")
-        g.save(p)
+        g.save(Path(out))
     return g
+
+
+def _known_tasks() -> list[str]:
+    import generators
+
+    return list(generators.TASKS)
+
+
+def load_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a results file, checked as a grid needs them: ValueError for a missing
+    file, a directory, or values synthlab never writes (NaN, text metrics, an unknown task);
+    OSError naming the file when it cannot be read."""
+    check_input_file(path, "results file")
+    with naming(path):
+        records = read_results(path)
+    check_records(records, f"results file {str(path)!r}", _known_tasks())
+    return records
 
 
 def _what(metric: str, show: str) -> str:

@@ -4,6 +4,13 @@ A result record (docs/interfaces.md) is one JSON object per line, appended with 
 write so a killed writer leaves at most one torn line. Every path a record takes to a file
 goes through :func:`clean` (never NaN or infinity: ``null``; numpy / torch scalars as Python
 numbers), and every read goes through :func:`read_results`, which skips a torn line.
+
+A sweep's record names its grid cell (``cell``: the cell's key, :func:`with_cell`), so a cell
+recorded twice (files of several machines joined, or a file written before sweeps looked for
+a cell's record before training it) counts once: readers keep one record per (study, cell),
+the latest (:func:`latest_records`; a record without ``cell``, from before it existed, is
+known by the settings and seed it names; a ``synthlab train`` run, without a study, always
+counts).
 """
 
 from __future__ import annotations
@@ -80,6 +87,18 @@ def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def with_cell(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """``record`` with the sweep cell's key as field ``cell``, after ``trial``."""
+    out: dict[str, Any] = {}
+    for k, v in record.items():
+        if k != "cell":
+            out[k] = v
+        if k == "trial":
+            out["cell"] = key
+    out.setdefault("cell", key)
+    return out
+
+
 def _section(overrides: dict[str, Any], name: str) -> dict[str, Any]:
     """{"model.d_model": 64, "train.lr": 1e-3} -> {"d_model": 64} for name "model"."""
     return {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith(name + ".")}
@@ -127,9 +146,60 @@ def _parse_line(line: str) -> dict | None:
     return None
 
 
+def identity(r: dict[str, Any]) -> str | None:
+    """What one run of a sweep's cell is: its study and cell key (for records before the key,
+    the settings and seed the record names); None for a run outside a study."""
+    study = r.get("study")
+    if study is None:
+        return None
+    if isinstance(r.get("cell"), str):
+        return json.dumps([study, r["cell"]])
+    model, train = r.get("model") or {}, r.get("train") or {}
+    return json.dumps([study, r.get("task"), r.get("pe"), r.get("positions"), r.get("rope_scaling"),
+                       r.get("task_params"), r.get("overrides"),
+                       [model.get(k) for k in ("d_model", "n_layers", "n_heads")],
+                       [train.get(k) for k in ("steps", "batch_size", "lr", "seed")]], sort_keys=True, default=str)
+
+
+def latest_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per run (:func:`identity`): the latest, in the place of the first."""
+    slot: dict[str, int] = {}
+    out: list[dict[str, Any]] = []
+    for r in records:
+        key = identity(r)
+        if key is None or key not in slot:
+            if key is not None:
+                slot[key] = len(out)
+            out.append(r)
+        else:
+            out[slot[key]] = r
+    return out
+
+
+def scan_records(path: str | os.PathLike, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects on the complete lines of ``path`` from byte ``offset`` on (unparsable
+    lines skipped, nothing deduplicated), and the offset after the last complete line: what a
+    sweep reads to find its finished cells, a few appended lines at a time."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], 0
+    end = data.rfind(b"\n") + 1
+    out = []
+    for line in data[:end].split(b"\n"):
+        if line.strip():
+            obj = _parse_line(line.decode("utf-8", errors="replace"))
+            if obj is not None:
+                out.append(obj)
+    return out, offset + end
+
+
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Result records of a JSONL file. A torn line (cut by a kill) is skipped; a file that is
-    missing, empty of records, or not result records raises ValueError."""
+    """Result records of a JSONL file, one per run (:func:`latest_records`: a cell recorded
+    twice counts once). A torn line (cut by a kill) is skipped; a file that is missing, empty
+    of records, or not result records raises ValueError."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"results file {str(p)!r} does not exist")
@@ -152,4 +222,4 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     if bad > 1 and bad > len(lines) // 10:
         # a kill leaves at most one torn line per writer; this many is not a results file
         raise ValueError(f"results file {str(p)!r}: {bad} of {len(lines)} lines are not JSON")
-    return records
+    return latest_records(records)

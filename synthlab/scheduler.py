@@ -1,4 +1,5 @@
-"""Scheduling a sweep's cells as Optuna trials, exactly once over any storage.
+"""Scheduling a sweep's cells as Optuna trials, exactly once over any storage, whenever a
+process is killed.
 
 - every cell is *enqueued* as a WAITING trial carrying its ``cell_key``; a worker takes a trial
   with the storage's atomic WAITING -> RUNNING transition (Optuna's own queue), so two workers
@@ -7,15 +8,27 @@
   no *lower-numbered live* trial exists for its cell (live: waiting, running, finished with a
   record), otherwise it is closed as PRUNED with ``duplicate_of``. Trial numbers are assigned
   atomically, so exactly one trial per cell runs;
-- a running trial carries ``worker`` (host, pid, process start time) and a ``heartbeat`` user
-  attr refreshed every ``heartbeat_interval`` seconds. A RUNNING trial whose process is gone
-  (same host: pid dead; any host: no heartbeat for ``grace_period`` seconds) is failed (the
-  atomic RUNNING -> FAIL transition picks one reaper) and its cell enqueued again: a cell that
-  was running when its process was killed is re-run once, finished cells are never re-run.
+- a running trial carries ``worker`` (host, pid, process start time; until it is written, the
+  ``claim:<pid>@<host>`` attrs written before the take name the candidates) and a
+  ``heartbeat`` user attr refreshed every ``heartbeat_interval`` seconds. A RUNNING trial
+  whose process is gone (same host: pid dead; any host: no heartbeat for ``grace_period``
+  seconds) is reaped (the atomic transition out of RUNNING picks one reaper): closed from its
+  record if one is stored on it (the process died after its run: ``closed_from_record``),
+  otherwise failed (``stale``) and its cell enqueued again, so a cell that was running when
+  its process was killed is re-run once;
+- a finished run's record goes first onto its trial (user attr ``record``), then into
+  ``results.jsonl`` (with the cell's key, field ``cell``), then the trial is closed: a kill
+  between any two steps leaves a record that finishes the cell;
+- before training a cell, a worker looks for an ok record of it (this study, this cell key)
+  in ``results.jsonl``, and closes the trial from the one it finds: the storage may have lost
+  the trial's end (a torn journal entry cut off, a journal restored from a copy);
+- Ctrl-C (or SIGTERM, see :mod:`synthlab.sweeping`) fails the running trial without a record,
+  so its cell is enqueued again; nothing is written to results.jsonl.
 
-This module owns the liveness rules, the heartbeat and :class:`Runner`, one worker's loop
-(the result record of a trial is stored on it, user attr ``record``, and appended to
-``results.jsonl``).
+So a finished cell (ok or failed) is never trained again, and a cell recorded twice (several
+machines' files joined) counts once (:func:`synthlab.records.latest_records`).
+
+This module owns the liveness rules, the heartbeat and :class:`Runner`, one worker's loop.
 """
 
 from __future__ import annotations
@@ -30,8 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.cells import Cell
-from synthlab.records import append_record, clean, failed_record
+from synthlab.records import append_record, clean, failed_record, scan_records, with_cell
 from synthlab.sweepfile import SweepSpec, objective
+
+_SCRATCH = ".record-"  # OUT/runs/.record-<trial>-<pid>.jsonl: the trainer's own record of a run
 
 def _proc_start(pid: int) -> str | None:
     """The kernel's start time of process ``pid`` (Linux), to tell a reused pid apart."""
@@ -65,10 +80,19 @@ def _started_at(t) -> float:
     return t.datetime_start.timestamp() if t.datetime_start is not None else time.time()
 
 
+def _claim_key(me: dict[str, Any]) -> str:
+    return f"claim:{me['pid']}@{me['host']}"
+
+
 def _stale_reason(t, grace_period: float, me: dict[str, Any]) -> str | None:
     """Why RUNNING trial ``t`` is dead, or None if it may still be alive."""
     w = t.user_attrs.get("worker")
     last = t.user_attrs.get("heartbeat", _started_at(t))
+    if not isinstance(w, dict):  # taken, its owner not written yet: the owner is one of the claimants
+        claims = [c for k, c in t.user_attrs.items() if k.startswith("claim:") and isinstance(c, dict)]
+        if claims and all(c.get("host") == me["host"] and (c.get("pid"), c.get("start")) != (me["pid"], me["start"])
+                          and not _pid_alive(int(c["pid"]), c.get("start")) for c in claims):
+            return f"worker process {claims[0]['pid']} on {claims[0]['host']} is gone"
     if isinstance(w, dict) and w.get("host") == me["host"]:
         if w.get("pid") == me["pid"] and w.get("start") == me["start"]:
             return None  # our own trial
@@ -126,6 +150,12 @@ class Runner:
         self.me = _worker_id()
         self.ran = 0
         self.retried: set[int] = set()
+        # this study's records in results.jsonl: by cell key, by trial number (records without
+        # a cell key), and how far the file has been read
+        self._recorded: dict[str, dict[str, Any]] = {}
+        self._recorded_by_trial: dict[int, dict[str, Any]] = {}
+        self._read_to = 0
+        self._clear_scratch()
 
     def log(self, msg: str) -> None:
         if not self.quiet:
@@ -146,6 +176,75 @@ class Runner:
                 out.setdefault(key, []).append(t)
         return out
 
+    # ---- results.jsonl
+
+    def _read_results(self) -> None:
+        """Read what was appended to results.jsonl since the last call."""
+        size = self.results.stat().st_size if self.results.exists() else 0
+        if size < self._read_to:  # replaced or cut: read it again
+            self._recorded, self._recorded_by_trial, self._read_to = {}, {}, 0
+        recs, self._read_to = scan_records(self.results, self._read_to)
+        for r in recs:
+            if r.get("study") != self.study.study_name:
+                continue
+            if isinstance(r.get("cell"), str):
+                self._recorded[r["cell"]] = r
+            elif isinstance(r.get("trial"), int):
+                self._recorded_by_trial[r["trial"]] = r
+
+    def recorded(self, cell: Cell, trials) -> dict[str, Any] | None:
+        """The latest record of ``cell`` in results.jsonl, or None."""
+        self._read_results()
+        if cell.key in self._recorded:
+            return self._recorded[cell.key]
+        # a record from before records carried their cell: by its trial, if it names this cell
+        for t in trials:
+            r = self._recorded_by_trial.get(t.number)
+            if r is not None and t.user_attrs.get("cell_key") == cell.key and _names(r, cell):
+                return r
+        return None
+
+    def _ensure_recorded(self, record: dict[str, Any], key: str) -> None:
+        """Append ``record`` to results.jsonl unless it is there already (a reaped trial's)."""
+        self._read_results()
+        there = self._recorded.get(key)
+        if there is None or there.get("run_id") != record.get("run_id"):
+            append_record(self.results, record)
+
+    def _clear_scratch(self) -> None:
+        """Remove the trainer's record files that killed workers left behind."""
+        for p in (self.out / "runs").glob(f"{_SCRATCH}*.jsonl"):
+            try:
+                pid = int(p.stem.rsplit("-", 1)[1])
+            except (IndexError, ValueError):
+                continue
+            if pid != os.getpid() and not _pid_alive(pid, None):
+                p.unlink(missing_ok=True)
+
+    # ---- the trials
+
+    def _close(self, trial_id: int, number: int, record: dict[str, Any], reaping: bool = False) -> bool:
+        """Close a running trial from its record: COMPLETE with the objective, or FAIL. When
+        reaping, through the atomic transition (False: another worker closed it first)."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        value = objective(self.spec, record)
+        ok = record.get("status") == "ok" and value is not None
+        if reaping:
+            try:
+                self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE if ok else TrialState.FAIL,
+                                                    [float(value)] if ok else None)
+            except (UpdateFinishedTrialError, RuntimeError):
+                return False
+        elif ok:
+            self.study.tell(number, value, skip_if_finished=True)
+        else:
+            self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+        if not ok:
+            self.log(f"[sweep] trial {number} failed: {record.get('error', 'no objective value')}")
+        return True
+
     def reap(self, trials) -> None:
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
@@ -156,14 +255,25 @@ class Runner:
             reason = _stale_reason(t, self.grace_period, self.me)
             if reason is None:
                 continue
+            cell = self.by_key.get(t.user_attrs["cell_key"])
+            label = cell.label() if cell else "a cell of another grid"
+            record = t.user_attrs.get("record")
+            if record is not None:  # the run ended and was recorded; its worker died before closing it
+                try:
+                    self.storage.set_trial_user_attr(t._trial_id, "closed_from_record", reason)
+                except (UpdateFinishedTrialError, RuntimeError):
+                    continue
+                if self._close(t._trial_id, t.number, record, reaping=True):
+                    self._ensure_recorded(record, t.user_attrs["cell_key"])
+                    self.log(f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
+                             "closed from its record")
+                continue
             try:
                 self.storage.set_trial_user_attr(t._trial_id, "stale", reason)
                 self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
             except (UpdateFinishedTrialError, RuntimeError):
                 continue  # another worker reaped it, or it just finished
-            cell = self.by_key.get(t.user_attrs["cell_key"])
-            self.log(f"[sweep] trial {t.number} ({cell.label() if cell else 'a cell of another grid'}) died: "
-                     f"{reason}; its cell runs again")
+            self.log(f"[sweep] trial {t.number} ({label}) died: {reason}; its cell runs again")
 
     def retry_failed(self, trials) -> None:
         """Set aside the failed result of every cell of this grid whose only result is a failure
@@ -194,6 +304,8 @@ class Runner:
                           and t.user_attrs.get("cell_key") in self.by_key), key=lambda t: t.number)
         for t in waiting:
             try:
+                # a claim before the take: a kill between the take and ``worker`` leaves a pid to check
+                self.storage.set_trial_user_attr(t._trial_id, _claim_key(self.me), self.me)
                 if self.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
                     return t
             except UpdateFinishedTrialError:
@@ -205,46 +317,56 @@ class Runner:
 
         sid = t._trial_id
         self.storage.set_trial_user_attr(sid, "worker", self.me)
-        self.storage.set_trial_user_attr(sid, "heartbeat", time.time())
         key = t.user_attrs["cell_key"]
-        lower = [u for u in self.by_cell(self.trials()).get(key, []) if u.number < t.number and _is_live(u, self.retried)]
+        trials = self.trials()
+        lower = [u for u in self.by_cell(trials).get(key, []) if u.number < t.number and _is_live(u, self.retried)]
         if lower:  # a duplicate enqueue (two workers started together): the lowest trial runs
             self.storage.set_trial_user_attr(sid, "duplicate_of", min(u.number for u in lower))
             self.study.tell(t.number, state=TrialState.PRUNED, skip_if_finished=True)
             return
         cell = self.by_key[key]
+        done = self.recorded(cell, trials)
+        if done is not None and done.get("status") == "ok":
+            self.storage.set_trial_user_attr(sid, "record", with_cell(done, key))
+            self._close(sid, t.number, done)
+            self.log(f"[sweep] trial {t.number}: {cell.label()} is in results.jsonl already (trial "
+                     f"{done.get('trial')}): closed from that record, not trained again")
+            return
         self.log(f"[sweep] trial {t.number}: {cell.label()}")
         try:
             with _Heartbeat(self.storage, sid, self.heartbeat_interval):
                 record = self._train(cell, t.number)
-        except KeyboardInterrupt:
-            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+        except (KeyboardInterrupt, OSError):  # Ctrl-C, or the disk (full, read-only): no record, so the
+            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)  # cell runs again
             raise
-        record = clean(record)
-        self.storage.set_trial_user_attr(sid, "record", record)
-        value = objective(self.spec, record)
-        if record.get("status") == "ok" and value is not None:
-            self.study.tell(t.number, value, skip_if_finished=True)
-        else:
-            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            self.log(f"[sweep] trial {t.number} failed: {record.get('error', 'no objective value')}")
+        record = with_cell(clean(record), key)
+        self.storage.set_trial_user_attr(sid, "record", record)  # first: from here on a kill cannot lose the run
+        append_record(self.results, record)
+        self._close(sid, t.number, record)
         self.ran += 1
 
     def _train(self, cell: Cell, number: int) -> dict[str, Any]:
         from synthlab import training  # torch and lightning: loaded once a trial runs
 
-        size = self.results.stat().st_size if self.results.exists() else 0
+        # the trainer appends its record to a file of its own: the runner writes results.jsonl
+        # (with the cell's key, after the trial has the record)
+        scratch = self.out / "runs" / f"{_SCRATCH}{number}-{os.getpid()}.jsonl"
+        scratch.parent.mkdir(parents=True, exist_ok=True)
         try:
             return training.train(
                 cell.task, cell.pe, preset=self.preset, seed=cell.seed, out=str(self.out / "runs"),
-                positions=cell.positions, rope_scaling=cell.rope_scaling, quiet=self.quiet, results=str(self.results),
+                positions=cell.positions, rope_scaling=cell.rope_scaling, quiet=self.quiet, results=str(scratch),
                 study=self.study.study_name, trial=number, overrides=dict(cell.overrides))
+        except OSError:  # the environment, not the cell's failure: this worker stops (exit 1)
+            raise
         except Exception as e:  # the trainer should return status "failed"; never stop the sweep
-            record = failed_record(cell.task, cell.pe, cell.positions, cell.overrides, cell.seed,
-                                   self.study.study_name, number, f"{type(e).__name__}: {e}")
-            if not self.results.exists() or self.results.stat().st_size == size:
-                append_record(self.results, record, ensure_ascii=True)  # the trainer did not record it itself
-            return record
+            own = [r for r in scan_records(scratch)[0] if r.get("status") == "failed"]
+            if own:  # the trainer recorded its failure, then raised
+                return own[-1]
+            return failed_record(cell.task, cell.pe, cell.positions, cell.overrides, cell.seed,
+                                 self.study.study_name, number, f"{type(e).__name__}: {e}")
+        finally:
+            scratch.unlink(missing_ok=True)
 
     def loop(self, max_trials: int | None, retry_failed: bool = False) -> None:
         from optuna.trial import TrialState
@@ -264,7 +386,8 @@ class Runner:
                 self.run_trial(t)
                 continue
             mine = {c.key for c in self.cells}
-            running = [u for u in self.trials() if u.state == TrialState.RUNNING and u.user_attrs.get("cell_key") in mine]
+            running = [u for u in self.trials()
+                       if u.state == TrialState.RUNNING and u.user_attrs.get("cell_key") in mine]
             if not running:
                 return
             if not waited:
@@ -282,3 +405,15 @@ class Runner:
             if with_record:
                 out.append((c, copy.deepcopy(with_record[0].user_attrs["record"])))
         return out
+
+
+def _names(record: dict[str, Any], cell: Cell) -> bool:
+    """Whether a record without a cell key is a run of ``cell`` (its task, seed and encoding)."""
+    from synthlab.model import parse_pe
+
+    if record.get("task") != cell.task or (record.get("train") or {}).get("seed") != cell.seed:
+        return False
+    try:
+        return record.get("pe") in (cell.pe, parse_pe(cell.pe).name)
+    except ValueError:
+        return record.get("pe") == cell.pe

@@ -6,20 +6,34 @@ several processes on one machine share it without "database is locked" errors (S
 failure mode under concurrent writers), and a hard kill loses at most the operation in flight;
 a lock left by a killed process is broken after a short grace period.
 
+A journal is one JSON object per line. A write cut by a kill, a full disk or a power loss
+leaves a torn last entry, which Optuna reads past until the next writer appends behind it and
+makes the study unreadable for good. So whoever holds the journal's lock first cuts a torn or
+unparsable last entry off (:func:`repair_journal_tail`: the bytes go to a side file
+``<journal>.torn-<offset>``, one warning line on stderr): on opening, and on every append (a
+killed writer's lock is broken, then the breaker repairs before it writes). Corruption before
+the last entry is no kill's doing: opening it raises ValueError naming the byte offset.
+
 This module owns the URL forms (:func:`normalize_url`), the checks run before anything is
-written (:func:`check_storage`) and opening a storage safely from several workers at once
-(:func:`open_storage`).
+written (:func:`check_storage`), opening a storage safely from several workers at once
+(:func:`open_storage`) and the journal's repair.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
+import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 JOURNAL_NAME = "study.journal"
+TORN_SUFFIX = ".torn-"
+LOCK_GRACE_PERIOD = 10  # seconds before a lock left by a killed process is broken
 
 
 def _is_journal_path(url: str) -> bool:
@@ -91,14 +105,10 @@ def _redact(url: str) -> str:
 def open_storage(url: str):
     """An Optuna storage object for ``url`` (journal file path or RDB URL)."""
     import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
     url = normalize_url(url)
     if _is_journal_path(url):
-        path = str(Path(url).expanduser())
-        backend = JournalFileBackend(path, lock_obj=JournalFileOpenLock(path, grace_period=10))
-        return JournalStorage(backend)
+        return _open_journal(str(Path(url).expanduser()))
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 120}}
@@ -147,3 +157,162 @@ def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], attempts: int =
             if attempt == attempts - 1:
                 raise
             time.sleep(0.2 * (attempt + 1) + random.random() * 0.2)
+
+
+# ----------------------------------------------------------------------------------------
+# journal files: torn tails
+
+
+def _open_journal(path: str):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    lock = _repairing_lock_class()(path)
+    if os.path.exists(path) and os.path.getsize(path):
+        try:
+            lock.acquire()  # cuts a tail without its newline
+        except OSError:  # cannot lock (a read-only copy): read it as it is
+            pass
+        else:
+            try:
+                repair_journal_tail(path, check_last=True)
+            finally:
+                lock.release()
+    backend = JournalFileBackend(path, lock_obj=lock)
+    try:
+        return JournalStorage(backend)
+    except Exception:
+        bad = first_bad_entry(path)
+        if bad is None:
+            raise
+        offset, number, why = bad
+        raise ValueError(f"journal {path!r} is corrupt at byte {offset} (entry {number}: {why}); only a torn last "
+                         "entry is repaired: restore the file, or truncate it at that byte to keep the study before "
+                         "it (what follows is lost)") from None
+
+
+@functools.cache
+def _repairing_lock_class():
+    """Optuna's open-file lock that, once held, cuts a torn tail off the journal (a subclass
+    made on first use: this module loads no optuna at import)."""
+    from optuna.storages.journal import JournalFileOpenLock
+
+    class RepairingLock(JournalFileOpenLock):
+        def __init__(self, path: str) -> None:
+            super().__init__(path, grace_period=LOCK_GRACE_PERIOD)
+            self.journal = path
+
+        def acquire(self) -> bool:
+            self._take()
+            try:
+                repair_journal_tail(self.journal, check_last=False)
+            except BaseException:
+                self.release()
+                raise
+            return True
+
+        def _take(self) -> None:
+            """Optuna's acquire, less its ``release()`` on any exception: interrupted while
+            waiting (Ctrl-C, SIGTERM), that removed the lock another process held."""
+            delay, seen, since = 0.001, None, time.monotonic()
+            while True:
+                try:
+                    os.close(os.open(self._lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                    return
+                except FileExistsError:
+                    pass
+                try:
+                    mtime = os.stat(self._lock_file).st_mtime
+                except OSError:
+                    continue  # just released: try again
+                if mtime != seen:
+                    seen, since = mtime, time.monotonic()
+                elif time.monotonic() - since > self.grace_period:  # left by a killed process
+                    with contextlib.suppress(RuntimeError):
+                        self.release()
+                    delay = 0.001
+                    continue
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    return RepairingLock
+
+
+def _entry_ok(line: bytes) -> str | None:
+    """None if ``line`` is a journal entry (a JSON object with an op code), else why not."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as e:
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    return None if isinstance(obj, dict) and "op_code" in obj else "not a journal entry"
+
+
+def _line_start(f, end: int) -> int:
+    """The offset just past the last newline before ``end`` (0 if none)."""
+    pos = end
+    while pos > 0:
+        step = min(1 << 16, pos)
+        pos -= step
+        f.seek(pos)
+        i = f.read(step).rfind(b"\n")
+        if i >= 0:
+            return pos + i + 1
+    return 0
+
+
+def repair_journal_tail(path: str | os.PathLike, *, check_last: bool = True) -> int | None:
+    """Cut a torn last entry (no final newline) off a journal file, and with ``check_last``
+    also a complete last line that does not parse; the cut bytes go to ``<path>.torn-<offset>``
+    and one warning line to stderr. The caller holds the journal's lock. Returns the offset cut
+    at, or None if the file was whole."""
+    path = str(path)
+    try:
+        f = open(path, "rb+")
+    except FileNotFoundError:
+        return None
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        f.seek(size - 1)
+        end = size if f.read(1) == b"\n" else _line_start(f, size)
+        if check_last and end > 0:
+            start = _line_start(f, end - 1)
+            f.seek(start)
+            if _entry_ok(f.read(end - start)) is not None:
+                end = start
+        if end == size:
+            return None
+        f.seek(end)
+        torn = f.read()
+        side = f"{path}{TORN_SUFFIX}{end}"
+        n = 1
+        while os.path.exists(side):
+            n += 1
+            side = f"{path}{TORN_SUFFIX}{end}-{n}"
+        with open(side, "wb") as g:  # the bytes are kept before they are cut
+            g.write(torn)
+            g.flush()
+            os.fsync(g.fileno())
+        f.truncate(end)
+        f.flush()
+        os.fsync(f.fileno())
+    print(f"synthlab: warning: journal {path}: the last entry was torn or unreadable ({len(torn)} bytes at byte "
+          f"{end}, e.g. a write cut by a kill); cut off (kept in {side}), the study goes on without that one "
+          "operation", file=sys.stderr, flush=True)
+    return end
+
+
+def first_bad_entry(path: str | os.PathLike) -> tuple[int, int, str] | None:
+    """(byte offset, entry number from 1, why) of the first line of a journal that is no entry
+    (a last line without its newline counts as torn, not bad), or None."""
+    offset = 0
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
+                return None
+            why = _entry_ok(line)
+            if why is not None:
+                return offset, number, why
+            offset += len(line)
+    return None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from synthlab.config import PRESETS  # a sweep file has one section per preset the trainer knows
+from synthlab.errors import check_input_file, naming
 from synthlab.papers import parse_claims, parse_papers
 
 _SWEEP_KEYS = {
@@ -282,10 +283,13 @@ def load_sweep(task_or_file: str | os.PathLike) -> SweepSpec:
     axis (``even_pairs`` -> ``che`` restricted to that task), or by the path of a .toml file."""
     s = str(task_or_file)
     if s.endswith(".toml") or os.sep in s or (os.altsep and os.altsep in s):
-        path = Path(s)
-        if not path.is_file():
-            raise ValueError(f"sweep file {s!r} does not exist")
-        return parse_sweep(path.read_text(encoding="utf-8"), str(path), name=path.stem)
+        path = check_input_file(s, "sweep file")  # missing, a directory: ValueError; unreadable: OSError
+        try:
+            with naming(path):
+                text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"sweep file {s!r} is not UTF-8 text (byte {e.start}); a TOML file is UTF-8") from None
+        return parse_sweep(text, str(path), name=path.stem)
     installed = installed_sweeps()
     if s in installed:
         return parse_sweep(installed[s], f"sweeps/{s}.toml", name=s)

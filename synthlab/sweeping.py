@@ -79,8 +79,28 @@ def validate_cells(cells: list[Cell], preset: str) -> None:
 
 
 def _validate_name(name: str, flag: str) -> None:
-    if not name or any(ch in name for ch in "/\\\0") or name in (".", ".."):
-        raise ValueError(f"{flag} {name!r}: a study name may not be empty or contain '/'")
+    """A study name names a directory too (synthlab-runs/<study>): 1 to 200 characters, no
+    '/', '\\' or control characters."""
+    if (not name.strip() or len(name) > 200 or len(name.encode()) > 255 or name in (".", "..")
+            or any(ch in name for ch in "/\\") or any(ord(ch) < 32 or ord(ch) == 127 for ch in name)):
+        shown = repr(name) if len(name) <= 40 else f"{name[:40]!r}... ({len(name)} characters)"
+        raise ValueError(f"{flag} {shown}: a study name is 1 to 200 characters, without '/', '\\' or control "
+                         "characters")
+
+
+def _check_destinations(out_dir: Path, url: str, storage: str | None) -> None:
+    """Before anything is written (nothing is created here): the output directory, its results
+    file and a journal file can be made (ValueError: a file where a directory goes or the
+    reverse; OSError: a read-only or forbidden place)."""
+    from synthlab.errors import check_output_dir, check_output_file
+
+    for d in (out_dir, out_dir / "runs", out_dir / "grids"):
+        check_output_dir(d, "--out")
+    check_output_file(out_dir / "results.jsonl", "--out")
+    if "://" not in url:  # a journal file
+        check_output_file(url, "--storage" if storage is not None else "--out")
+    elif url.startswith("sqlite:///") and url[len("sqlite:///"):] not in ("", ":memory:"):
+        check_output_file(url[len("sqlite:///"):], "--storage")
 
 
 def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, preset: str | None = None,
@@ -109,7 +129,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
     cells = expand_cells(spec, preset, pe_list)
     validate_cells(cells, preset)
-    study_name = study or f"{spec.name}-{preset}"
+    study_name = study if study is not None else f"{spec.name}-{preset}"
     _validate_name(study_name, "--study")
     out_dir = Path(out) if out is not None else Path("synthlab-runs") / study_name
     if out_dir.exists() and not out_dir.is_dir():
@@ -117,8 +137,18 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     url = storage or str(out_dir / JOURNAL_NAME)
     if storage is not None:
         check_storage(storage)
+    _check_destinations(out_dir, url, storage)
 
-    # validated: from here on we write
+    # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does
+    with workers_mod.sigterm_as_ctrl_c():
+        return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
+                    dict(task_or_file=str(task_or_file), pe=pe_list, heartbeat_interval=heartbeat_interval,
+                         grace_period=grace_period, poll=poll))
+
+
+def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str, quiet: bool,
+         grids: bool, retry_failed: bool, trials: int | None, workers: int | str, more: dict[str, Any]) -> list[dict]:
+    """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments."""
     import optuna
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -128,7 +158,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     direction = "minimize" if lower_is_better(spec) else "maximize"
     st = optuna.create_study(study_name=study_name, storage=store, direction=direction, load_if_exists=True)
     st.set_user_attr("sweep", spec.name)
-    runner = Runner(spec, preset, cells, store, st, out_dir, quiet, heartbeat_interval, grace_period, poll)
+    runner = Runner(spec, preset, cells, store, st, out_dir, quiet, more["heartbeat_interval"], more["grace_period"],
+                    more["poll"])
     if retry_failed:  # before any helper starts, so none takes a failed cell for finished
         runner.retry_failed(runner.trials())
     runner.enqueue_missing(runner.trials())
@@ -137,17 +168,17 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     if n_workers > 1:
         runner.log(f"[sweep] {n_workers} workers x {workers_mod.threads_per_worker(n_workers)} thread(s)")
         helpers = workers_mod.spawn(n_workers, _HELPER_MODULE, {
-            "task_or_file": str(task_or_file), "pe": pe_list, "preset": preset, "trials": trials, "storage": url,
-            "study": study_name, "out": str(out_dir), "quiet": quiet, "heartbeat_interval": heartbeat_interval,
-            "grace_period": grace_period, "poll": poll})
+            **more, "preset": preset, "trials": trials, "storage": url, "study": study_name, "out": str(out_dir),
+            "quiet": quiet})
     try:
         with (workers_mod.torch_threads(workers_mod.threads_per_worker(n_workers)) if helpers
               else contextlib.nullcontext()):
             runner.loop(trials)
+        codes = workers_mod.wait(helpers)
     except BaseException:
         workers_mod.stop(helpers)
         raise
-    for code in workers_mod.wait(helpers):
+    for code in codes:
         if code != 0:
             print(f"synthlab sweep: warning: a worker process exited with code {code}; "
                   "its running cell, if any, runs again on the next sweep", file=sys.stderr)
@@ -179,8 +210,15 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
 
 
 def _helper(payload: str) -> int:
-    """A helper process of ``sweep(workers=N)``: the same grid's loop, without drawing."""
-    return workers_mod.helper_main(lambda **kwargs: sweep(**kwargs, grids=False, workers=1), payload)
+    """A helper process of ``sweep(workers=N)``: the same grid's loop, without drawing. An
+    environment error (disk full...) stops it with exit 1 and one line, as it stops the CLI."""
+    from synthlab.errors import os_error_line
+
+    try:
+        return workers_mod.helper_main(lambda **kwargs: sweep(**kwargs, grids=False, workers=1), payload)
+    except OSError as e:
+        print(f"synthlab sweep: error: {os_error_line(e)}", file=sys.stderr, flush=True)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a subprocess (workers.spawn)

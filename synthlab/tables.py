@@ -3,6 +3,7 @@
 :func:`tidy` gives one row per record x split x length (``length`` is NaN for the split's
 aggregate metrics; ``by_length`` entries give one row per length with the value in
 ``token_acc``). A failed record gives one row with NaN metrics, so it shows up as missing.
+:func:`check_records` refuses what synthlab never writes (NaN, text metrics, unknown tasks).
 A row names its run by the record's fields, the DAPE kernel and PoSE chunk number read back
 from the encoding and positions (``dape_k``, ``pose_chunks``) and the task parameters
 (``task.<name>``, also as ``<name>`` when no field has that name).
@@ -100,3 +101,39 @@ def _length_split(metrics: dict[str, Any]) -> str:
     if len(ood) == 1:
         return ood[0]
     return "test"
+
+
+def check_records(records: list[dict[str, Any]], where: str, known_tasks: Iterable[str] | None = None) -> None:
+    """What a grid draws must be what synthlab writes: metrics and per-length values are
+    numbers or null (never NaN, infinity, text or true/false) and, with ``known_tasks``, every
+    task is one of them. ValueError naming ``where``, the record and the value."""
+    known = set(known_tasks) if known_tasks is not None else None
+    for i, r in enumerate(records, 1):
+        name = f"{where}: record {i} (run {r.get('run_id') or '?'})"
+        if known is not None and r.get("task") not in known:
+            raise ValueError(f"{name}: unknown task {r.get('task')!r} (the tasks: `synthlab tasks`)")
+        for field in ("metrics", "by_length"):
+            bad = _bad_value(r.get(field), field)
+            if bad is not None:
+                path, v = bad
+                what = "NaN or infinite" if isinstance(v, float) else f"not a number ({v!r})"
+                raise ValueError(f"{name}: {path} is {what}; a result holds numbers, null for a missing one")
+
+
+def _bad_value(v: Any, path: str) -> tuple[str, Any] | None:
+    """(where, value) of the first value under ``v`` that is no finite number or null."""
+    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)):
+        return None
+    if isinstance(v, dict):
+        for k, x in v.items():
+            bad = _bad_value(x, f"{path}.{k}")
+            if bad is not None:
+                return bad
+        return None
+    if isinstance(v, list):
+        for k, x in enumerate(v):
+            bad = _bad_value(x, f"{path}[{k}]")
+            if bad is not None:
+                return bad
+        return None
+    return path, v

@@ -14,36 +14,36 @@ All metric values in the record are fractions in [0, 1] (accuracies and error ra
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
-import re
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
-import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 import generators
 from synthlab import __version__
+from synthlab import rundir
+from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
+from synthlab.errors import check_seed
+# run ids and the git hash live in synthlab.rundir; the names are kept here for their users
+from synthlab.rundir import git_hash, make_run_id  # noqa: F401
 # evaluation lives in synthlab.evaluation; the names are kept here for their users
 from synthlab.evaluation import (EvalContext, answer_acc_by_ops, by_length, check_metrics, decode_width, evaluate,
                                  format_result, greedy_right, score_samples)
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
 from synthlab.model.registry import PE_REVISION, PESpec
 from synthlab.presets import build_config
-from synthlab.records import SCHEMA, append_record, clean, to_json
+from synthlab.records import SCHEMA, clean, to_json  # noqa: F401 (to_json: kept for its users)
+from synthlab.sizing import check_run_fits
 
 
 # ----------------------------------------------------------------------------------------
@@ -75,8 +75,7 @@ def _resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, 
     """:func:`resolve_config` and the parsed pe spec, which the run is handed (parsed once)."""
     if not isinstance(task, str) or task not in generators.TASKS:
         raise ValueError(f"unknown task {task!r} (allowed: {', '.join(generators.TASKS)})")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    check_seed(seed)
     cfg = build_config(task, pe, preset, seed=int(seed), positions=positions, rope_scaling=rope_scaling)
     names = tuple(generators.TASKS[task].PARAMS)
     cfg = apply_overrides(cfg, overrides, names)
@@ -186,7 +185,7 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0) -> A
             self.model = model
             self.tc = cfg.train
             self.log_every = log_every
-            self.losses: list[tuple[int, torch.Tensor]] = []
+            self.losses: list[tuple[int, torch.Tensor | float]] = []  # restored from a checkpoint as floats
             self.failure: str | None = None
             self.last_loss: torch.Tensor | None = None
 
@@ -210,6 +209,12 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0) -> A
                 self.losses.append((step, self.last_loss))
             return loss
 
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            checkpoint["synthlab_losses"] = [[int(s), float(v)] for s, v in self.losses]
+
+        def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            self.losses = [(int(s), float(v)) for s, v in checkpoint.get("synthlab_losses", [])]
+
         def configure_optimizers(self) -> dict[str, Any]:
             decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
             other = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
@@ -229,7 +234,8 @@ def _progress_callback(steps: int, desc: str) -> Any:
 
     class Progress(L.Callback):
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            self.bar = tqdm(total=steps, desc=desc, unit="step", dynamic_ncols=True, leave=False)
+            self.bar = tqdm(total=steps, initial=trainer.global_step, desc=desc, unit="step", dynamic_ncols=True,
+                            leave=False)
             self.t = 0.0
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -305,11 +311,16 @@ def _deterministic(strict: bool):
         torch.backends.cudnn.deterministic = cudnn_before
 
 
-def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, desc: str = "") -> dict[str, Any]:
-    """Run the Lightning Trainer (CPU / GPU auto, no loggers or checkpoints); returns
-    {"device": ..., "steps_done": ...}."""
+def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, desc: str = "",
+        checkpoints: Any = None) -> dict[str, Any]:
+    """Run the Lightning Trainer (CPU / GPU auto, no loggers); returns {"device": ...,
+    "steps_done": ..., "resumed_at": ...}. ``checkpoints`` (:class:`synthlab.checkpoints.RunCheckpoints`):
+    save on its schedule, and resume from its ``last.ckpt`` when it has one (weights_only load)."""
     L = _lightning()
     callbacks = [_progress_callback(cfg.train.steps, desc)] if progress else []
+    if checkpoints is not None:
+        callbacks.append(checkpoints.callback())
+    ckpt = checkpoints.resume_from if checkpoints is not None else None
     with _quiet_lightning():
         trainer = L.Trainer(
             accelerator="auto", devices=1, max_steps=cfg.train.steps, max_epochs=-1,
@@ -321,7 +332,7 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
         # Lightning turns Ctrl-C into SystemExit(1) and leaves SIGINT ignored: restore it
         sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
         try:
-            trainer.fit(module, datamodule=datamodule)
+            trainer.fit(module, datamodule=datamodule, ckpt_path=None if ckpt is None else str(ckpt), weights_only=True)
         except SystemExit:
             if trainer.interrupted:  # Lightning's answer to Ctrl-C is exit(1): give the caller the Ctrl-C
                 raise KeyboardInterrupt from None
@@ -330,26 +341,8 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
             if sigint is not None:
                 signal.signal(signal.SIGINT, sigint)
     device = trainer.strategy.root_device
-    return {"device": device.type, "steps_done": int(trainer.global_step)}
-
-
-# ----------------------------------------------------------------------------------------
-# records and files
-
-
-def git_hash() -> str | None:
-    """Short hash of the checkout synthlab runs from, or None."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def make_run_id(task: str, pe: str, seed: int) -> str:
-    slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", pe).strip("-")
-    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{task}-{slug}-s{seed}-{uuid.uuid4().hex[:6]}"
+    return {"device": device.type, "steps_done": int(trainer.global_step),
+            "resumed_at": checkpoints.resume_step if ckpt is not None else None}
 
 
 # ----------------------------------------------------------------------------------------
@@ -368,7 +361,8 @@ def train(task: str, pe: str, preset: str = "quick", seed: int = 0, out: str | o
     ``out/results.jsonl`` (or ``results``); with neither, nothing is written.
 
     Returns the result record (docs/interfaces.md). Bad input raises ValueError before
-    anything is written; a diverged run returns ``status: "failed"`` with the reason.
+    anything is written; a diverged run returns ``status: "failed"`` with the reason; an
+    OSError (disk full, read-only) or Ctrl-C leaves no run directory and no record.
     """
     t0 = time.perf_counter()
     ov = {**(overrides or {}), **more_overrides}
@@ -386,6 +380,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     from synthlab.data import DataModule, PositionSampler
 
     t0 = time.perf_counter() if t0 is None else t0
+    rundir.check_destinations(out, results)
     m = _model_api()
     L = _lightning()
     task = make_task(cfg)
@@ -393,6 +388,8 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     scheme = m.parse_positions(cfg.positions) if cfg.positions else None
     tc = cfg.train
 
+    if tc.check_memory:  # before any set or batch is built: a few samples give the lengths
+        check_run_fits(cfg, spec, scheme, task)
     # data first: the evaluation sets fix the true lengths, validated before anything is written
     dm = DataModule(task, tc.seed, tc.batch_size, tc.steps, tc.n_train, scheme, tc.eval_samples)
     sets = dm.eval_sets()
@@ -400,7 +397,10 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     train_len = max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1])
     max_len = _validate_combination(cfg, spec, scheme, train_len, _eval_extent(task, eval_len))
 
-    run_id = make_run_id(cfg.task, spec.name, tc.seed)
+    # a run killed after a checkpoint resumes from it, under the run id it began with
+    ck = RunCheckpoints.open(out, cfg, {"pe_revision": PE_REVISION, "synthlab": __version__})
+    again = ck is not None and ck.run_id is not None
+    run_id = ck.run_id if again else rundir.make_run_id(cfg.task, spec.name, tc.seed)
     run_dir = Path(out) / run_id if out is not None else None
     results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
     L.seed_everything(tc.seed, workers=False, verbose=False)
@@ -411,12 +411,6 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     rope_factor = scheme.rope_factor(train_len) if scheme is not None and cfg.rope_scaling else None
     if rope_factor is not None:
         model.set_rope_scaling(cfg.rope_scaling, rope_factor, train_len)
-    if run_dir is not None:  # everything is validated and built: now the run directory
-        run_dir.mkdir(parents=True, exist_ok=False)
-        (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), "max_len": max_len, "run_id": run_id,
-                                                         "rotary_pairs": CURRENT_PAIRS, "rope_factor": rope_factor,
-                                                         "train_len": train_len, "pe_revision": PE_REVISION},
-                                                        indent=1) + "\n")
     log_every = max(1, tc.steps // 200)
     module = make_module(model, cfg, log_every)
     progress = (not quiet) and sys.stdout.isatty()
@@ -427,16 +421,27 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
         "model": {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_heads": cfg.model.n_heads,
                   "params": n_params},
         "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len},
-        "metrics": {}, "by_length": None, "wall_s": None, "device": None, "synthlab": __version__, "git": git_hash(),
+        "metrics": {}, "by_length": None, "wall_s": None, "device": None, "synthlab": __version__, "git": rundir.git_hash(),
         "study": study, "trial": trial, "status": "ok",
     }
     lines: list[dict[str, Any]] = []
+    if ck is not None:
+        ck.begin(run_id)
+        if ck.resuming and not quiet:
+            print(f"resuming {run_id} at step {ck.resume_step} from {ck.path}", file=sys.stderr)
+    if again:
+        rundir.remove(run_dir)  # what a killed attempt left (its checkpoint is elsewhere)
+    created: list[Path] = []  # the parents of the run directory it made (removed with it)
+    if run_dir is not None:  # everything is validated and built: now the run directory
+        created = rundir.make(run_dir, {**cfg.to_dict(), "max_len": max_len, "run_id": run_id, "rotary_pairs": CURRENT_PAIRS,
+                              "rope_factor": rope_factor, "train_len": train_len, "pe_revision": PE_REVISION})
     try:
         with _deterministic(tc.deterministic), _threads(tc.threads):
             # CPU results repeat exactly for one thread count (reductions split by thread)
             record["train"]["threads"] = torch.get_num_threads()
             record["train"]["deterministic"] = tc.deterministic
-            info = fit(module, dm, cfg, progress=progress, desc=f"{cfg.task} {spec.name}")
+            more = {"checkpoints": ck} if ck is not None else {}
+            info = fit(module, dm, cfg, progress=progress, desc=f"{cfg.task} {spec.name}", **more)
             record["device"] = info["device"]
             lines += [{"step": s, "loss": float(v)} for s, v in module.losses]
             train_len = max(train_len, dm.stream.max_len)
@@ -461,28 +466,23 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
                 record["status"] = "failed"
                 record["error"] = failure
                 record["train"]["steps_done"] = info["steps_done"]
-    except KeyboardInterrupt:  # Ctrl-C / a stopped sweep worker: not the run's failure, so no record
-        if run_dir is not None:
-            shutil.rmtree(run_dir, ignore_errors=True)
+    except (KeyboardInterrupt, OSError):  # Ctrl-C, a stopped sweep worker, a full or read-only disk:
+        rundir.remove(run_dir, created)     # not the run's failure, so no record and no run directory
+        if ck is not None:
+            ck.release()  # its checkpoint stays: the next attempt resumes
         raise
     except BaseException as e:  # record the failure, then let the caller see it
         record["status"] = "failed"
         record["error"] = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         record["wall_s"] = round(time.perf_counter() - t0, 3)
-        _finish_files(run_dir, results_path, record, lines, None)
+        rundir.finish(run_dir, results_path, record, lines, created=created)
+        if ck is not None:
+            ck.finish()
         raise
     record["wall_s"] = round(time.perf_counter() - t0, 3)
-    _finish_files(run_dir, results_path, record, lines, model if record["status"] == "ok" else None, save_model)
+    rundir.finish(run_dir, results_path, record, lines, model if record["status"] == "ok" else None, save_model,
+                  created=created)
+    if ck is not None:
+        ck.finish()  # the run has its record
     return clean(record)
 
-
-def _finish_files(run_dir: Path | None, results_path: Path | None, record: dict[str, Any], lines: list[dict[str, Any]],
-                  model: torch.nn.Module | None, save: Callable[..., Any] | None = None) -> None:
-    if run_dir is not None:
-        with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(to_json(line) + "\n")
-        if model is not None and save is not None:
-            save(model, str(run_dir / "model.safetensors"))
-    if results_path is not None:
-        append_record(results_path, record)

@@ -12,8 +12,10 @@ split between them:
 - GPU: workers are spread round robin over the visible GPUs (``CUDA_VISIBLE_DEVICES`` of each
   helper), several per GPU when N exceeds the GPU count.
 
-Ctrl-C or SIGTERM in the main process stops the helpers (each re-queues its running cell).
-A helper that dies is reaped like any killed worker: its cell runs again.
+Ctrl-C or SIGTERM in the main process (:func:`sigterm_as_ctrl_c`: a batch scheduler's
+preemption, ``timeout``) stops the helpers (each re-queues its running cell); a helper whose
+main process is killed outright gets SIGTERM from the kernel and does the same. A helper that
+dies is reaped like any killed worker: its cell runs again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any, Callable, Iterator
 
 AUTO = "auto"
@@ -95,7 +98,7 @@ def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[sub
             visible = env.get("CUDA_VISIBLE_DEVICES")
             ids = visible.split(",") if visible else [str(g) for g in range(gpus)]
             env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
-        payload = json.dumps({**sweep_kwargs, "threads": threads})
+        payload = json.dumps({**sweep_kwargs, "threads": threads, "parent": os.getpid()})
         # a new process group: a Ctrl-C at the terminal reaches the main process only, which
         # then stops the helpers itself (so they never race it to the journal)
         procs.append(subprocess.Popen([sys.executable, "-m", module, payload], env=env,
@@ -122,17 +125,47 @@ def wait(procs: list[subprocess.Popen]) -> list[int]:
     return [p.wait() for p in procs]
 
 
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt for the block, as Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+
+
+def _die_with(parent: int) -> None:
+    """SIGTERM when ``parent`` dies (Linux): a killed sweep's helpers stop, re-queueing their cells."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent and os.getppid() != parent:  # it died before the line above
+        raise KeyboardInterrupt
+
+
 def helper_main(run: Callable[..., Any], payload: str) -> int:
     """A helper process: ``run(**sweep_kwargs)`` with its share of the threads; its exit code."""
     import torch
 
     kwargs = json.loads(payload)
     torch.set_num_threads(int(kwargs.pop("threads")))
+    parent = int(kwargs.pop("parent", 0))
     # the main process stops us with SIGINT (a parent without job control may have left it
-    # ignored, which a child inherits); SIGTERM (a scheduler) likewise: the cell is re-queued
+    # ignored, which a child inherits); SIGTERM (a scheduler, or the main process's death)
+    # likewise: the cell is re-queued
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
+        _die_with(parent)
         run(**kwargs)
     except KeyboardInterrupt:
         return 130

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from synthlab.errors import UsageError
+from synthlab.errors import UsageError, check_output_file, check_seed, naming
 
 from ._common import parse_assignments
 
@@ -38,14 +38,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"-n must be >= 0, got {args.n}")
     if args.start < 0:
         raise UsageError(f"--start must be >= 0, got {args.start}")
+    check_seed(args.seed, "--seed")
     task = generators.get_task(args.task, **parse_assignments(args.set))
     task.check_split(args.split)
     out_path = Path(args.output) if args.output else None
     if out_path is not None:
-        if out_path.is_dir():
-            raise UsageError(f"-o {args.output}: is a directory, expected a .jsonl file path")
-        if not out_path.parent.exists():
-            raise UsageError(f"-o {args.output}: directory {str(out_path.parent)!r} does not exist")
+        check_output_file(out_path, "-o", parent_must_exist=True)
 
     # generate in chunks so a big -n streams; write to a temporary file, then rename, so a
     # failed run never leaves a truncated file behind
@@ -55,14 +53,15 @@ def run(args: argparse.Namespace) -> int:
         _write(task, args, stream, chunk)
         stream.flush()
     else:
-        tmp = out_path.with_name(out_path.name + ".part")
+        tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.part")
         try:
-            with open(tmp, "w", encoding="utf-8", newline="\n") as stream:
+            with naming(out_path, tmp), open(tmp, "w", encoding="utf-8", newline="\n") as stream:
                 _write(task, args, stream, chunk)
-            os.replace(tmp, out_path)
+            with naming(out_path, tmp):
+                os.replace(tmp, out_path)
         finally:
-            if tmp.exists():
-                tmp.unlink()
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
     return 0
 
 

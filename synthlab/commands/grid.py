@@ -12,7 +12,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="draw capacity / OOD grids of a results file (PNG + CSV + Markdown)",
         description="Capacity grid: encoding x d_model, cell = in-distribution headline metric. OOD grid: "
         "encoding x split (or test length; CHE: task x encoding). Cells show mean and spread over seeds "
-        "on a fixed 0-100 % colour scale; failed runs are blank. CSV and Markdown go beside the PNG.",
+        "on a fixed 0-100 % colour scale; a cell whose runs all failed is marked 'failed', one not run is blank. "
+        "CSV and Markdown go beside the PNG. A results file holds numbers or null (NaN, text metrics and "
+        "unknown tasks are refused).",
         epilog="example: synthlab grid synthlab-runs/flipflop-quick/results.jsonl --kind ood -o ff-ood.png",
     )
     p.add_argument("results", metavar="RESULTS", help="results JSONL (from synthlab train or sweep)")
@@ -23,26 +25,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from synthlab.grids import grid
+    from synthlab import papers
+    from synthlab.errors import check_output_file
+    from synthlab.grids import grid, load_results, sweep_spec_for
 
+    # everything is checked before the first file is written: the outputs (a directory in the
+    # way is bad input, a read-only place an environment error), then the results
     out = args.output or str(Path(args.results).with_name(f"grid-{args.kind}.png"))
     if not out.lower().endswith(".png"):
         raise ValueError(f"-o {out!r}: expected a .png path (CSV and Markdown go beside it)")
-    if not Path(out).parent.exists():
-        raise ValueError(f"-o {out!r}: directory {str(Path(out).parent)!r} does not exist")
-    from synthlab import papers
-    from synthlab.grids import sweep_spec_for
-    from synthlab.records import read_results
-
-    records = read_results(args.results)
+    png = Path(out)
+    for path in (png, png.with_suffix(".csv"), png.with_suffix(".md")):
+        check_output_file(path, "-o", parent_must_exist=True)
+    records = load_results(args.results)
+    spec = sweep_spec_for(records)
+    if spec is not None:  # the claims table goes beside the grid
+        for ext in ("md", "csv"):
+            check_output_file(png.with_name(f"{png.stem}-papers.{ext}"), "-o")
     g = grid(records, kind=args.kind, x=args.x, y=args.y, out=out)
     print(g.markdown())
     wrote = [g.files["png"], g.files["csv"], g.files["md"]]
-    spec = sweep_spec_for(records)
     verdicts = papers.verdicts(records, spec) if spec is not None else []
     if verdicts:  # the sweep file's claims, judged on these results
         print(papers.markdown(verdicts, spec.show))
-        files = papers.save(verdicts, spec.show, Path(out).parent, stem=f"{Path(out).stem}-papers")
+        files = papers.save(verdicts, spec.show, png.parent, stem=f"{png.stem}-papers")
         wrote += [files["md"], files["csv"]]
     print(f"wrote {', '.join(wrote)}")
     return 0

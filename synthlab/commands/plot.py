@@ -7,6 +7,8 @@ import os
 import uuid
 from pathlib import Path
 
+from synthlab.errors import check_output_file, naming
+
 KINDS = ("attention", "positions", "bias", "glitches")  # = synthlab.plot.KINDS (not imported: keeps --help fast)
 
 # the options each picture takes (the rest are refused, not ignored)
@@ -65,21 +67,19 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix.lower() != ".png":
         raise ValueError(f"-o {args.output!r}: expected a .png path")
-    if out.is_dir():
-        raise ValueError(f"-o {args.output!r}: is a directory, expected a .png file path")
-    if not out.parent.is_dir():
-        raise ValueError(f"-o {args.output!r}: directory {str(out.parent)!r} does not exist")
+    # a directory in the way, a missing directory: bad input (exit 2); a place that cannot be
+    # written: OSError naming -o (exit 1)
+    check_output_file(out, "-o", parent_must_exist=True)
     # the picture goes to a temporary file beside the output, renamed at the end: a failure
     # leaves nothing; creating it first is the write check (os.access says yes to root)
     tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.part")
-    try:
+    with naming(out, tmp):
         open(tmp, "xb").close()
-    except OSError as e:
-        raise ValueError(f"-o {args.output!r}: cannot write in {str(out.parent)!r} ({e.strerror or e})") from None
     try:
         fig = _draw(args)
-        fig.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, out)
+        with naming(out, tmp):
+            fig.savefig(tmp, format="png", dpi=120)
+            os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

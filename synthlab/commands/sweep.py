@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+
+# a grid larger than this runs only with --yes (a typo in an axis can ask for years of runs)
+MAX_CELLS = 10_000
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,13 +39,45 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="worker processes on this machine sharing the grid (auto: one per CPU core with one "
                    "thread each, or one per GPU; default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--yes", action="store_true",
+                   help=f"run a grid of more than {MAX_CELLS:,} cells (refused without it)")
 
 
 def run(args: argparse.Namespace) -> int:
     from synthlab.sweeping import sweep
 
+    _check_size(args)
     quiet = args.quiet or not sys.stderr.isatty()
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
                     study=args.study, out=args.out, quiet=quiet, retry_failed=args.retry_failed,
                     workers=args.workers)
     return 0 if records is not None else 1
+
+
+def count_cells(spec, preset: str, pe: list[str] | None) -> int:
+    """How many cells ``synthlab.cells.expand_cells`` makes, counted without making them."""
+    axes = spec.preset_axes(preset)
+    if pe is not None:
+        axes["pe"] = pe
+    per_pe = sum(len(axes.get("dape_k", [None])) if _has_dape(enc) else 1 for enc in axes["pe"])
+    rest = math.prod(len(v) for k, v in axes.items() if k not in ("pe", "dape_k"))
+    return per_pe * rest * int(spec.preset_tune(preset).get("trials_per_cell", 1))
+
+
+def _has_dape(enc: str) -> bool:
+    return any(part.split(":")[0].strip().startswith("dape") for part in str(enc).split("+"))
+
+
+def _check_size(args: argparse.Namespace) -> None:
+    """Refuse a grid of more than MAX_CELLS cells without --yes, before any cell is built."""
+    from synthlab.sweepfile import load_sweep
+
+    spec = load_sweep(args.sweep)
+    preset = args.preset or spec.default_preset
+    if preset not in spec.presets:
+        return  # sweep() names the bad preset
+    pe = [x.strip() for x in args.pe.split(",")] if args.pe is not None else None
+    n = count_cells(spec, preset, pe)
+    if n > MAX_CELLS and not args.yes:
+        raise ValueError(f"{args.sweep}: the grid has {n:,} cells at preset {preset!r}, over the {MAX_CELLS:,} "
+                         "a sweep runs without asking; pass --yes to run it anyway")

@@ -38,9 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from synthlab.errors import check_seed
     from synthlab.records import to_json
     from synthlab.training import format_result, train
 
+    check_seed(args.seed, "--seed")
     overrides = parse_assignments(args.set)
     # validates everything (task, params, settings, pe, positions, combination) before writing
     record = train(args.task, args.pe, args.preset, seed=args.seed, out=args.out, positions=args.positions,

@@ -425,9 +425,11 @@ def test_retry_failed_runs_only_the_failed_cells_again(tmp_path, monkeypatch, ca
     assert sorted((pe, seed) for _, pe, seed, _ in fixed.calls) == [("nope", 1), ("rope", 1)]
     assert len(recs) == 4 and all(r["status"] == "ok" for r in recs)
     assert "4/4 cells finished;" in capsys.readouterr().out
-    # every run stays in results.jsonl (2 failed + 4 ok); study-results.jsonl has each cell's latest
+    # every run stays in results.jsonl (2 failed + 4 ok); readers and study-results.jsonl see each cell's latest
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in lines].count("failed") == 2 and len(lines) == 6
     on_disk = grids.read_results(out / "results.jsonl")
-    assert [r["status"] for r in on_disk].count("failed") == 2 and len(on_disk) == 6
+    assert len(on_disk) == 4 and all(r["status"] == "ok" for r in on_disk)
     latest = grids.read_results(out / "study-results.jsonl")
     assert len(latest) == 4 and all(r["status"] == "ok" for r in latest)
     ood = pd.read_csv(out / "grids" / "ood.csv")
@@ -455,8 +457,9 @@ def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     r = subprocess.run(_cmd(str(path), "--out", str(out), "--retry-failed"), env=_env(), capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    lrs = [rec["train"]["lr"] for rec in grids.read_results(out / "results.jsonl")]
+    lrs = [json.loads(x)["train"]["lr"] for x in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(lrs) == [3e-3, 1e30, 1e30]
+    assert sorted(rec["train"]["lr"] for rec in grids.read_results(out / "results.jsonl")) == [3e-3, 1e30]
     assert "1 failed or not run" in r.stdout
 
 

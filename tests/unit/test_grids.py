@@ -1,4 +1,4 @@
-"""Grids from hand-made result records: values, spread, failed cells blank, fixed colour scale."""
+"""Grids from hand-made result records: values, spread, failed cells marked, fixed colour scale."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_tidy_has_one_row_per_record_and_split():
     assert set(t.columns) >= {"pe", "d_model", "seed", "split", "length", "token_acc", "task.n_pairs", "trial"}
 
 
-def test_capacity_grid_mean_spread_and_failed_blank():
+def test_capacity_grid_mean_spread_and_failed_marked():
     g = grids.make_grid(grids.tidy(RECORDS), "capacity", "d_model", "pe", "token_acc", "accuracy", split="test")
     # encodings in the order the records name them (a sweep's axis order), sizes ascending
     assert list(g.mean.index) == ["rope", "cope"] and list(g.mean.columns) == [16, 32]
@@ -49,7 +49,7 @@ def test_capacity_grid_mean_spread_and_failed_blank():
     assert g.n_failed.at["cope", 32] == 1 and g.n.at["cope", 32] == 0
     labels = dict(zip(g.mean.index, g.labels()))
     assert labels["rope"] == ["85.0\n±7.1 (n 2)", "100.0\n(n 1)"]  # n seeds in every cell
-    assert labels["cope"] == ["100.0\n±0.0 (n 2)", ""]  # two seeds, no spread
+    assert labels["cope"] == ["100.0\n±0.0 (n 2)", "failed\n(1 run)"]  # two seeds, no spread; a failed cell
 
 
 def test_error_display_and_split_columns():
@@ -107,11 +107,13 @@ def test_heatmap_has_fixed_colour_scale_and_annotations(tmp_path):
     fig, ax = g.plot()
     assert ax.collections[0].get_clim() == (0.0, 100.0)
     texts = sorted(t.get_text() for t in ax.texts)
-    assert "85.0\n±7.1 (n 2)" in texts and "" not in texts and len(texts) == 3  # the failed cell has no label
+    assert "85.0\n±7.1 (n 2)" in texts and "" not in texts and len(texts) == 4
+    assert "failed\n(1 run)" in texts  # the failed cell is marked, not left blank
+    assert "1 of 6 runs failed" in ax.get_title()
     files = g.save(tmp_path / "cap.png")
     assert (tmp_path / "cap.png").stat().st_size > 1000
     md = (tmp_path / "cap.md").read_text()
-    assert "| rope | 85.0 ±7.1 (n 2) | 100.0 (n 1) |" in md and "| cope | 100.0 ±0.0 (n 2) |  |" in md
+    assert "| rope | 85.0 ±7.1 (n 2) | 100.0 (n 1) |" in md and "| cope | 100.0 ±0.0 (n 2) | failed (1 run) |" in md
     csv = (tmp_path / "cap.csv").read_text().splitlines()
     assert csv[0] == "pe,d_model,mean,std,n,n_failed,paper,paper_spread,paper_source" and "cope,32,,,0,1,,," in csv
     assert set(files) == {"png", "csv", "md"}

@@ -1,0 +1,110 @@
+"""A run's files: its destinations checked before anything is built, its directory
+(``OUT/<run_id>/``: config.json, metrics.jsonl, model.safetensors) made, finished, or removed
+whole when the run is interrupted or the disk refuses a write, and its record appended.
+
+A run directory is never left half made: an OSError (disk full, read-only file system) or
+Ctrl-C while it is written removes it, and no record is appended for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from synthlab.errors import check_output_dir, check_output_file
+from synthlab.records import append_record, to_json
+
+
+def git_hash() -> str | None:
+    """Short hash of the checkout synthlab runs from, or None."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def make_run_id(task: str, pe: str, seed: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", pe).strip("-")
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{task}-{slug}-s{seed}-{uuid.uuid4().hex[:6]}"
+
+
+def check_destinations(out: str | os.PathLike | None, results: str | os.PathLike | None) -> None:
+    """``out`` can hold run directories and the results file can be appended to: ValueError
+    for a file where a directory goes (or the reverse), OSError for a read-only or forbidden
+    place. Creates nothing."""
+    if out is not None:
+        check_output_dir(out, "--out")
+    if results is not None:
+        check_output_file(results, "--results")
+    elif out is not None:
+        check_output_file(Path(out) / "results.jsonl", "--out")
+
+
+def remove(run_dir: Path | None, created: list[Path] | tuple = ()) -> None:
+    """Remove a run directory, then each parent :func:`make` created (``created``, outermost
+    first) while it is empty: another run's files are never touched."""
+    if run_dir is not None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    for d in reversed(created):
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
+
+
+def make(run_dir: Path, config: dict[str, Any]) -> list[Path]:
+    """``run_dir`` with its config.json, or nothing (a failure removes what was made). Returns
+    the parents it created, outermost first, for :func:`remove`."""
+    created = []
+    for parent in run_dir.parents:
+        if os.path.lexists(parent):
+            break
+        created.insert(0, parent)
+    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        (run_dir / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    except BaseException:
+        remove(run_dir, created)
+        raise
+    return created
+
+
+def _save(save: Callable[..., Any], model: Any, path: Path) -> None:
+    """``save(model, path)``; safetensors reports a failed write as SafetensorError ("... (os
+    error 28)"): raised as the OSError it is."""
+    try:
+        save(model, str(path))
+    except OSError:
+        raise
+    except Exception as e:
+        code = re.search(r"os error (\d+)", str(e))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from e
+
+
+def finish(run_dir: Path | None, results_path: Path | None, record: dict[str, Any], lines: list[dict[str, Any]],
+           model: Any = None, save: Callable[..., Any] | None = None, created: list[Path] | tuple = ()) -> None:
+    """metrics.jsonl and the weights into the run directory, then the record. A failure
+    before the record is appended (a full disk, Ctrl-C) removes what :func:`make` made."""
+    try:
+        if run_dir is not None:
+            with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as f:
+                for line in lines:
+                    f.write(to_json(line) + "\n")
+            if model is not None and save is not None:
+                _save(save, model, run_dir / "model.safetensors")
+        if results_path is not None:
+            append_record(results_path, record)
+    except BaseException:
+        remove(run_dir, created)
+        raise

@@ -1,0 +1,32 @@
+"""Shared test setup: a PostgreSQL server that this pytest session started is stopped at its end.
+
+tests/integration/test_postgres.py starts a private server with .ci/postgres.sh when
+$SYNTHLAB_PG_URL is not set; a server that was running before the session (CI's, a developer's)
+is left alone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+PG_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.sh"
+_WAS_RUNNING = pytest.StashKey[bool]()
+
+
+def _pg(command: str) -> int:
+    try:
+        return subprocess.run(["bash", str(PG_SCRIPT), command], capture_output=True, timeout=120).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        return 1
+
+
+def pytest_sessionstart(session) -> None:
+    session.config.stash[_WAS_RUNNING] = not PG_SCRIPT.is_file() or _pg("status") == 0
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if not session.config.stash.get(_WAS_RUNNING, True) and _pg("status") == 0:
+        _pg("stop")

@@ -1,0 +1,340 @@
+"""The command line's promise on bad input and a failing environment (issue 11).
+
+Bad input exits 2 with ONE line on stderr before anything is written; an environment error
+(read-only file system, permission denied, disk full, unreadable file) exits 1 with one line
+naming the path and leaves no temporary file or half-made run directory; Ctrl-C exits 130.
+Every case compares a listing of the working directory (every file's size and bytes' hash)
+before and after. Real read-only file systems and a full disk are made with a tmpfs in a
+private mount namespace (root and ``unshare`` only; skipped with the reason otherwise); as
+root a chmod does not stop writes, so "permission denied" and "unreadable" use /sys (writes
+refused to anyone) and /proc/self/mem (a regular file whose read fails with EIO).
+
+Decisions stated here: a results file that holds NaN, a metric that is text, or an unknown
+task is refused by `grid` (exit 2), never drawn blank; `--x length` on results without
+per-length metrics is refused with that reason; one seed range everywhere, 0 <= seed <= 2**32 - 1
+(Lightning's seed_everything takes 32-bit seeds); a sweep over 10,000 cells needs --yes.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synthlab.cli import main
+
+TINY = """
+[sweep]
+task = "flipflop"
+default_preset = "smoke"
+metric = "token_acc"
+show = "error"
+ood = ["ood-sparse"]
+
+[axes]
+pe = ["rope", "nope"]
+seed = [0, 1]
+
+[presets.smoke]
+task = { n_pairs = 8 }
+model = { d_model = 16, n_layers = 1, n_heads = 2 }
+train = { steps = 10, batch_size = 8, warmup = 0, eval_samples = 16 }
+
+[presets.quick]
+[presets.paper]
+"""
+SMOKE = ["--pe", "rope", "--preset", "smoke"]
+SYS = "/sys/synthlab-test"  # sysfs: creating anything there is refused, even to root
+
+
+def rec(pe="rope", seed=0, task="flipflop", acc=0.9, status="ok", by_length=None):
+    r = {"schema": 1, "run_id": f"{task}-{pe}-{seed}-{status}", "task": task, "task_params": {"n_pairs": 16},
+         "pe": pe, "positions": None, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1},
+         "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32},
+         "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc / 2}},
+         "by_length": by_length, "study": None, "trial": None, "status": status}
+    if status != "ok":
+        r.update(metrics={}, error="diverged: non-finite training loss (nan) at step 1")
+    return r
+
+
+def lines(*records) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def listing(root: Path) -> dict[str, str]:
+    """Every path under ``root`` with its kind, size and content hash."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink() or p.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = hashlib.sha1(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    """A working directory with the inputs the cases use; the commands run in it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("not a directory\n")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "tiny.toml").write_text(TINY)
+    (tmp_path / "dir.toml").mkdir()
+    (tmp_path / "latin1.toml").write_bytes(TINY.replace("[axes]", "# caf\xe9\n[axes]").encode("latin-1"))
+    big = TINY.replace("seed = [0, 1]", "seed = [%s]\nd_model = [%s]" % (
+        ", ".join(map(str, range(1000))), ", ".join(str(2 * i + 2) for i in range(500))))
+    (tmp_path / "big.toml").write_text(big)  # 2 x 1000 x 500 = 10^6 cells
+    (tmp_path / "results.jsonl").write_text(lines(rec("rope", 0), rec("nope", 0, acc=0.5)))
+    nan = json.dumps(rec()).replace('"token_acc": 0.9', '"token_acc": NaN')
+    (tmp_path / "nan.jsonl").write_text(nan + "\n")
+    text = rec()
+    text["metrics"]["test"]["token_acc"] = "high"
+    (tmp_path / "text.jsonl").write_text(lines(text))
+    (tmp_path / "unknown.jsonl").write_text(lines(rec(task="nosuchtask")))
+    (tmp_path / "x.png").mkdir()
+    (tmp_path / "y.csv").mkdir()
+    return tmp_path
+
+
+def run_cli(argv, capsys) -> tuple[int, list[str]]:
+    code = main([str(a) for a in argv])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    return code, err
+
+
+# (argv, exit code, what the one line says); {sys} is a path under /sys
+CASES = {
+    # train
+    "train --out FILE": (["train", "flipflop", *SMOKE, "--out", "afile"], 2, "'afile' is a file, not a directory"),
+    "train --out under a file": (["train", "flipflop", *SMOKE, "--out", "afile/runs"], 2, "'afile' is a file"),
+    "train --results DIR": (["train", "flipflop", *SMOKE, "--results", "adir"], 2, "'adir' is a directory"),
+    "train --out not writable": (["train", "flipflop", *SMOKE, "--out", f"{SYS}/runs"], 1, SYS),
+    "train d_model=1e12": (["train", "flipflop", *SMOKE, "--set", "d_model=1e12"], 2, "model.d_model must be <="),
+    "train batch_size=1e12": (["train", "flipflop", *SMOKE, "--set", "batch_size=1e12"], 2,
+                              "train.batch_size must be <="),
+    "train steps=1e15": (["train", "flipflop", *SMOKE, "--set", "steps=1e15"], 2, "train.steps must be <="),
+    "train --seed 2**70": (["train", "flipflop", *SMOKE, "--seed", str(2**70)], 2,
+                           "--seed must be an integer from 0 to 4294967295"),
+    "train --seed -1": (["train", "flipflop", *SMOKE, "--seed", "-1"], 2, "--seed must be an integer from 0"),
+    # generate
+    "generate -o FILE/x.jsonl": (["generate", "flipflop", "-o", "afile/x.jsonl"], 2, "'afile' is a file"),
+    "generate -o DIR": (["generate", "flipflop", "-o", "adir"], 2, "'adir' is a directory"),
+    "generate -o not writable": (["generate", "flipflop", "-o", "/sys/synthlab-test.jsonl"], 1,
+                                 "/sys/synthlab-test.jsonl:"),
+    "generate n_pairs=1e12": (["generate", "flipflop", "--set", "n_pairs=1e12"], 2,
+                              "'n_pairs' must be at most 1,000,000"),
+    "generate --seed -1": (["generate", "flipflop", "--seed", "-1"], 2, "--seed must be an integer from 0 to"),
+    "generate --seed 2**70": (["generate", "flipflop", "--seed", str(2**70)], 2, "--seed must be an integer"),
+    # sweep
+    "sweep --out under a file": (["sweep", "tiny.toml", "--out", "afile/sw"], 2, "'afile' is a file"),
+    "sweep --out not writable": (["sweep", "tiny.toml", "--out", f"{SYS}/sw"], 1, SYS),
+    "sweep --storage DIR": (["sweep", "tiny.toml", "--storage", "adir", "--out", "sw"], 2,
+                            "--storage 'adir' is a directory"),
+    "sweep --study of 300 characters": (["sweep", "tiny.toml", "--study", "s" * 300], 2,
+                                        "a study name is 1 to 200 characters"),
+    "sweep --study ''": (["sweep", "tiny.toml", "--study", ""], 2, "--study '': a study name is 1 to 200"),
+    "sweep unreadable file": (["sweep", "/proc/self/mem"], 1, "/proc/self/mem: Input/output error"),
+    "sweep DIR as sweep file": (["sweep", "dir.toml"], 2, "sweep file 'dir.toml' is a directory"),
+    "sweep non-UTF-8 file": (["sweep", "latin1.toml"], 2, "sweep file 'latin1.toml' is not UTF-8"),
+    "sweep of 10^6 cells": (["sweep", "big.toml"], 2, "1,000,000 cells"),
+    # grid
+    "grid -o x.png, a directory": (["grid", "results.jsonl", "-o", "x.png"], 2, "'x.png' is a directory"),
+    "grid -o y.png, y.csv a directory": (["grid", "results.jsonl", "-o", "y.png"], 2, "'y.csv' is a directory"),
+    "grid -o not writable": (["grid", "results.jsonl", "-o", "/sys/synthlab-test.png"], 1,
+                             "/sys/synthlab-test.png:"),
+    "grid unreadable RESULTS": (["grid", "/proc/self/mem", "-o", "g.png"], 1, "/proc/self/mem: Input/output error"),
+    "grid DIR as RESULTS": (["grid", "adir", "-o", "g.png"], 2, "results file 'adir' is a directory"),
+    "grid NaN literal": (["grid", "nan.jsonl", "-o", "g.png"], 2, "metrics.test.token_acc is NaN"),
+    "grid text metric": (["grid", "text.jsonl", "-o", "g.png"], 2, "metrics.test.token_acc is not a number ('high')"),
+    "grid unknown task": (["grid", "unknown.jsonl", "-o", "g.png"], 2, "unknown task 'nosuchtask'"),
+    "grid --x length without per-length metrics": (["grid", "results.jsonl", "--x", "length", "-o", "g.png"], 2,
+                                                   "no per-length metrics"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_line_and_nothing_written(ws, capsys, case):
+    argv, code, needle = CASES[case]
+    if any(str(a).startswith(("/sys/", "/proc/")) for a in argv) and not Path("/proc/self/mem").exists():
+        pytest.skip("needs Linux /sys and /proc")
+    before = listing(ws)
+    got, err = run_cli(argv, capsys)
+    assert (got, len(err)) == (code, 1), err
+    assert err[0].startswith(f"synthlab {argv[0]}: error: ") and needle in err[0], err[0]
+    assert "Traceback" not in err[0]
+    assert listing(ws) == before  # nothing written, no temporary file left
+
+
+def test_the_cases_accepted_before_still_run_with_their_fix(ws, capsys):
+    """The refusals are limits, not bans: --yes runs a big grid (stopped here before it
+    trains), and the largest seed and size parameters generate."""
+    assert main(["generate", "flipflop", "-n", "1", "--seed", str(2**32 - 1), "--set", "n_pairs=4"]) == 0
+    assert json.loads(capsys.readouterr().out)["seed"] == 2**32 - 1
+    from synthlab.commands.sweep import count_cells
+    from synthlab.sweepfile import load_sweep
+
+    assert count_cells(load_sweep("big.toml"), "smoke", None) == 10**6
+    assert count_cells(load_sweep("tiny.toml"), "smoke", ["rope", "kerple+dape"]) == 4
+
+
+def test_generate_ctrl_c_exits_130_and_leaves_no_part_file(ws, capsys, monkeypatch):
+    from synthlab.commands import generate
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate, "_write", interrupted)
+    before = listing(ws)
+    code, err = run_cli(["generate", "flipflop", "-o", "out.jsonl"], capsys)
+    assert code == 130 and err == ["synthlab: interrupted"]
+    assert listing(ws) == before
+
+
+def test_train_disk_full_leaves_no_run_directory_and_no_record(ws, capsys, monkeypatch):
+    """An OSError while the weights are written (the disk filled up): exit 1, one line naming
+    the file, the run directory (and the --out directory it made) removed, no record."""
+    import safetensors.torch
+
+    def full(model, path, *a, **k):
+        Path(path).write_bytes(b"\0" * 100)  # half a file, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(safetensors.torch, "save_model", full)
+    before = listing(ws)
+    code, err = run_cli(["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "runs/new", "--quiet"], capsys)
+    assert (code, len(err)) == (1, 1), err
+    assert err[0].startswith("synthlab train: error: runs/new/") and "model.safetensors: No space left on device" in err[0]
+    # no run directory and no record; what stays is the resumable state synthlab.checkpoints
+    # keeps on purpose when a run is interrupted (OUT/.checkpoints/<key>/)
+    after = {k: v for k, v in listing(ws).items() if not k.startswith("runs/new/.checkpoints")}
+    kept = (ws / "runs" / "new" / ".checkpoints").exists()  # then runs/new/ holds it
+    assert after == ({**before, "runs": "dir", "runs/new": "dir"} if kept else before)
+
+
+class _Fake:
+    """Stands in for synthlab.training.train in a sweep; ``broken`` cells raise ``error``."""
+
+    def __init__(self, broken=(), error=None):
+        self.broken, self.error, self.calls = set(broken), error, []
+
+    def __call__(self, task, pe, preset="quick", seed=0, out=None, results=None, study=None, trial=None, **kw):
+        self.calls.append((pe, seed))
+        if (pe, seed) in self.broken:
+            raise self.error
+        rec_ = {**rec(pe, seed), "study": study, "trial": trial}
+        if results is not None:
+            with open(results, "a") as f:
+                f.write(json.dumps(rec_) + "\n")
+        return rec_
+
+
+def test_sweep_environment_error_stops_the_worker_without_failing_the_cell(ws, capsys, monkeypatch):
+    import synthlab.training
+
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(ws / "sw" / "runs" / "x" / "model.safetensors"))
+    monkeypatch.setattr(synthlab.training, "train", _Fake(broken={("nope", 0)}, error=full))
+    code, err = run_cli(["sweep", "tiny.toml", "--out", "sw", "--quiet"], capsys)
+    assert code == 1 and err == [f"synthlab sweep: error: {full.filename}: No space left on device"]
+    records = [json.loads(ln) for ln in (ws / "sw" / "results.jsonl").read_text().splitlines() if ln.strip()]
+    assert all(r["status"] == "ok" for r in records)  # the cell is not recorded as failed
+    fixed = _Fake()
+    monkeypatch.setattr(synthlab.training, "train", fixed)
+    assert main(["sweep", "tiny.toml", "--out", "sw", "--quiet"]) == 0
+    assert ("nope", 0) in fixed.calls  # it runs on the next sweep
+
+
+def test_sweep_corrupt_journal_is_named_and_left_alone(ws, capsys, monkeypatch):
+    """A garbage line inside the journal (not a torn tail, which the storage repairs): exit 2,
+    one line naming the journal, nothing written (the validation before it writes nothing)."""
+    import synthlab.training
+
+    monkeypatch.setattr(synthlab.training, "train", _Fake())
+    assert main(["sweep", "tiny.toml", "--out", "sw", "--quiet"]) == 0
+    capsys.readouterr()
+    journal = ws / "sw" / "study.journal"
+    entries = journal.read_bytes().split(b"\n")
+    journal.write_bytes(b"\n".join(entries[:3] + [b"garbage {"] + entries[3:]))
+    before = listing(ws)
+    code, err = run_cli(["sweep", "tiny.toml", "--out", "sw", "--quiet"], capsys)
+    assert (code, len(err)) == (2, 1), err
+    assert str(journal.relative_to(ws)) in err[0]  # the file is named, not only json's "Expecting value"
+    assert listing(ws) == before
+
+
+# ----------------------------------------------------------------------------------------
+# a real read-only file system and a real full disk: a tmpfs in a private mount namespace
+
+
+def _namespace_reason() -> str | None:
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "needs root on Linux to mount a tmpfs in a private mount namespace"
+    if shutil.which("unshare") is None:
+        return "needs util-linux unshare"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o ro,size=16k tmpfs /mnt"],
+                           capture_output=True)
+    return None if probe.returncode == 0 else "mount in a private namespace refused here"
+
+
+def in_namespace(ws: Path, mount: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """``synthlab argv`` in a private mount namespace where ``mount`` (sh) ran first; prints
+    what ws/mnt holds afterwards (the mount vanishes with the namespace)."""
+    (ws / "mnt").mkdir(exist_ok=True)
+    cmd = (f"{mount} || exit 99; \"$@\"; rc=$?; echo '--- mnt'; find mnt | sort; exit $rc")
+    return subprocess.run(["unshare", "-m", "sh", "-c", cmd, "sh", sys.executable, "-m", "synthlab.cli", *argv],
+                          cwd=ws, capture_output=True, text=True, timeout=300)
+
+
+RO = "mount -t tmpfs -o ro,size=64k tmpfs mnt"
+# a results file in a directory mounted read-only: the grid goes beside it by default
+RO_RESULTS = "mount --bind mnt mnt && mount -o remount,ro,bind mnt mnt"
+READ_ONLY = {
+    "train --out": (RO, ["train", "flipflop", *SMOKE, "--out", "mnt/runs"], "mnt/runs: Read-only file system"),
+    "generate -o": (RO, ["generate", "flipflop", "-o", "mnt/x.jsonl"], "mnt/x.jsonl: Read-only file system"),
+    "sweep --out": (RO, ["sweep", "tiny.toml", "--out", "mnt/sw"], "mnt/sw: Read-only file system"),
+    "sweep --storage sqlite": (RO, ["sweep", "tiny.toml", "--storage", "sqlite:///mnt/s.db", "--out", "sw"],
+                               "mnt/s.db: Read-only file system"),
+    "grid -o": (RO, ["grid", "results.jsonl", "-o", "mnt/g.png"], "mnt/g.png: Read-only file system"),
+    "grid RESULTS in a read-only directory": (RO_RESULTS, ["grid", "mnt/results.jsonl"],
+                                              "mnt/grid-ood.png: Read-only file system"),
+}
+
+
+@pytest.mark.parametrize("case", list(READ_ONLY))
+def test_read_only_file_system_exit_1_one_line(ws, case):
+    reason = _namespace_reason()
+    if reason:
+        pytest.skip(reason)
+    mount, argv, needle = READ_ONLY[case]
+    (ws / "mnt").mkdir()
+    shutil.copy(ws / "results.jsonl", ws / "mnt")  # hidden by a tmpfs; read-only with the bind mount
+    before = listing(ws)
+    p = in_namespace(ws, mount, argv)
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert (p.returncode, len(err)) == (1, 1), p.stderr
+    assert err[0] == f"synthlab {argv[0]}: error: {needle}"
+    assert listing(ws) == before
+
+
+@pytest.mark.slow
+def test_train_on_a_full_tmpfs_leaves_nothing_half_made(ws):
+    reason = _namespace_reason()
+    if reason:
+        pytest.skip(reason)
+    # room for config.json and metrics.jsonl, not for the weights
+    p = in_namespace(ws, "mount -t tmpfs -o size=24k tmpfs mnt",
+                     ["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "mnt/runs", "--quiet"])
+    err = [ln for ln in p.stderr.splitlines() if ln.strip() and "warn" not in ln.lower()]
+    assert p.returncode == 1 and len(err) == 1 and "No space left on device" in err[0], p.stderr
+    left = [x for x in p.stdout.split("--- mnt\n")[1].split() if "/.checkpoints" not in x]
+    assert left in (["mnt"], ["mnt", "mnt/runs"])  # no run directory, no record (the checkpoint may stay)

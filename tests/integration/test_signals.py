@@ -1,0 +1,29 @@
+"""SIGTERM (a batch scheduler's preemption, `timeout`) stops `synthlab train` as Ctrl-C does:
+exit 130, one line, nothing left behind (no run directory, no record)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_train_stopped_by_a_signal_exits_130_and_leaves_nothing(tmp_path, sig):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "synthlab.cli", "train", "flipflop", "--pe", "rope", "--preset", "quick",
+                             "--out", str(out), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out.exists() and any(out.iterdir())) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)  # the run directory exists: training has started
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["synthlab: interrupted"]
+    assert not out.exists() or not any(p for p in out.rglob("*") if p.is_file()), sorted(out.rglob("*"))
