@@ -185,3 +185,57 @@ def test_check_memory_false_skips_the_check(monkeypatch, tmp_path):
         train("flipflop", "rope", preset="smoke", overrides={"steps": 2, "warmup": 0})
     rec = train("flipflop", "rope", preset="smoke", overrides={"steps": 2, "warmup": 0, "check_memory": False})
     assert rec["status"] == "ok"
+
+
+SWEEP_FILE = """
+[sweep]
+task = "flipflop"
+description = "one cell, checkpointed every 5 steps"
+default_preset = "smoke"
+metric = "token_acc"
+in_dist = "test"
+ood = ["ood-sparse"]
+
+[axes]
+pe = ["rope"]
+
+[presets.smoke]
+task = { n_pairs = 8 }
+model = { d_model = 32, n_layers = 1, n_heads = 2 }
+train = { steps = 20, batch_size = 8, eval_samples = 16, threads = 1, checkpoint_every = 5 }
+
+[presets.quick]
+[presets.paper]
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkilled_sweep_cell_resumes_from_its_checkpoint(tmp_path):
+    """A sweep cell killed after its step-10 checkpoint: the re-run sweep resumes the cell (one
+    record, the uninterrupted cell's metrics) and drops the checkpoint."""
+    from synthlab.sweeping import sweep
+
+    spec = tmp_path / "one.toml"
+    spec.write_text(SWEEP_FILE)
+    whole = sweep(str(spec), out=str(tmp_path / "whole"), quiet=True)
+    script = textwrap.dedent("""
+        import os, signal, sys
+        import synthlab.checkpoints as C
+        save = C.RunCheckpoints.save
+        def killing_save(self, trainer):
+            save(self, trainer)
+            if trainer.global_step == 10:
+                os.kill(os.getpid(), signal.SIGKILL)
+        C.RunCheckpoints.save = killing_save
+        from synthlab.sweeping import sweep
+        sweep(sys.argv[1], out=sys.argv[2], quiet=True)
+    """)
+    out = tmp_path / "killed"
+    proc = subprocess.run([sys.executable, "-c", script, str(spec), str(out)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert any((out / "runs" / ".checkpoints").rglob("last.ckpt"))  # what the kill left
+    resumed = sweep(str(spec), out=str(out), quiet=True)
+    assert [r["metrics"] for r in resumed] == [r["metrics"] for r in whole]
+    ok = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines() if '"ok"' in x]
+    assert len(ok) == 1 and not any((out / "runs" / ".checkpoints").rglob("last.ckpt"))
