@@ -1,34 +1,210 @@
-"""Notebooks run top to bottom on the public API (smoke preset, seconds)."""
+"""The lesson notebooks (notebooks/*.ipynb) and the checkpoints they start from.
+
+Fast checks: every lesson is saved with its outputs (pictures included, no error), uses the
+public API only, and every shipped checkpoint loads and is listed by make_checkpoints.py.
+Slow checks (`slow`): each lesson runs top to bottom in a real Jupyter kernel (nbclient), draws
+its figures, and shows the effect it states, read from the numbers the lesson saves (the
+notebook writes ``$SYNTHLAB_LESSON_OUT/<lesson>.json``). The lessons load the checkpoints and
+train nothing, so the slow checks take a few minutes on 2 cores.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
+import re
 from pathlib import Path
 
-import matplotlib
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
+NB_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+CKPT_DIR = NB_DIR / "checkpoints"
+NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
+IDS = [p.stem for p in NOTEBOOKS]
+
+# lesson -> (the checkpoints it loads, how many image/png outputs it draws at least)
+LESSONS = {
+    "flipflop_glitches": (["flipflop-rope", "flipflop-cope"], 5),
+    "encodings": (["flipflop-rope", "flipflop-cope", "flipflop-t5", "flipflop-kerple", "flipflop-fire"], 6),
+    "counting_cope": (["counting-cope", "counting-relative"], 2),
+    "bipe_arithmetic": (["arithmetic-bipe-rope", "arithmetic-rope"], 2),
+    "dape_recall": (["mqar-nope-dape3", "mqar-nope"], 5),
+    "reading_grids": ([], 4),
+}
+
+# what a code cell may name from synthlab and generators (the public API)
+PUBLIC = {
+    "synthlab": {"train", "sweep", "grid", "tidy", "load_run", "build_model", "parse_pe", "plot", "__version__"},
+    "generators": {"get_task", "TASKS", "Sample"},
+}
+ALLOWED_IMPORTS = {"import synthlab", "import generators", "from synthlab import plot"}
+
+
+def _nb(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _code(nb: dict) -> list[str]:
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _outputs(nb: dict) -> list[dict]:
+    return [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+
+
+def _make_checkpoints():
+    spec = importlib.util.spec_from_file_location("make_checkpoints", NB_DIR / "make_checkpoints.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---- fast: what is committed
+
+
+def test_every_lesson_is_known():
+    assert NOTEBOOKS, "notebooks/ has no lesson"
+    assert set(IDS) == set(LESSONS), "a lesson was added or renamed: list it in LESSONS (and notebooks/README.md)"
+    readme = (NB_DIR / "README.md").read_text(encoding="utf-8")
+    for name in IDS:
+        assert f"{name}.ipynb" in readme, f"notebooks/README.md does not list {name}.ipynb"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_lesson_is_saved_with_its_outputs(path):
+    """Executed top to bottom (execution counts 1, 2, ...), no error output, its figures kept."""
+    nb = _nb(path)
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    counts = [c.get("execution_count") for c in cells]
+    assert counts == list(range(1, len(cells) + 1)), f"{path.name}: not saved after one top-to-bottom run: {counts}"
+    outs = _outputs(nb)
+    errors = [o for o in outs if o["output_type"] == "error"]
+    assert not errors, f"{path.name}: saved with an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+    stderr = "".join("".join(o["text"]) for o in outs if o["output_type"] == "stream" and o["name"] == "stderr")
+    assert "Traceback" not in stderr, f"{path.name}: a traceback on stderr"
+    pngs = sum("image/png" in o.get("data", {}) for o in outs)
+    assert pngs >= LESSONS[path.stem][1], f"{path.name}: {pngs} saved figures, expected {LESSONS[path.stem][1]}+"
+    assert path.stat().st_size < 3_000_000, f"{path.name}: over 3 MB with its outputs"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_lesson_uses_the_public_api_only(path):
+    src = "\n".join(_code(_nb(path)))
+    assert "synthlab._" not in src and "from synthlab." not in src, f"{path.name} imports a private module"
+    for line in src.splitlines():
+        s = line.strip()
+        if re.match(r"(import|from)\s+(synthlab|generators)\b", s):
+            assert s in ALLOWED_IMPORTS, f"{path.name}: {s!r} (allowed: {sorted(ALLOWED_IMPORTS)})"
+    for module, names in PUBLIC.items():
+        used = set(re.findall(rf"(?<![\w.]){module}\.(\w+)", src))
+        assert used <= names, f"{path.name} uses {module}.{sorted(used - names)}, not public API"
+
+
+def test_shipped_checkpoints_load_and_are_listed():
+    import synthlab
+
+    made = _make_checkpoints().CHECKPOINTS
+    shipped = sorted(p.name for p in CKPT_DIR.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert shipped == sorted(made), "notebooks/checkpoints/ and make_checkpoints.CHECKPOINTS differ"
+    needed = {name for ckpts, _ in LESSONS.values() for name in ckpts}
+    assert needed <= set(shipped), f"lessons need {sorted(needed - set(shipped))}"
+    records = {json.loads(line)["checkpoint"]: json.loads(line)
+               for line in (CKPT_DIR / "results.jsonl").read_text().splitlines() if line.strip()}
+    assert sorted(records) == shipped, "checkpoints/results.jsonl has one record per checkpoint"
+    for name in shipped:
+        d = CKPT_DIR / name
+        assert {"config.json", "metrics.jsonl", "model.safetensors"} <= {p.name for p in d.iterdir()}, name
+        assert (d / "model.safetensors").stat().st_size < 1_000_000, f"{name}: over 1 MB"
+        run = synthlab.load_run(d)
+        task, pe, _, _ = made[name]
+        assert (run.config["task"], run.config["pe"]) == (task, pe), name
+        assert records[name]["run_id"] == run.config["run_id"], f"{name}: its record is another run's"
+        assert records[name]["status"] == "ok"
+
+
+# ---- slow: run every lesson in a Jupyter kernel, check its effect
+
+
+def _check_flipflop_glitches(r: dict) -> None:
+    err = r["read_error"]
+    assert err["rope"]["test"] < 0.01 and err["cope"]["test"] < 0.01, "both learned the task in distribution"
+    assert err["rope"]["ood-sparse"] > 0.10, "RoPE glitches on ood-sparse"
+    assert err["cope"]["ood-sparse"] < 0.01, "CoPE does not"
+    assert r["rope_error_near"] < 0.01 and r["rope_error_far"] > 0.2, "RoPE's errors are the long gaps"
+    # on 20 glitching sequences CoPE's last layer looks at the start (the only write) far more than RoPE's
+    assert r["start_attention"]["cope"] > 2 * r["start_attention"]["rope"]
+    assert max(r["start_attention_heads"]["cope"]) > 0.3
+
+
+def _check_encodings(r: dict) -> None:
+    assert r["alibi_decreasing"] and r["alibi_slopes"] == sorted(r["alibi_slopes"], reverse=True)
+    # trained KERPLE: a nearly flat head and a steep one in each layer; it learned flip-flop and does not glitch
+    for heads in r["kerple_bias_at_127"].values():
+        assert max(heads) > -0.5 and min(heads) < -4
+    ff = r["flipflop_read_error"]
+    assert ff["kerple"]["test"] < 0.01 and ff["kerple"]["ood-sparse"] < 0.01 < 0.1 < ff["rope"]["ood-sparse"]
+    assert ff["t5"]["test"] > 0.1 and ff["fire"]["test"] > 0.1, "T5 and FIRE have not learned it at this budget"
+    e = r["rope_scaling_read_error"]
+    assert max(e[f"128/{k}"] for k in ("none", "linear", "ntk", "yarn")) < 0.01, "no change at the training length"
+    for length in (256, 512):
+        assert e[f"{length}/none"] > 0.05, "plain RoPE degrades past its training length"
+        assert e[f"{length}/linear"] >= e[f"{length}/none"], "linear interpolation does not help this task"
+        assert e[f"{length}/yarn"] < e[f"{length}/ntk"] < e[f"{length}/none"], "NTK helps, YaRN most"
+    # CoPE: a head of layer 0 sees the last write far fewer positions back than tokens on ood-sparse
+    sparse = r["cope_last_write"]["ood-sparse"]
+    assert min(v for k, v in sparse.items() if k.startswith("CoPE")) < sparse["token distance"] / 4
+
+
+def _check_counting_cope(r: dict) -> None:
+    err = r["error"]
+    assert err["cope"]["test"] < 0.01 and err["cope"]["ood-long"] < 0.01, "CoPE counts, also with more noise"
+    assert err["cope"]["ood-short"] < err["relative"]["ood-short"]
+    # every layer-0 head opens its gates on the increments and shuts them on the passes ...
+    assert min(r["gate_contrast"][0]) > 0.8
+    # ... so the CoPE position of the '=' is the answer plus a constant
+    assert min(r["position_answer_correlation"]) > 0.99
+
+
+def _check_bipe_arithmetic(r: dict) -> None:
+    assert r["ids_reset_at_each_segment"]
+    assert r["segments"] == r["equals_signs"] + 1
+    # at d 32 BiPE-RoPE solves the short chains, RoPE is right about half the time even on one operator
+    bipe, rope = r["answer_acc_by_ops"]["bipe-rope"], r["answer_acc_by_ops"]["rope"]
+    assert bipe["1"] > 0.95 and bipe["2"] > 0.75
+    assert rope["1"] < 0.7 and rope["2"] < 0.7
+    assert max(bipe["4"], rope["4"], bipe["6"], rope["6"]) < 0.4, "both near chance on long chains"
+
+
+def _check_dape_recall(r: dict) -> None:
+    acc = r["token_acc"]
+    assert acc["nope+dape:k=3"]["test"] > 0.95 and acc["nope+dape:k=3"]["ood-length"] > 0.9
+    assert acc["nope"]["test"] < 0.25, "NoPE stays near chance (1 / 8)"
+    assert r["value_peak_share"]["nope+dape:k=3"] > 0.9 > 0.3 > r["value_peak_share"]["nope"]
+
+
+def _check_reading_grids(r: dict) -> None:
+    assert r["verdict_cope_vs_rope"].startswith("not reproduced (single seed")
+    assert {"rope/ood-sparse", "cope/ood-sparse"} <= set(r["paper_cells"])
+
+
+CHECKS = {name: globals()[f"_check_{name}"] for name in LESSONS}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path, monkeypatch):
-    matplotlib.use("Agg")
-    monkeypatch.setenv("SYNTHLAB_NOTEBOOK_PRESET", "smoke")
-    monkeypatch.setenv("SYNTHLAB_NOTEBOOK_OUT", str(tmp_path / "runs"))
-    monkeypatch.chdir(tmp_path)
-    nb = json.loads(path.read_text())
-    namespace: dict = {"__name__": "__main__"}
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "code":
-            exec(compile("".join(cell["source"]), f"{path.name}", "exec"), namespace)
-    assert any((tmp_path / "runs").glob("*/model.safetensors"))
-
-
-def test_notebooks_exist_and_use_public_api_only():
-    assert NOTEBOOKS, "notebooks/ is empty"
-    for path in NOTEBOOKS:
-        src = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
-        assert "synthlab._" not in src and "from synthlab." not in src, f"{path.name} uses private modules"
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_lesson_runs_in_a_kernel_and_shows_its_effect(path, tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat", reason="pip install -e '.[test]' (nbclient, nbformat, ipykernel)")
+    nbclient = pytest.importorskip("nbclient", reason="pip install -e '.[test]' (nbclient, nbformat, ipykernel)")
+    pytest.importorskip("ipykernel", reason="pip install -e '.[test]' (nbclient, nbformat, ipykernel)")
+    monkeypatch.setenv("SYNTHLAB_LESSON_OUT", str(tmp_path))
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NB_DIR)}})
+    client.execute()  # raises CellExecutionError naming the cell on any error
+    outs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outs if o.output_type == "error"]
+    pngs = sum("image/png" in o.get("data", {}) for o in outs)
+    assert pngs >= LESSONS[path.stem][1], f"{path.name} drew {pngs} figures"
+    result = tmp_path / f"{path.stem}.json"
+    assert result.is_file(), f"{path.name} did not save its numbers (SYNTHLAB_LESSON_OUT)"
+    CHECKS[path.stem](json.loads(result.read_text()))
