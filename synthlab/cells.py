@@ -177,3 +177,17 @@ def expand_cells(spec: Any, preset: str, pe: list[str] | None = None) -> list[Ce
     if len(set(keys)) != len(keys):
         raise ValueError(f"{spec.path}: two grid cells are identical (a repeated axis value?)")
     return cells
+
+
+def split_pe_list(text: str) -> list[str]:
+    """``--pe`` text -> encodings. Commas separate encodings and also a spec's parameters
+    (``cope:npos=16,sep_keys=1``): a piece with ``=`` but no ``:`` continues the spec before it,
+    since an encoding's name never holds ``=`` (its parameters follow a ``:``)."""
+    out: list[str] = []
+    for piece in (x.strip() for x in text.split(",")):
+        if out and "=" in piece and ":" not in piece:
+            out[-1] = f"{out[-1]},{piece}"
+        else:
+            out.append(piece)
+    return out
+

@@ -22,7 +22,7 @@ from typing import Any
 from synthlab import grids as grids_mod
 from synthlab import papers
 from synthlab import workers as workers_mod
-from synthlab.cells import Cell, expand_cells
+from synthlab.cells import Cell, expand_cells, split_pe_list
 from synthlab.records import clean, export_results, repair_jsonl, write_records
 from synthlab.scheduler import Runner
 from synthlab.storage import JOURNAL_NAME, check_storage, normalize_url, open_storage
@@ -124,7 +124,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     preset = preset or spec.default_preset
     if preset not in PRESETS:
         raise ValueError(f"--preset {preset!r} is not allowed (allowed: {', '.join(PRESETS)})")
-    pe_list = [x.strip() for x in pe.split(",")] if isinstance(pe, str) else pe
+    pe_list = split_pe_list(pe) if isinstance(pe, str) else pe
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
     cells = expand_cells(spec, preset, pe_list)

@@ -65,18 +65,21 @@ def count_cells(spec, preset: str, pe: list[str] | None) -> int:
 
 
 def _has_dape(enc: str) -> bool:
-    return any(part.split(":")[0].strip().startswith("dape") for part in str(enc).split("+"))
+    from synthlab.model.registry import parse_pe  # no torch
+
+    return parse_pe(enc).has("dape")
 
 
 def _check_size(args: argparse.Namespace) -> None:
     """Refuse a grid of more than MAX_CELLS cells without --yes, before any cell is built."""
+    from synthlab.cells import split_pe_list
     from synthlab.sweepfile import load_sweep
 
     spec = load_sweep(args.sweep)
     preset = args.preset or spec.default_preset
     if preset not in spec.presets:
         return  # sweep() names the bad preset
-    pe = [x.strip() for x in args.pe.split(",")] if args.pe is not None else None
+    pe = split_pe_list(args.pe) if args.pe is not None else None
     n = count_cells(spec, preset, pe)
     if n > MAX_CELLS and not args.yes:
         raise ValueError(f"{args.sweep}: the grid has {n:,} cells at preset {preset!r}, over the {MAX_CELLS:,} "

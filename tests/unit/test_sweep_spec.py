@@ -172,3 +172,17 @@ def test_storage_urls_are_checked_without_creating_anything(tmp_path):
 def test_tuned_value_van_der_corput_spreads():
     spec = {"low": 0.0, "high": 1.0, "log": False}
     assert [cells._tuned_value(spec, i, 4) for i in range(4)] == [0.5, 0.25, 0.75, 0.125]
+
+
+def test_a_pe_list_keeps_each_specs_own_parameters():
+    """Commas separate encodings and a spec's parameters alike; `key=value` with no `:` belongs
+    to the spec before it (was: `sep_keys=1` taken for an encoding)."""
+    from synthlab.cells import split_pe_list
+
+    assert split_pe_list("cope,rope") == ["cope", "rope"]
+    assert split_pe_list("cope:npos=16,sep_keys=1, rope") == ["cope:npos=16,sep_keys=1", "rope"]
+    assert split_pe_list("cope:npos=16,cope:npos=32") == ["cope:npos=16", "cope:npos=32"]
+    assert split_pe_list("kerple+dape:k=3,hidden=16,alibi") == ["kerple+dape:k=3,hidden=16", "alibi"]
+    spec = sw.load_sweep("flipflop")
+    cells = sw.expand_cells(spec, "smoke", pe=split_pe_list("cope:npos=16,sep_keys=1,rope"))
+    assert sorted({c.pe for c in cells}) == ["cope:npos=16,sep_keys=1", "rope"]
