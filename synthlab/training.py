@@ -34,15 +34,11 @@ from synthlab import rundir
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.errors import check_seed
-# run ids and the git hash live in synthlab.rundir; the names are kept here for their users
-from synthlab.rundir import git_hash, make_run_id  # noqa: F401
-# evaluation lives in synthlab.evaluation; the names are kept here for their users
-from synthlab.evaluation import (EvalContext, answer_acc_by_ops, by_length, check_metrics, decode_width, evaluate,
-                                 format_result, greedy_right, score_samples)
+from synthlab.evaluation import EvalContext, by_length, check_metrics, decode_width, evaluate
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
 from synthlab.model.registry import PE_REVISION, PESpec
 from synthlab.presets import build_config
-from synthlab.records import SCHEMA, clean, to_json  # noqa: F401 (to_json: kept for its users)
+from synthlab.records import SCHEMA, clean
 from synthlab.sizing import check_run_fits
 
 

@@ -13,7 +13,8 @@ import generators
 import generators.che
 from synthlab.cli import main
 from synthlab.data import eval_sets
-from synthlab.training import (EvalContext, evaluate, greedy_right, lr_factor, resolve_config, train)
+from synthlab.evaluation import EvalContext, evaluate, greedy_right
+from synthlab.training import lr_factor, resolve_config, train
 
 CHE_TASKS = tuple(generators.che.TASKS)
 RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",

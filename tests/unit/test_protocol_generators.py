@@ -18,7 +18,8 @@ import torch
 
 import generators
 from synthlab.data import eval_sets
-from synthlab.training import EvalContext, answer_acc_by_ops, evaluate, to_json
+from synthlab.evaluation import EvalContext, answer_acc_by_ops, evaluate
+from synthlab.records import to_json
 
 MQAR = dict(vocab_size=64, length=48, n_kv=6, ood_lengths="64,96")
 
