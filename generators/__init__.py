@@ -5,6 +5,10 @@
     >>> s = task.sample("test", n=1, seed=0)[0]
     >>> task.solve(s) == s.targets
     True
+
+Tasks from other distributions join ``TASKS`` through the entry-point group ``synthlab.tasks``
+(one entry point per task, named like it, naming its Task subclass), loaded on the table's
+first read (:mod:`generators.plugins`, docs/plugins.md).
 """
 
 from __future__ import annotations
@@ -13,8 +17,23 @@ from typing import Any
 
 from . import arithmetic, binfa, che, counting, flipflop, mqar, passkey, selective_copy
 from .base import PAD, Param, Sample, Task
+from .plugins import PluginRegistry
 
-TASKS: dict[str, type[Task]] = {
+
+def _adopt(entry_point: str, cls: object) -> None:
+    """Register a task plugin: a Task subclass named like its entry point, whose defaults make
+    a task (a class that cannot describe itself would break `synthlab tasks`)."""
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"the entry point names {cls!r}, not a generators.Task subclass")
+    if getattr(cls, "name", None) != entry_point:
+        raise ValueError(f"the entry point is named {entry_point!r} but the task's name is {getattr(cls, 'name', None)!r}")
+    cls().describe()
+    if entry_point in TASKS.builtins or TASKS.get(entry_point) is not cls:  # else its module registered it (@register)
+        register(cls)
+
+
+#: name -> task class: the built-ins, then (on first read) the plugins
+TASKS: PluginRegistry[type[Task]] = PluginRegistry("synthlab.tasks", "task", {
     **flipflop.TASKS,
     **selective_copy.TASKS,
     **counting.TASKS,
@@ -23,7 +42,7 @@ TASKS: dict[str, type[Task]] = {
     **che.TASKS,
     **mqar.TASKS,
     **passkey.TASKS,
-}
+}, adopt=_adopt)
 
 
 def get_task(name: str, **params: Any) -> Task:
@@ -44,7 +63,8 @@ def register(cls: type[Task]) -> type[Task]:
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"a task's name must be an identifier, got {name!r}")
     if name in TASKS:
-        raise ValueError(f"task {name!r} is already registered")
+        by = TASKS.origin(name)
+        raise ValueError(f"task {name!r} is already registered" + (f" (by plugin {by})" if by else ""))
     TASKS[name] = cls
     return cls
 

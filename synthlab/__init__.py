@@ -6,6 +6,7 @@ The public API (what notebooks and tests use; the CLI is a thin layer over it):
 - ``synthlab.train(task, pe, preset="quick", **overrides)`` -> result record (dict)
 - ``synthlab.sweep(task_or_file, pe=..., preset=...)`` -> list of result records
 - ``synthlab.grid(results, kind="ood")`` -> tidy table + heatmaps
+- ``synthlab.results(path_or_dir)`` -> a flat DataFrame, one row per run x split (docs/results.md)
 - ``generators.get_task(name, **params)`` for the data alone (numpy only).
 
 Heavy modules (torch, lightning, optuna, seaborn) are imported on first use, so
@@ -28,6 +29,7 @@ _LAZY = {
     "sweep": ("synthlab.sweeping", "sweep"),
     "grid": ("synthlab.grids", "grid"),
     "tidy": ("synthlab.grids", "tidy"),
+    "results": ("synthlab.frames", "results"),
     "load_run": ("synthlab.runs", "load_run"),
 }
 

@@ -40,6 +40,8 @@ def run_key(cfg: RunConfig, extra: dict[str, Any] | None = None) -> str:
     """A stable hash of everything the training depends on (``extra``: e.g. pe revision)."""
     d = cfg.to_dict()
     d["train"] = {k: v for k, v in d["train"].items() if k not in _SKIP}
+    if d["train"].get("eval_every") is None:  # off: the key a run had before learning curves existed
+        d["train"].pop("eval_every", None)
     blob = json.dumps({"cfg": d, **(extra or {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 

@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # command name -> module in synthlab.commands exposing add_parser(subparsers) and run(args)
-COMMANDS = ("tasks", "encodings", "generate", "train", "sweep", "grid", "plot")
+COMMANDS = ("tasks", "encodings", "generate", "train", "sweep", "grid", "curves", "export", "plot")
 
 
 class _Parser(argparse.ArgumentParser):

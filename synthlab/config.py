@@ -99,6 +99,9 @@ class TrainConfig:
     n_train: int | None = _f(None, _opt(_range(1, 10**7)), "fixed training set size; none = fresh samples every step")
     eval_samples: int = _f(500, _range(1, 10**6), "evaluation samples per split (per length group)")
     eval_batch_size: int = _f(64, _range(1, 2**14), "evaluation batch size")
+    eval_every: int | None = _f(None, _opt(lambda v: None if v >= 1 else "must be >= 1 (none = off)"),
+                                "learning curve: evaluate the held-out splits every N steps and at the last "
+                                "(record['curve']); none = off. Changes no weight or metric")
     seed: int = _f(0, _range(0, SEED_MAX), "run seed (data, init, positions)")
     threads: int = _f(0, _range(0, 4096), "CPU threads for this run (0 = torch's default); tiny models run faster on 1")
     deterministic: bool = _f(False, None, "GPU: deterministic algorithms only (cuBLAS workspace, no atomics; slower). "
@@ -284,6 +287,9 @@ def validate_fields(cfg: RunConfig) -> None:
                          "(16 bytes each to train: more memory than any one machine has)")
     if cfg.train.warmup > cfg.train.steps:
         raise ValueError(f"train.warmup must be <= train.steps ({cfg.train.steps}), got {cfg.train.warmup}")
+    if cfg.train.eval_every is not None and cfg.train.eval_every > cfg.train.steps:
+        raise ValueError(f"train.eval_every must be <= train.steps ({cfg.train.steps}; none = off), "
+                         f"got {cfg.train.eval_every}")
     if cfg.rope_scaling is not None and cfg.rope_scaling not in ROPE_SCALINGS:
         raise ValueError(f"rope_scaling must be one of none, {', '.join(ROPE_SCALINGS)}; got {cfg.rope_scaling!r}")
     if not isinstance(cfg.pe, str) or not cfg.pe.strip():

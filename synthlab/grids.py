@@ -6,7 +6,13 @@
   (``d_model``, ``split``, ``length``, ``task``...), cell = mean and spread (std) over seeds of
   the headline metric in percent (``accuracy`` = 100 m, ``error`` = 100 (1 - m)); a cell with no
   finished run is NaN, never 0: marked "failed" where its runs failed, blank where none ran.
-  :meth:`Grid.save` writes PNG + CSV + Markdown (all three or none).
+  :meth:`Grid.save` writes PNG + CSV + Markdown (all three or none);
+- an OOD grid of records with per-length results (``by_length``) also gets a line plot of
+  accuracy (or error) vs test length beside its heatmap (:mod:`synthlab.lineplots`), saved
+  as ``<name>-by-length.png`` + ``.csv`` by :func:`grid` (with ``out``) and :func:`sweep_grids`.
+
+Figures are drawn on matplotlib Figures that pyplot does not manage: library code never
+switches the backend (a notebook keeps showing its own figures) and leaves no figure open.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from synthlab.errors import check_input_file, check_output_file, naming
+from synthlab.errors import check_input_file, naming
+from synthlab.lineplots import by_length
 from synthlab.papers import canonical, same
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
-from synthlab.tables import SETTING_COLUMNS, check_records, tidy
+from synthlab.tables import check_records, pooled_axes, pooled_labels, tidy
 
 __all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
 
@@ -48,6 +55,9 @@ class Grid:
     paper: dict[tuple[Any, Any], Any] = dataclasses.field(default_factory=dict)
     runs: int = 0  # the runs the grid was made from, and how many of them failed
     runs_failed: int = 0
+    # an OOD grid's per-length results, one row per run x split x length (synthlab.lineplots.
+    # by_length), drawn beside the heatmap by save(); None when the records have no by_length
+    lengths: Any = None
 
     def mark_papers(self, papers: Iterable[Any], split: str | list[str] | None = None) -> None:
         """Attach the papers' numbers to the cells they describe: a paper cell whose keys are
@@ -120,53 +130,34 @@ class Grid:
         return pd.DataFrame(rows)
 
     def save(self, png: str | os.PathLike) -> dict[str, str]:
-        """Write the heatmap PNG and the same table as CSV and Markdown beside it: into
-        temporary files renamed at the end, so a failure leaves none of the three."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        """Write the heatmap PNG and the same table as CSV and Markdown beside it, and with
+        :attr:`lengths` the line plot of accuracy vs test length and its table
+        (``<stem>-by-length.png`` / ``.csv``): all or none (:func:`synthlab.outputs.write_files`)."""
+        from synthlab.outputs import csv_writer, png_writer, write_files
 
         png = Path(png)
         png.parent.mkdir(parents=True, exist_ok=True)
-        paths = {"png": png, "csv": png.with_suffix(".csv"), "md": png.with_suffix(".md")}
-        for path in paths.values():
-            check_output_file(path, "grid file")
-        tmp = {k: p.with_name(f".{p.name}.{os.getpid()}.tmp") for k, p in paths.items()}
-        try:
-            fig, _ = self.plot()
-            try:
-                with naming(paths["png"], tmp["png"]):
-                    fig.savefig(tmp["png"], dpi=120, format="png")
-            finally:
-                plt.close(fig)
-            with naming(paths["csv"], tmp["csv"]):
-                self.long().to_csv(tmp["csv"], index=False)
-            with naming(paths["md"], tmp["md"]):
-                tmp["md"].write_text(self.markdown(), encoding="utf-8")
-            for k, p in paths.items():
-                with naming(p, tmp[k]):
-                    os.replace(tmp[k], p)
-        finally:
-            for t in tmp.values():
-                if os.path.lexists(t):
-                    os.unlink(t)
-        self.files = {k: str(p) for k, p in paths.items()}
+        files = {"png": (png, png_writer(self.plot()[0])), "csv": (png.with_suffix(".csv"), csv_writer(self.long())),
+                 "md": (png.with_suffix(".md"), lambda p: p.write_text(self.markdown(), encoding="utf-8"))}
+        if self.lengths is not None:
+            side = png.with_name(f"{png.stem}-by-length.png")
+            files["by_length_png"] = (side, png_writer(self.plot_lengths()))
+            files["by_length_csv"] = (side.with_suffix(".csv"), csv_writer(self.lengths))
+        self.files = write_files(files, "grid file")
         return self.files
 
     def plot(self, ax=None):
-        """The seaborn heatmap (fixed 0-100 % colour scale, annotated cells, NaN blank)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        """The seaborn heatmap (fixed 0-100 % colour scale, annotated cells, NaN blank) as
+        (Figure, Axes): drawn on ``ax``, or on a new Figure that pyplot does not manage (no
+        backend switched, nothing left open; a notebook shows it with ``display(fig)``)."""
         import numpy as np
         import seaborn as sns
+        from matplotlib.figure import Figure
 
         data = self.mean.astype(float)
         h, w = data.shape
         if ax is None:
-            _, ax = plt.subplots(figsize=(max(4.0, 1.1 * w + 2.5), max(2.5, 0.6 * h + 1.5)))
+            ax = Figure(figsize=(max(4.0, 1.1 * w + 2.5), max(2.5, 0.6 * h + 1.5))).subplots()
         fig = ax.figure
         sns.heatmap(data, vmin=0.0, vmax=100.0, cmap="viridis_r" if self.show == "error" else "viridis",
                     annot=np.array(self.labels(), dtype=object), fmt="", annot_kws={"fontsize": 8},
@@ -178,6 +169,14 @@ class Grid:
         fig.tight_layout()
         return fig, ax
 
+    def plot_lengths(self):
+        """The line plot of :attr:`lengths` (accuracy or error vs test length, a line per
+        encoding, mean ± sd over seeds; :func:`synthlab.lineplots.draw_by_length`), a Figure."""
+        from synthlab.lineplots import draw_by_length
+
+        if self.lengths is None:
+            raise ValueError("this grid has no per-length results to draw (its records' by_length is null)")
+        return draw_by_length(self.lengths, self.show)
 
     def _mark_failed(self, ax) -> None:
         """Hatch and label the cells whose every run failed (seaborn leaves NaN cells bare)."""
@@ -232,36 +231,6 @@ def sweep_spec_for(records: list[dict[str, Any]]):
     return _defaults_for(records)["spec"]
 
 
-def _axis_col(df, name: str) -> str:
-    return f"task.{name}" if f"task.{name}" in df.columns else name
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:  # 64 not 64.0; 1e+30 stays
-        return str(int(v))
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-
-
-def pooled_axes(df, x: str, y: str) -> list[str]:
-    """Settings that differ between the runs a cell would average (other than the seed),
-    e.g. ``n_vars`` in an encoding x split grid of a sweep over 1 and 3 variables. Named by
-    the bare task parameter (``n_vars``) or the setting (``d_model``)."""
-    used = {*x.split(","), *y.split(",")}
-    cols = [c for c in SETTING_COLUMNS if c in df.columns]
-    cols += [c for c in df.columns if c.startswith("task.")]
-    keys = [y] + ([] if x in ("split", "length") else [x])
-    per_run = df.drop_duplicates("record")
-    out = []
-    for c in cols:
-        name = c.removeprefix("task.")
-        if name in used or c in used:
-            continue
-        # an unknown value (a run that failed before it was configured) is not a distinct one
-        if (per_run.groupby(keys, dropna=False)[c].nunique(dropna=True) > 1).any():
-            out.append(name)
-    return out
-
-
 def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show: str = "accuracy",
               split: str | list[str] | None = None, title: str = "", best_of: tuple[str, ...] = ()) -> Grid:
     """Pivot a tidy table (see :func:`tidy`) into a :class:`Grid`.
@@ -292,12 +261,8 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
         df[metric] = math.nan
     pooled = [a for a in pooled_axes(df, x, y) if a not in best_of]
     if pooled:  # never average over a grid axis as if it were seeds: it joins the rows instead
-        label = ", ".join([*y.split(","), *pooled])  # "task,pe" + d_model -> "task, pe, d_model"
-        joined = df[y].astype(str)
-        for a in pooled:
-            joined = joined + f" {a}=" + df[_axis_col(df, a)].map(_fmt)
-        df[label] = joined
-        y = label
+        y, labels = pooled_labels(df, y, pooled)
+        df[y] = labels
     failed = df[df["status"] != "ok"]
     ok = df[df["status"] == "ok"]
     if x == "length" or y == "length":
@@ -380,7 +345,9 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
          y: str | None = None, out: str | os.PathLike | None = None, metric: str | None = None,
          show: str | None = None) -> Grid:
     """The ``kind`` grid of a results file (or list of records); with ``out`` (a .png path) also
-    write PNG + CSV + Markdown. Defaults (metric, splits, axes) come from the task's sweep file."""
+    write PNG + CSV + Markdown, and for an OOD grid of records with per-length results the
+    by-length line plot beside them (:meth:`Grid.save`). Defaults (metric, splits, axes) come
+    from the task's sweep file."""
     if kind not in KINDS:
         raise ValueError(f"--kind {kind!r} is not allowed (allowed: {', '.join(KINDS)})")
     if out is not None and Path(out).suffix.lower() != ".png":
@@ -418,6 +385,8 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
                   title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''} {title}")
     if d["spec"] is not None and metric == d["spec"].metric and show == d["spec"].show:
         g.mark_papers(d["spec"].papers, split)
+    if kind == "ood":
+        g.lengths = by_length(table)
     if out is not None:
         g.save(Path(out))
     return g
@@ -479,6 +448,7 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,
                           title=f"{title}: OOD ({_what(spec.metric, spec.show)}"
                                 f"{'' if isinstance(split, list) else ' on ' + split}{best_title})", best_of=best_of)
             g.mark_papers(spec.papers, split)
+            g.lengths = by_length(table, best_of)
             g.save(out_dir / f"ood{suffix}.png")
             grids.append(g)
     return grids

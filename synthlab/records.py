@@ -1,9 +1,14 @@
 """Result records: the one writer and reader of ``results.jsonl`` and ``study-results.jsonl``.
 
 A result record (docs/interfaces.md) is one JSON object per line, appended with a single
-write so a killed writer leaves at most one torn line. Every path a record takes to a file
+write so a killed writer leaves at most one torn line. Lines are encoded and decoded by the
+``jsonlines`` package (:func:`_encode`, :func:`_reader`) with one set of ``json.dumps``
+settings (:func:`to_json`); :func:`append_record` gathers jsonlines' output in memory and
+hands it to the file in one fsync'd ``os.write``, since a writer that wrote a line and its
+newline separately could be killed between the two. Every path a record takes to a file
 goes through :func:`clean` (never NaN or infinity: ``null``; numpy / torch scalars as Python
-numbers), and every read goes through :func:`read_results`, which skips a torn line.
+numbers), and every read goes through :func:`read_results` or :func:`scan_records`, which
+skip a torn line.
 
 A sweep's record names its grid cell (``cell``: the cell's key, :func:`with_cell`), so a cell
 recorded twice (files of several machines joined, or a file written before sweeps looked for
@@ -15,12 +20,13 @@ counts).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import numbers
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from synthlab.storage import check_storage, open_storage
 
@@ -56,9 +62,20 @@ def to_json(x: Any, *, ensure_ascii: bool = False) -> str:
     return json.dumps(clean(x), allow_nan=False, ensure_ascii=ensure_ascii)
 
 
+def _encode(records: Iterable[dict[str, Any]], *, ensure_ascii: bool) -> bytes:
+    """The JSON lines of ``records`` (each ended by a newline), written by jsonlines."""
+    import jsonlines
+
+    buf = io.BytesIO()
+    with jsonlines.Writer(buf, dumps=lambda x: to_json(x, ensure_ascii=ensure_ascii)) as writer:
+        for r in records:
+            writer.write(r)
+    return buf.getvalue()
+
+
 def append_record(path: str | os.PathLike, record: dict[str, Any], *, ensure_ascii: bool = False) -> None:
     """Append one JSON line with a single fsync'd write (the file stays parseable)."""
-    data = (to_json(record, ensure_ascii=ensure_ascii) + "\n").encode()
+    data = _encode([record], ensure_ascii=ensure_ascii)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -81,9 +98,7 @@ def repair_jsonl(path: Path) -> None:
 def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     """Replace ``path`` by these records, atomically (a study's grid rebuilt from its trials)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(to_json(r, ensure_ascii=True) + "\n")
+    tmp.write_bytes(_encode(records, ensure_ascii=True))
     os.replace(tmp, path)
 
 
@@ -129,21 +144,31 @@ def export_results(storage: str, study: str, path: str | os.PathLike) -> int:
 _RECORD_START = '{"schema"'
 
 
-def _parse_line(line: str) -> dict | None:
+def _loads(line: str) -> Any:
+    """One line's JSON value; a torn record followed by a whole one on the same line (the next
+    writer appended behind a kill) gives the whole one. ValueError when neither parses."""
     try:
-        obj = json.loads(line)
-        return obj if isinstance(obj, dict) else None
+        return json.loads(line)
     except json.JSONDecodeError:
-        pass
-    # a torn record followed by a whole one on the same line: keep the whole one
-    i = line.rfind(_RECORD_START)
-    if i > 0:
-        try:
-            obj = json.loads(line[i:])
-            return obj if isinstance(obj, dict) else None
-        except json.JSONDecodeError:
-            return None
-    return None
+        i = line.rfind(_RECORD_START)
+        if i <= 0:
+            raise
+        return json.loads(line[i:])
+
+
+def _reader(lines: Iterable[str]) -> Iterator[dict[str, Any] | None]:
+    """The JSON object of each non-blank line through jsonlines, None for a line that holds
+    none (torn, not JSON, or another JSON value)."""
+    import jsonlines
+
+    with jsonlines.Reader(lines, loads=_loads) as reader:
+        while True:
+            try:
+                yield reader.read(type=dict, skip_empty=True)
+            except EOFError:
+                return
+            except jsonlines.InvalidLineError:
+                yield None
 
 
 def identity(r: dict[str, Any]) -> str | None:
@@ -187,12 +212,9 @@ def scan_records(path: str | os.PathLike, offset: int = 0) -> tuple[list[dict[st
     except FileNotFoundError:
         return [], 0
     end = data.rfind(b"\n") + 1
-    out = []
-    for line in data[:end].split(b"\n"):
-        if line.strip():
-            obj = _parse_line(line.decode("utf-8", errors="replace"))
-            if obj is not None:
-                out.append(obj)
+    # decoded leniently: a kill may cut a character in two before a whole record on the line
+    lines = (ln.decode("utf-8", errors="replace") for ln in data[:end].split(b"\n"))
+    out = [obj for obj in _reader(lines) if obj is not None]
     return out, offset + end
 
 
@@ -209,8 +231,7 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
         raise ValueError(f"results file {str(p)!r} is not JSON lines (not UTF-8 text)") from None
     lines = [ln for ln in text.split("\n") if ln.strip()]
     records, bad = [], 0
-    for n, line in enumerate(lines, 1):
-        obj = _parse_line(line)
+    for n, obj in enumerate(_reader(lines), 1):
         if obj is None:
             bad += 1
             continue

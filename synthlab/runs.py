@@ -36,14 +36,17 @@ class LoadedRun:
         return samples, ids
 
 
-def load_run(run_dir: str | Path) -> LoadedRun:
-    """Rebuild the model of a finished run and load its weights (ValueError for a bad dir)."""
+def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
+    """Rebuild the model of a finished run and load its weights (ValueError for a bad dir).
+    ``model``: the factory a run trained with ``synthlab.train(..., model=factory)`` (such a run
+    cannot be rebuilt without it; docs/interfaces.md)."""
     import generators
     from safetensors.torch import load_model
 
     from synthlab.config import RunConfig
     from synthlab.model.encoders.rotary import PAIR_LAYOUTS, Rotary
     from synthlab.training import model_for
+    from synthlab.usermodel import saved_model
 
     run_dir = Path(run_dir)
     cfg_path, weights = run_dir / "config.json", run_dir / "model.safetensors"
@@ -57,7 +60,9 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
     task = generators.get_task(cfg["task"], **{k: v for k, v in cfg["task_params"].items() if v is not None})
     # runs saved before config.json recorded the encodings' forms are pe revision 1 (registry.PE_REVISION)
-    model = model_for(RunConfig.from_dict(cfg), task, max_len=cfg["max_len"], revision=cfg.get("pe_revision", 1))
+    model = saved_model(cfg, task, model, where=str(run_dir))  # a user's factory's module, or None
+    if model is None:  # synthlab's Transformer
+        model = model_for(RunConfig.from_dict(cfg), task, max_len=cfg["max_len"], revision=cfg.get("pe_revision", 1))
     # runs saved before the rotary layout was recorded used pairs (k, k + d/2)
     pairs = cfg.get("rotary_pairs", "half")
     if pairs not in PAIR_LAYOUTS:

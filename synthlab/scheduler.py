@@ -25,6 +25,10 @@ process is killed.
 - Ctrl-C (or SIGTERM, see :mod:`synthlab.sweeping`) fails the running trial without a record,
   so its cell is enqueued again; nothing is written to results.jsonl.
 
+What optuna-dashboard reads (the cell's axes as params, written with the enqueue; headline
+metrics as user attrs, written between the record and the close; intermediate values from the
+trainer's ``report`` hook) is :mod:`synthlab.dashboard`'s; none of it decides anything here.
+
 So a finished cell (ok or failed) is never trained again, and a cell recorded twice (several
 machines' files joined) counts once (:func:`synthlab.records.latest_records`).
 
@@ -36,13 +40,15 @@ from __future__ import annotations
 import copy
 import os
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from synthlab.cells import Cell
+from synthlab.dashboard import AxisParams, Intermediate, TrialPlan, metric_attrs
+from synthlab.progress import QUIET, LiveTrial, SweepProgress
+from synthlab.trialhooks import trial_report
 from synthlab.records import append_record, clean, failed_record, scan_records, with_cell
 from synthlab.sweepfile import SweepSpec, objective
 
@@ -114,17 +120,24 @@ def _is_live(t, retried: set[int]) -> bool:
 
 
 class _Heartbeat:
-    """A thread that writes ``heartbeat = time.time()`` on a running trial every ``interval`` s."""
+    """A thread that writes ``heartbeat = time.time()`` on a running trial every ``interval`` s,
+    and ``progress`` (step, steps, loss: ``live.snapshot()``) when it has moved on, for the main
+    process's progress view of a helper's cell (:mod:`synthlab.progress`)."""
 
-    def __init__(self, storage, trial_id: int, interval: float) -> None:
-        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+    def __init__(self, storage, trial_id: int, interval: float, live: LiveTrial | None = None) -> None:
+        self.storage, self.trial_id, self.interval, self.live = storage, trial_id, interval, live
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="synthlab-heartbeat")
 
     def _run(self) -> None:
+        written = None
         while not self._stop.wait(self.interval):
             try:
                 self.storage.set_trial_user_attr(self.trial_id, "heartbeat", time.time())
+                snap = self.live.snapshot() if self.live is not None else None
+                if snap is not None and snap != written:
+                    self.storage.set_trial_user_attr(self.trial_id, "progress", snap)
+                    written = snap
             except Exception:  # a finished trial or a storage hiccup: the next beat retries
                 pass
 
@@ -141,10 +154,17 @@ class Runner:
     """One worker's loop over a grid's cells in a study (see the module docstring)."""
 
     def __init__(self, spec: SweepSpec, preset: str, cells: list[Cell], storage, study, out: Path,
-                 quiet: bool, heartbeat_interval: float, grace_period: float, poll: float) -> None:
+                 quiet: bool, heartbeat_interval: float, grace_period: float, poll: float, *,
+                 progress: SweepProgress | None = None, plans: dict[str, TrialPlan] | None = None,
+                 logger: str | None = None) -> None:
+        """``quiet``: the trainer's (no per-run bar); ``progress``: where lines go (none: quiet);
+        ``plans``: each cell's steps and intermediate values (:func:`synthlab.dashboard.plan`;
+        none: the loss, steps unknown); ``logger``: the trainer's ``logger`` (None: its default)."""
         self.spec, self.preset, self.cells, self.storage, self.study = spec, preset, cells, storage, study
         self.by_key = {c.key: c for c in cells}
-        self.out, self.quiet = out, quiet
+        self.out, self.quiet, self.logger, self.plans = out, quiet, logger, plans or {}
+        self.progress = progress if progress is not None else SweepProgress(QUIET, {}, "")
+        self.params = AxisParams(cells)
         self.results = out / "results.jsonl"
         self.heartbeat_interval, self.grace_period, self.poll = heartbeat_interval, grace_period, poll
         self.me = _worker_id()
@@ -158,15 +178,28 @@ class Runner:
         self._clear_scratch()
 
     def log(self, msg: str) -> None:
-        if not self.quiet:
-            print(msg, file=sys.stderr, flush=True)
+        self.progress.write(msg)
 
     def trials(self):
         """The study's trials; also refreshes ``self.retried``, the failed trials set aside by
         --retry-failed (study attributes ``retried:<number>``: Optuna does not let a finished
         trial's own attributes change, and one key per trial needs no read-modify-write)."""
-        self.retried = {int(k.split(":", 1)[1]) for k in self.study.user_attrs if k.startswith("retried:")}
+        self.retried = _retried(self.study)
         return self.study.get_trials(deepcopy=False)
+
+    def grid_state(self, trials, retried: set[int]) -> tuple[list, list]:
+        """This grid's trials that finished its cells (ok or failed, not set aside by
+        --retry-failed), and its running ones: what the progress view shows."""
+        from optuna.trial import TrialState
+
+        mine = [t for t in trials if t.user_attrs.get("cell_key") in self.by_key]
+        finished = [t for t in mine if t.state.is_finished() and _is_live(t, retried)]
+        return finished, [t for t in mine if t.state == TrialState.RUNNING]
+
+    def snapshot(self) -> tuple[list, list]:
+        """:meth:`grid_state` read from the study now, changing nothing here (the progress
+        view's thread polls it while this worker trains)."""
+        return self.grid_state(self.study.get_trials(deepcopy=False), _retried(self.study))
 
     def by_cell(self, trials) -> dict[str, list]:
         out: dict[str, list] = {}
@@ -231,6 +264,12 @@ class Runner:
 
         value = objective(self.spec, record)
         ok = record.get("status") == "ok" and value is not None
+        try:  # before the close: a finished trial's attributes cannot change
+            for k, v in metric_attrs(self.spec, record).items():
+                self.storage.set_trial_user_attr(trial_id, k, v)
+        except (UpdateFinishedTrialError, RuntimeError):
+            if reaping:
+                return False  # another worker closed it
         if reaping:
             try:
                 self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE if ok else TrialState.FAIL,
@@ -241,9 +280,7 @@ class Runner:
             self.study.tell(number, value, skip_if_finished=True)
         else:
             self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
-        if not ok:
-            self.log(f"[sweep] trial {number} failed: {record.get('error', 'no objective value')}")
-        return True
+        return True  # the progress view prints the cell's line (ok or failed)
 
     def reap(self, trials) -> None:
         from optuna.exceptions import UpdateFinishedTrialError
@@ -290,10 +327,17 @@ class Runner:
                          "running it again")
 
     def enqueue_missing(self, trials) -> None:
+        """Enqueue a WAITING trial, holding the cell's axes as params, for each cell of the
+        grid with no live trial."""
         groups = self.by_cell(trials)
-        for c in self.cells:
-            if not any(_is_live(t, self.retried) for t in groups.get(c.key, [])):
-                self.study.enqueue_trial({}, user_attrs={"cell_key": c.key, "cell": clean(c.axes)})
+        missing = [c for c in self.cells if not any(_is_live(t, self.retried) for t in groups.get(c.key, []))]
+        if not missing:
+            return
+        self.params.learn(trials)
+        for c in missing:
+            self.params.enqueue(self.study, c, {"cell_key": c.key, "cell": clean(c.axes)})
+        for line in self.params.notes():
+            self.log(f"[sweep] {line}")
 
     def pop(self, trials):
         """Take a WAITING trial of one of our cells (atomic WAITING -> RUNNING), or None."""
@@ -325,6 +369,11 @@ class Runner:
             self.study.tell(t.number, state=TrialState.PRUNED, skip_if_finished=True)
             return
         cell = self.by_key[key]
+        if not set(cell.axes) <= set(t.params):  # enqueued before trials carried their cell's params
+            self.params.learn(trials)
+            self.params.fill(self.storage, t, cell)
+            for line in self.params.notes():
+                self.log(f"[sweep] {line}")
         done = self.recorded(cell, trials)
         if done is not None and done.get("status") == "ok":
             self.storage.set_trial_user_attr(sid, "record", with_cell(done, key))
@@ -332,31 +381,36 @@ class Runner:
             self.log(f"[sweep] trial {t.number}: {cell.label()} is in results.jsonl already (trial "
                      f"{done.get('trial')}): closed from that record, not trained again")
             return
-        self.log(f"[sweep] trial {t.number}: {cell.label()}")
+        plan = self.plans.get(key, TrialPlan(0, "loss"))
+        live = LiveTrial(t.number, cell.label(), plan.steps or None)
+        self.progress.started(live)
         try:
-            with _Heartbeat(self.storage, sid, self.heartbeat_interval):
-                record = self._train(cell, t.number)
+            with _Heartbeat(self.storage, sid, self.heartbeat_interval, live):
+                record = self._train(cell, t.number, trial_report(live.update, Intermediate(self.storage, sid, plan)))
         except (KeyboardInterrupt, OSError):  # Ctrl-C, or the disk (full, read-only): no record, so the
             self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)  # cell runs again
             raise
+        finally:
+            self.progress.ended(t.number)
         record = with_cell(clean(record), key)
         self.storage.set_trial_user_attr(sid, "record", record)  # first: from here on a kill cannot lose the run
         append_record(self.results, record)
         self._close(sid, t.number, record)
         self.ran += 1
 
-    def _train(self, cell: Cell, number: int) -> dict[str, Any]:
+    def _train(self, cell: Cell, number: int, report) -> dict[str, Any]:
         from synthlab import training  # torch and lightning: loaded once a trial runs
 
         # the trainer appends its record to a file of its own: the runner writes results.jsonl
         # (with the cell's key, after the trial has the record)
         scratch = self.out / "runs" / f"{_SCRATCH}{number}-{os.getpid()}.jsonl"
         scratch.parent.mkdir(parents=True, exist_ok=True)
+        options = {"logger": self.logger} if self.logger is not None else {}  # None: the trainer's default
         try:
             return training.train(
                 cell.task, cell.pe, preset=self.preset, seed=cell.seed, out=str(self.out / "runs"),
                 positions=cell.positions, rope_scaling=cell.rope_scaling, quiet=self.quiet, results=str(scratch),
-                study=self.study.study_name, trial=number, overrides=dict(cell.overrides))
+                study=self.study.study_name, trial=number, overrides=dict(cell.overrides), report=report, **options)
         except OSError:  # the environment, not the cell's failure: this worker stops (exit 1)
             raise
         except Exception as e:  # the trainer should return status "failed"; never stop the sweep
@@ -369,6 +423,10 @@ class Runner:
             scratch.unlink(missing_ok=True)
 
     def loop(self, max_trials: int | None, retry_failed: bool = False) -> None:
+        self._loop(max_trials, retry_failed)
+        self.progress.observe(*self.grid_state(self.trials(), self.retried))  # the last cell's line
+
+    def _loop(self, max_trials: int | None, retry_failed: bool) -> None:
         from optuna.trial import TrialState
 
         if retry_failed:
@@ -377,6 +435,7 @@ class Runner:
         waited = False
         while max_trials is None or self.ran < max_trials:
             trials = self.trials()
+            self.progress.observe(*self.grid_state(trials, self.retried))
             self.reap(trials)
             trials = self.trials()
             self.enqueue_missing(trials)
@@ -405,6 +464,10 @@ class Runner:
             if with_record:
                 out.append((c, copy.deepcopy(with_record[0].user_attrs["record"])))
         return out
+
+
+def _retried(study) -> set[int]:
+    return {int(k.split(":", 1)[1]) for k in study.user_attrs if k.startswith("retried:")}
 
 
 def _names(record: dict[str, Any], cell: Cell) -> bool:

@@ -7,7 +7,9 @@
 (:mod:`synthlab.grids`) and the papers' verdicts (:mod:`synthlab.papers`). This module owns
 that orchestration: everything is validated (:func:`validate_cells` asks the trainer) before
 anything is written; for a tuned sweep, :func:`best_tuned` picks which of a cell's runs its
-grid shows. It also hands on the names users import from it.
+grid shows. While it runs, the main process alone prints progress (:mod:`synthlab.progress`)
+and the study holds what optuna-dashboard shows (:mod:`synthlab.dashboard`). It also hands on
+the names users import from it.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from synthlab import dashboard
 from synthlab import grids as grids_mod
 from synthlab import papers
+from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
 from synthlab.records import clean, export_results, repair_jsonl, write_records
@@ -63,19 +67,21 @@ def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximi
     return out
 
 
-def validate_cells(cells: list[Cell], preset: str) -> None:
-    """Ask the trainer to resolve every cell's configuration (ValueError names the bad value)."""
+def validate_cells(cells: list[Cell], preset: str) -> dict[str, Any]:
+    """Ask the trainer to resolve every cell's configuration (ValueError names the bad value);
+    cell key -> its resolved config (seed apart: cells that differ only by seed share one)."""
     # here, not in cells.py: the trainer reads its presets from the sweep files, below the cells
     from synthlab import training  # torch and lightning: loaded once a sweep is about to run
 
-    seen: set[str] = set()
+    seen: dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for c in cells:
         probe = json.dumps([c.task, c.pe, c.positions, c.rope_scaling, c.overrides], sort_keys=True)
-        if probe in seen:
-            continue
-        seen.add(probe)
-        training.resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed, positions=c.positions,
-                                rope_scaling=c.rope_scaling)
+        if probe not in seen:
+            seen[probe] = training.resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed,
+                                                  positions=c.positions, rope_scaling=c.rope_scaling)
+        out[c.key] = seen[probe]
+    return out
 
 
 def _validate_name(name: str, flag: str) -> None:
@@ -107,7 +113,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           trials: int | None = None, storage: str | None = None, study: str | None = None,
           out: str | os.PathLike | None = None, quiet: bool = True, *, grids: bool = True,
           retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
-          poll: float = 2.0, workers: int | str = 1) -> list[dict]:
+          poll: float = 2.0, workers: int | str = 1, logger: str | None = None,
+          progress_every: float = progress_mod.HEARTBEAT_EVERY) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -116,10 +123,18 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     ``out`` to ``synthlab-runs/<study>``. A failed cell counts as finished (its record says
     why) unless ``retry_failed``, which runs every failed cell again (the failed records stay
     in results.jsonl). ``workers`` (an integer or ``"auto"``) runs the grid in that many
-    processes on this machine (:mod:`synthlab.workers`). Everything is validated before
-    anything is written.
+    processes on this machine (:mod:`synthlab.workers`). ``logger`` (a run option of the
+    trainer, :mod:`synthlab.loggers`; None: its default, csv) goes to every run, no part of a
+    cell's identity. Unless ``quiet``, progress goes to stderr: a bar on a terminal, else a
+    line per cell and a heartbeat line every ``progress_every`` seconds
+    (:mod:`synthlab.progress`). Everything is validated before anything is written.
     """
     workers = workers_mod.parse_workers(workers)
+    if logger is not None:
+        from synthlab.loggers import check_logger  # the trainer's own check, before anything is written
+
+        check_logger(logger, "--logger")
+    progress_mod.check_interval(progress_every, "--progress-every")
     spec = load_sweep(task_or_file)
     preset = preset or spec.default_preset
     if preset not in PRESETS:
@@ -128,7 +143,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
     cells = expand_cells(spec, preset, pe_list)
-    validate_cells(cells, preset)
+    configs = validate_cells(cells, preset)
     study_name = study if study is not None else f"{spec.name}-{preset}"
     _validate_name(study_name, "--study")
     out_dir = Path(out) if out is not None else Path("synthlab-runs") / study_name
@@ -141,13 +156,16 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
 
     # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does
     with workers_mod.sigterm_as_ctrl_c():
+        plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
         return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
                     dict(task_or_file=str(task_or_file), pe=pe_list, heartbeat_interval=heartbeat_interval,
-                         grace_period=grace_period, poll=poll))
+                         grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every),
+                    plans)
 
 
 def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str, quiet: bool,
-         grids: bool, retry_failed: bool, trials: int | None, workers: int | str, more: dict[str, Any]) -> list[dict]:
+         grids: bool, retry_failed: bool, trials: int | None, workers: int | str, more: dict[str, Any],
+         plans: dict[str, dashboard.TrialPlan]) -> list[dict]:
     """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments."""
     import optuna
 
@@ -158,26 +176,37 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
     direction = "minimize" if lower_is_better(spec) else "maximize"
     st = optuna.create_study(study_name=study_name, storage=store, direction=direction, load_if_exists=True)
     st.set_user_attr("sweep", spec.name)
-    runner = Runner(spec, preset, cells, store, st, out_dir, quiet, more["heartbeat_interval"], more["grace_period"],
-                    more["poll"])
-    if retry_failed:  # before any helper starts, so none takes a failed cell for finished
-        runner.retry_failed(runner.trials())
-    runner.enqueue_missing(runner.trials())
-    n_workers = workers_mod.resolve(workers, len(cells))
+    _describe_study(st, spec, plans)
+    mode = progress_mod.mode_for(quiet)
+    view = progress_mod.SweepProgress(mode, {c.key: c.label() for c in cells}, dashboard.objective_name(spec),
+                                      more["progress_every"])
+    # the trainer's own per-run bar only under the sweep's bar (a log file gets no bar)
+    runner = Runner(spec, preset, cells, store, st, out_dir, mode != progress_mod.BAR, more["heartbeat_interval"],
+                    more["grace_period"], more["poll"], progress=view, plans=plans, logger=more["logger"])
     helpers = []
-    if n_workers > 1:
-        runner.log(f"[sweep] {n_workers} workers x {workers_mod.threads_per_worker(n_workers)} thread(s)")
-        helpers = workers_mod.spawn(n_workers, _HELPER_MODULE, {
-            **more, "preset": preset, "trials": trials, "storage": url, "study": study_name, "out": str(out_dir),
-            "quiet": quiet})
     try:
+        if retry_failed:  # before any helper starts, so none takes a failed cell for finished
+            runner.retry_failed(runner.trials())
+        view.start(*runner.snapshot())  # the cells done before (a failure set aside just now is not)
+        runner.enqueue_missing(runner.trials())
+        n_workers = workers_mod.resolve(workers, len(cells))
+        if n_workers > 1:
+            runner.log(f"[sweep] {n_workers} workers x {workers_mod.threads_per_worker(n_workers)} thread(s)")
+            # helpers print nothing but errors: this process shows their cells (view.watch)
+            helpers = workers_mod.spawn(n_workers, _HELPER_MODULE, {
+                **more, "preset": preset, "trials": trials, "storage": url, "study": study_name, "out": str(out_dir),
+                "quiet": True})
+            view.watch(runner.snapshot, [p.pid for p in helpers], more["poll"])
         with (workers_mod.torch_threads(workers_mod.threads_per_worker(n_workers)) if helpers
               else contextlib.nullcontext()):
             runner.loop(trials)
         codes = workers_mod.wait(helpers)
+        view.observe(*runner.snapshot())  # the helpers' last cells
     except BaseException:
         workers_mod.stop(helpers)
         raise
+    finally:
+        view.close()
     for code in codes:
         if code != 0:
             print(f"synthlab sweep: warning: a worker process exited with code {code}; "
@@ -207,6 +236,23 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
             print()
             print(papers.markdown(verdicts, spec.show))
     return records
+
+
+def _describe_study(study: Any, spec: SweepSpec, plans: dict[str, dashboard.TrialPlan]) -> None:
+    """The study's objective name and what its intermediate values are, for optuna-dashboard
+    (written only when they change: each write is a journal entry)."""
+    import warnings
+
+    from optuna.exceptions import ExperimentalWarning
+
+    name = dashboard.objective_name(spec)
+    if study.metric_names != [name]:
+        with warnings.catch_warnings():  # set_metric_names is "experimental" since Optuna 3.2
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            study.set_metric_names([name])
+    what = dashboard.describe(plans.values())
+    if study.user_attrs.get("intermediate") != what:
+        study.set_user_attr("intermediate", what)
 
 
 def _helper(payload: str) -> int:

@@ -4,6 +4,8 @@
 aggregate metrics; ``by_length`` entries give one row per length with the value in
 ``token_acc``). A failed record gives one row with NaN metrics, so it shows up as missing.
 :func:`check_records` refuses what synthlab never writes (NaN, text metrics, unknown tasks).
+:func:`pooled_axes` / :func:`pooled_labels` name the runs a grid row or a plotted line holds
+when they differ in more than its label (never averaged as if they were seeds).
 A row names its run by the record's fields, the DAPE kernel and PoSE chunk number read back
 from the encoding and positions (``dape_k``, ``pose_chunks``) and the task parameters
 (``task.<name>``, also as ``<name>`` when no field has that name).
@@ -101,6 +103,48 @@ def _length_split(metrics: dict[str, Any]) -> str:
     if len(ood) == 1:
         return ood[0]
     return "test"
+
+
+def _axis_col(df, name: str) -> str:
+    return f"task.{name}" if f"task.{name}" in df.columns else name
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:  # 64 not 64.0; 1e+30 stays
+        return str(int(v))
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def pooled_axes(df, x: str, y: str) -> list[str]:
+    """Settings that differ between the runs a cell would average (other than the seed),
+    e.g. ``n_vars`` in an encoding x split grid of a sweep over 1 and 3 variables. Named by
+    the bare task parameter (``n_vars``) or the setting (``d_model``). ``y`` is a column of
+    ``df`` (a composite ``task,pe`` included); ``x`` one too unless it is split or length."""
+    used = {*x.split(","), *y.split(",")}
+    cols = [c for c in SETTING_COLUMNS if c in df.columns]
+    cols += [c for c in df.columns if c.startswith("task.")]
+    keys = [y] + ([] if x in ("split", "length") else [x])
+    per_run = df.drop_duplicates("record")
+    out = []
+    for c in cols:
+        name = c.removeprefix("task.")
+        if name in used or c in used:
+            continue
+        # an unknown value (a run that failed before it was configured) is not a distinct one
+        if (per_run.groupby(keys, dropna=False)[c].nunique(dropna=True) > 1).any():
+            out.append(name)
+    return out
+
+
+def pooled_labels(df, y: str, pooled: list[str]) -> tuple[str, Any]:
+    """(name, labels): column ``y`` joined with the ``pooled`` settings, ``("pe, d_model",
+    "rope d_model=16")``: how a grid's rows and a line plot's lines name runs that differ in
+    more than ``y``, so that they are never averaged as if they were seeds."""
+    name = ", ".join([*y.split(","), *pooled])  # "task,pe" + d_model -> "task, pe, d_model"
+    joined = df[y].astype(str)
+    for a in pooled:
+        joined = joined + f" {a}=" + df[_axis_col(df, a)].map(_fmt)
+    return name, joined
 
 
 def check_records(records: list[dict[str, Any]], where: str, known_tasks: Iterable[str] | None = None) -> None:

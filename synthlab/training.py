@@ -2,7 +2,9 @@
 
 Flow: ``resolve_config`` (preset + overrides, everything validated) -> evaluation sets built
 (true lengths known, combination re-validated) -> run directory created -> Lightning fit
-(AdamW, warmup then linear / cosine decay, gradient clipping) -> evaluation of every split
+(:mod:`synthlab.fitting`; AdamW, warmup then linear / cosine decay, gradient clipping; the
+logger of :mod:`synthlab.loggers`; with ``train.eval_every`` the learning curve of
+:mod:`synthlab.curves`) -> evaluation of every split
 (:mod:`synthlab.evaluation`: token_acc, seq_acc, the task's headline metrics; per length where a
 split spans lengths)
 -> one result record (docs/interfaces.md) appended to ``results.jsonl`` with one fsync'd write.
@@ -13,15 +15,10 @@ All metric values in the record are fractions in [0, 1] (accuracies and error ra
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
 import os
-import signal
 import sys
-import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +27,13 @@ import torch.nn.functional as F
 
 import generators
 from synthlab import __version__
-from synthlab import rundir
+from synthlab import loggers, rundir, usermodel
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
+from synthlab.curves import Report, check_report, curve_callback, eval_context
 from synthlab.errors import check_seed
-from synthlab.evaluation import EvalContext, by_length, check_metrics, decode_width, evaluate
+from synthlab.evaluation import by_length, check_metrics, decode_width, evaluate
+from synthlab.fitting import deterministic, fit, threads
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
 from synthlab.model.registry import PE_REVISION, PESpec
 from synthlab.presets import build_config
@@ -163,15 +162,11 @@ def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
     return 1.0 - progress
 
 
-def _lightning():
+def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, report: Report | None = None) -> Any:
+    """The LightningModule training ``model`` with ``cfg.train``. Every ``log_every`` steps it
+    keeps the loss (metrics.jsonl), hands it to ``report`` and logs ``train/loss`` and ``lr``
+    to the trainer's logger when it has one."""
     import lightning as L
-
-    return L
-
-
-def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0) -> Any:
-    """The LightningModule training ``model`` with ``cfg.train``."""
-    L = _lightning()
 
     class SynthModule(L.LightningModule):
         """Next-token / placeholder loss on the task's loss positions (targets = IGNORE elsewhere)."""
@@ -181,6 +176,7 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0) -> A
             self.model = model
             self.tc = cfg.train
             self.log_every = log_every
+            self.report = report
             self.losses: list[tuple[int, torch.Tensor | float]] = []  # restored from a checkpoint as floats
             self.failure: str | None = None
             self.last_loss: torch.Tensor | None = None
@@ -201,9 +197,24 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0) -> A
                 self.trainer.should_stop = True
                 return None
             self.last_loss = loss.detach()
-            if self.log_every and (step % self.log_every == 0 or step == self.tc.steps - 1):
+            last = step == self.tc.steps - 1
+            if self.log_every and (step % self.log_every == 0 or last):
                 self.losses.append((step, self.last_loss))
+                if self.report is not None:  # a host sync at log steps only
+                    self.report(step, {"loss": float(self.last_loss)})
+            if self.log_every and self.logger is not None and ((step + 1) % self.log_every == 0 or last):
+                self._log(last)
             return loss
+
+        def _log(self, last: bool) -> None:
+            """``train/loss`` (the detached tensor: read when Lightning flushes, no sync here)
+            and ``lr``, at the steps Lightning flushes (its ``log_every_n_steps``: batch k when
+            (k + 1) % log_every == 0) and at the last one."""
+            self.log("train/loss", self.last_loss, on_step=True, on_epoch=False)
+            lr = self.trainer.optimizers[0].param_groups[0]["lr"]  # what this step's update uses
+            self.log("lr", torch.tensor(lr, dtype=torch.float64), on_step=True, on_epoch=False)
+            if last and (self.global_step + 1) % self.log_every:
+                self.trainer.should_stop = True  # Lightning also flushes a stopping step; training ends here anyway
 
         def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
             checkpoint["synthlab_losses"] = [[int(s), float(v)] for s, v in self.losses]
@@ -223,124 +234,6 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0) -> A
     return SynthModule()
 
 
-def _progress_callback(steps: int, desc: str) -> Any:
-    """A light tqdm bar (steps, loss, ETA); the loss is read at most ~4 times a second."""
-    L = _lightning()
-    from tqdm.auto import tqdm
-
-    class Progress(L.Callback):
-        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            self.bar = tqdm(total=steps, initial=trainer.global_step, desc=desc, unit="step", dynamic_ncols=True,
-                            leave=False)
-            self.t = 0.0
-
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-            self.bar.update(1)
-            now = time.monotonic()
-            if now - self.t > 0.25 and pl_module.last_loss is not None:
-                self.t = now
-                self.bar.set_postfix_str(f"loss {pl_module.last_loss.item():.4f}", refresh=False)
-
-        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-            self.bar.close()
-
-    return Progress()
-
-
-@contextlib.contextmanager
-def _quiet_lightning():
-    """Silence Lightning's info banners and the worker-count hints for in-process data."""
-    names = ("lightning.pytorch", "lightning.fabric", "lightning")
-    levels = [logging.getLogger(n).level for n in names]
-    for n in names:
-        logging.getLogger(n).setLevel(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
-        warnings.filterwarnings("ignore", message=".*Total length of `DataLoader` across ranks.*")
-        warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
-        warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")
-        warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
-        try:
-            yield
-        finally:
-            for n, lv in zip(names, levels):
-                logging.getLogger(n).setLevel(lv)
-
-
-@contextlib.contextmanager
-def _threads(n: int):
-    """torch intra-op threads for the run only (0: leave torch's setting)."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if n:
-            torch.set_num_threads(before)
-
-
-CUBLAS_WORKSPACE = ":4096:8"  # what cuBLAS needs for reproducible results (CUDA docs, "Results reproducibility")
-
-
-@contextlib.contextmanager
-def _deterministic(strict: bool):
-    """torch.use_deterministic_algorithms for the run only (restored afterwards).
-
-    Always on with ``warn_only`` (CPU kernels are deterministic already; a nondeterministic op
-    warns). ``strict`` (``train.deterministic``): an op without a deterministic implementation
-    raises, cuBLAS gets a fixed workspace (read when its handle is created, so set before the
-    first GPU matmul of the process) and cuDNN picks deterministic algorithms: two GPU runs of
-    one seed then agree."""
-    before = torch.are_deterministic_algorithms_enabled()
-    warn_before = torch.is_deterministic_algorithms_warn_only_enabled()
-    cudnn_before = torch.backends.cudnn.deterministic
-    if strict:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-        torch.backends.cudnn.deterministic = True
-    torch.use_deterministic_algorithms(True, warn_only=not strict)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before, warn_only=warn_before)
-        torch.backends.cudnn.deterministic = cudnn_before
-
-
-def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, desc: str = "",
-        checkpoints: Any = None) -> dict[str, Any]:
-    """Run the Lightning Trainer (CPU / GPU auto, no loggers); returns {"device": ...,
-    "steps_done": ..., "resumed_at": ...}. ``checkpoints`` (:class:`synthlab.checkpoints.RunCheckpoints`):
-    save on its schedule, and resume from its ``last.ckpt`` when it has one (weights_only load)."""
-    L = _lightning()
-    callbacks = [_progress_callback(cfg.train.steps, desc)] if progress else []
-    if checkpoints is not None:
-        callbacks.append(checkpoints.callback())
-    ckpt = checkpoints.resume_from if checkpoints is not None else None
-    with _quiet_lightning():
-        trainer = L.Trainer(
-            accelerator="auto", devices=1, max_steps=cfg.train.steps, max_epochs=-1,
-            logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-            num_sanity_val_steps=0, limit_val_batches=0,
-            gradient_clip_val=cfg.train.grad_clip or None, gradient_clip_algorithm="norm",
-            callbacks=callbacks, benchmark=False, deterministic=False,
-        )
-        # Lightning turns Ctrl-C into SystemExit(1) and leaves SIGINT ignored: restore it
-        sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-        try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=None if ckpt is None else str(ckpt), weights_only=True)
-        except SystemExit:
-            if trainer.interrupted:  # Lightning's answer to Ctrl-C is exit(1): give the caller the Ctrl-C
-                raise KeyboardInterrupt from None
-            raise
-        finally:
-            if sigint is not None:
-                signal.signal(signal.SIGINT, sigint)
-    device = trainer.strategy.root_device
-    return {"device": device.type, "steps_done": int(trainer.global_step),
-            "resumed_at": checkpoints.resume_step if ckpt is not None else None}
-
-
 # ----------------------------------------------------------------------------------------
 # the run
 
@@ -348,13 +241,20 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
 def train(task: str, pe: str, preset: str = "quick", seed: int = 0, out: str | os.PathLike | None = None,
           positions: str | None = None, rope_scaling: str | None = None, quiet: bool = True,
           results: str | os.PathLike | None = None, study: str | None = None, trial: int | None = None,
-          overrides: dict[str, Any] | None = None, **more_overrides: Any) -> dict[str, Any]:
+          overrides: dict[str, Any] | None = None, *, logger: str = loggers.DEFAULT, report: Report | None = None,
+          model: usermodel.Factory | None = None, **more_overrides: Any) -> dict[str, Any]:
     """Train one model on ``task`` with encoding ``pe`` and evaluate every split.
 
     ``overrides`` (and extra keyword arguments) are ``--set`` settings: ``{"d_model": 32,
     "train.lr": 3e-4, "task.n_pairs": 64}``. With ``out`` the run keeps ``out/<run_id>/``
-    (config.json, metrics.jsonl, model.safetensors) and appends its record to
-    ``out/results.jsonl`` (or ``results``); with neither, nothing is written.
+    (config.json, metrics.jsonl, model.safetensors, the logger's files) and appends its record
+    to ``out/results.jsonl`` (or ``results``); with neither, nothing is written.
+
+    Run options (no part of the config or the result): ``logger`` (:mod:`synthlab.loggers`:
+    csv, tensorboard, wandb, mlflow, none); ``report(step, values)``, called with the loss at
+    every log step and with the metrics at each ``train.eval_every`` point
+    (:mod:`synthlab.curves`); ``model``, a factory of the user's own module used instead of
+    synthlab's Transformer (:mod:`synthlab.usermodel`).
 
     Returns the result record (docs/interfaces.md). Bad input raises ValueError before
     anything is written; a diverged run returns ``status: "failed"`` with the reason; an
@@ -363,28 +263,35 @@ def train(task: str, pe: str, preset: str = "quick", seed: int = 0, out: str | o
     t0 = time.perf_counter()
     ov = {**(overrides or {}), **more_overrides}
     cfg, spec = _resolve(task, pe, preset, ov, seed=seed, positions=positions, rope_scaling=rope_scaling, probe=False)
-    return run(cfg, out=out, results=results, quiet=quiet, study=study, trial=trial, t0=t0, spec=spec)
+    return run(cfg, out=out, results=results, quiet=quiet, study=study, trial=trial, t0=t0, spec=spec, logger=logger,
+               report=report, model=model)
 
 
 def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.PathLike | None = None,
         quiet: bool = True, study: str | None = None, trial: int | None = None, t0: float | None = None, *,
-        spec: PESpec | None = None) -> dict[str, Any]:
+        spec: PESpec | None = None, logger: str = loggers.DEFAULT, report: Report | None = None,
+        model: usermodel.Factory | None = None) -> dict[str, Any]:
     """Train and evaluate a resolved :class:`RunConfig` (see :func:`train`); ``spec``: its
     parsed ``cfg.pe`` when the caller has it (the spec is parsed once per run)."""
+    import lightning as L
     from safetensors.torch import save_model
 
-    from synthlab.data import DataModule, PositionSampler
+    from synthlab.data import DataModule
 
     t0 = time.perf_counter() if t0 is None else t0
+    loggers.check_logger(logger)
+    hook = check_report(report)
+    factory = model  # the user's model factory, or None: synthlab's Transformer
+    if factory is not None:
+        usermodel.check_factory(factory)
     rundir.check_destinations(out, results)
     m = _model_api()
-    L = _lightning()
     task = make_task(cfg)
     spec = m.parse_pe(cfg.pe) if spec is None else spec
     scheme = m.parse_positions(cfg.positions) if cfg.positions else None
     tc = cfg.train
 
-    if tc.check_memory:  # before any set or batch is built: a few samples give the lengths
+    if tc.check_memory and factory is None:  # before any set or batch is built: a few samples give the lengths
         check_run_fits(cfg, spec, scheme, task)
     # data first: the evaluation sets fix the true lengths, validated before anything is written
     dm = DataModule(task, tc.seed, tc.batch_size, tc.steps, tc.n_train, scheme, tc.eval_samples)
@@ -393,14 +300,15 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     train_len = max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1])
     max_len = _validate_combination(cfg, spec, scheme, train_len, _eval_extent(task, eval_len))
 
-    # a run killed after a checkpoint resumes from it, under the run id it began with
-    ck = RunCheckpoints.open(out, cfg, {"pe_revision": PE_REVISION, "synthlab": __version__})
-    again = ck is not None and ck.run_id is not None
-    run_id = ck.run_id if again else rundir.make_run_id(cfg.task, spec.name, tc.seed)
-    run_dir = Path(out) / run_id if out is not None else None
-    results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
     L.seed_everything(tc.seed, workers=False, verbose=False)
-    model = model_for(cfg, task, spec, max_len=max_len)
+    if factory is None:
+        model = model_for(cfg, task, spec, max_len=max_len)
+        described = {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_heads": cfg.model.n_heads}
+        named: dict[str, Any] = {}
+    else:
+        model = usermodel.build(factory, cfg, len(task.vocab) + 1, max_len)
+        described = {"factory": usermodel.factory_name(factory)}
+        named = {"model_factory": described["factory"]}
     n_params = int(sum(p.numel() for p in model.parameters()))
     # PoSE interpolates at one static factor L_t / L_c in training and at evaluation (see
     # indices.PoSE.rope_factor); other runs scale at evaluation only (_rope_scaled)
@@ -408,16 +316,22 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     if rope_factor is not None:
         model.set_rope_scaling(cfg.rope_scaling, rope_factor, train_len)
     log_every = max(1, tc.steps // 200)
-    module = make_module(model, cfg, log_every)
+    module = make_module(model, cfg, log_every, hook)
     progress = (not quiet) and sys.stdout.isatty()
+
+    # a run killed after a checkpoint resumes from it, under the run id it began with
+    ck = RunCheckpoints.open(out, cfg, {"pe_revision": PE_REVISION, "synthlab": __version__, **named})
+    again = ck is not None and ck.run_id is not None
+    run_id = ck.run_id if again else rundir.make_run_id(cfg.task, spec.name, tc.seed)
+    run_dir = Path(out) / run_id if out is not None else None
+    results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
     record: dict[str, Any] = {
         "schema": SCHEMA, "run_id": run_id, "task": cfg.task, "task_params": cfg.task_params,
         "pe": spec.name, "pe_params": spec.params, "positions": cfg.positions, "rope_scaling": cfg.rope_scaling,
-        "preset": cfg.preset,
-        "model": {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_heads": cfg.model.n_heads,
-                  "params": n_params},
+        "preset": cfg.preset, "model": {**described, "params": n_params},
         "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len},
-        "metrics": {}, "by_length": None, "wall_s": None, "device": None, "synthlab": __version__, "git": rundir.git_hash(),
+        "metrics": {}, "by_length": None, "curve": [] if tc.eval_every else None, "logs": None,
+        "wall_s": None, "device": None, "synthlab": __version__, "git": rundir.git_hash(),
         "study": study, "trial": trial, "status": "ok",
     }
     lines: list[dict[str, Any]] = []
@@ -430,29 +344,39 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     created: list[Path] = []  # the parents of the run directory it made (removed with it)
     if run_dir is not None:  # everything is validated and built: now the run directory
         created = rundir.make(run_dir, {**cfg.to_dict(), "max_len": max_len, "run_id": run_id, "rotary_pairs": CURRENT_PAIRS,
-                              "rope_factor": rope_factor, "train_len": train_len, "pe_revision": PE_REVISION})
+                              "rope_factor": rope_factor, "train_len": train_len, "pe_revision": PE_REVISION, **named})
+
+    def context() -> Any:  # the evaluation context now: for the curve's points and the final evaluation alike
+        return eval_context(cfg, task, spec, scheme, dm.pad_id, next(model.parameters()).device, rope_factor,
+                            max(train_len, dm.stream.max_len))
+
+    run_log, curve = None, None
     try:
-        with _deterministic(tc.deterministic), _threads(tc.threads):
+        with deterministic(tc.deterministic), threads(tc.threads):
             # CPU results repeat exactly for one thread count (reductions split by thread)
             record["train"]["threads"] = torch.get_num_threads()
             record["train"]["deterministic"] = tc.deterministic
-            more = {"checkpoints": ck} if ck is not None else {}
+            run_log = loggers.open_logger(logger, run_dir, run_id, {"run_id": run_id, **cfg.to_dict(), **named})
+            record["logs"] = run_log.record if run_log is not None else None
+            more: dict[str, Any] = {"checkpoints": ck} if ck is not None else {}
+            if tc.eval_every:
+                curve = curve_callback(tc.eval_every, tc.steps, model, sets, context, hook, run_log)
+                more["callbacks"] = [curve]
+            if run_log is not None:
+                more.update(logger=run_log.lightning, log_every=log_every)
             info = fit(module, dm, cfg, progress=progress, desc=f"{cfg.task} {spec.name}", **more)
             record["device"] = info["device"]
             lines += [{"step": s, "loss": float(v)} for s, v in module.losses]
+            if curve is not None:
+                record["curve"] = list(curve.points)
+                lines += curve.points
             train_len = max(train_len, dm.stream.max_len)
             record["train"]["train_len"] = train_len
             failure = module.failure
             if failure is None and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
                 failure = "diverged: non-finite parameters after training"
             if failure is None:
-                ctx = EvalContext(
-                    task=task, pad_id=dm.pad_id, batch_size=tc.eval_batch_size, device=next(model.parameters()).device,
-                    causal=cfg.model.causal, rope_scaling=cfg.rope_scaling if rope_factor is None else None,
-                    rotary=spec.rotary, train_len=train_len,
-                    positions=PositionSampler(scheme, tc.seed + 1) if scheme is not None and scheme.at_eval else None,
-                )
-                metrics, groups = evaluate(model, sets, ctx)
+                metrics, groups = evaluate(model, sets, context())
                 record["metrics"] = metrics
                 record["by_length"] = by_length(task, groups)
                 for split, per in groups.items():
@@ -462,7 +386,11 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
                 record["status"] = "failed"
                 record["error"] = failure
                 record["train"]["steps_done"] = info["steps_done"]
+            if run_log is not None:
+                run_log.close(failure is None)
     except (KeyboardInterrupt, OSError):  # Ctrl-C, a stopped sweep worker, a full or read-only disk:
+        if run_log is not None:
+            run_log.close(False)
         rundir.remove(run_dir, created)     # not the run's failure, so no record and no run directory
         if ck is not None:
             ck.release()  # its checkpoint stays: the next attempt resumes
@@ -471,6 +399,10 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
         record["status"] = "failed"
         record["error"] = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         record["wall_s"] = round(time.perf_counter() - t0, 3)
+        if curve is not None:
+            record["curve"] = list(curve.points)
+        if run_log is not None:
+            run_log.close(False)
         rundir.finish(run_dir, results_path, record, lines, created=created)
         if ck is not None:
             ck.finish()
@@ -481,4 +413,3 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     if ck is not None:
         ck.finish()  # the run has its record
     return clean(record)
-

@@ -1,4 +1,9 @@
-"""`synthlab encodings`: every encoding, logit processor and index scheme, one line each, with its paper."""
+"""`synthlab encodings`: every encoding, logit processor and index scheme, one line each, with its paper.
+
+Encodings from installed plugins (entry-point group ``synthlab.encodings``, docs/plugins.md)
+are listed with the distribution they came from: ``"plugin"`` in ``--json`` (null for a
+built-in), and a ``plugin`` column in the table when there is one.
+"""
 
 from __future__ import annotations
 
@@ -30,15 +35,17 @@ def run(args: argparse.Namespace) -> int:
                 "contextual": "encoder", "composite": "encoder", "processor": "processor"}[c.role]
         params = ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in c.params.items())
         rows.append({"name": name, "kind": kind, "role": c.role, "params": params,
-                     "causal_only": c.is_causal_only(c.params), "description": c.description, "paper": c.paper})
+                     "causal_only": c.is_causal_only(c.params), "description": c.description, "paper": c.paper,
+                     "plugin": COMPONENTS.origin(name)})
     for name, (desc, paper) in INDEX_SCHEMES.items():
         rows.append({"name": name, "kind": "index", "role": "index", "params": "", "causal_only": False,
-                     "description": desc, "paper": paper})
+                     "description": desc, "paper": paper, "plugin": None})
+    plugins = any(r["plugin"] for r in rows)
     if getattr(args, "json", False):
         print(json.dumps(rows, indent=1))
         return 0
     table = [[r["name"], r["kind"] if r["kind"] != "encoder" else r["role"], r["params"],
               r["description"] + (" [causal only]" if r["causal_only"] and "causal only" not in r["description"] else ""),
-              r["paper"]] for r in rows]
-    print(format_table(table, ["name", "kind", "parameters (defaults)", "description", "paper"]))
+              r["paper"]] + ([r["plugin"] or "-"] if plugins else []) for r in rows]
+    print(format_table(table, ["name", "kind", "parameters (defaults)", "description", "paper"] + (["plugin"] if plugins else [])))
     return 0

@@ -13,7 +13,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Capacity grid: encoding x d_model, cell = in-distribution headline metric. OOD grid: "
         "encoding x split (or test length; CHE: task x encoding). Cells show mean and spread over seeds "
         "on a fixed 0-100 % colour scale; a cell whose runs all failed is marked 'failed', one not run is blank. "
-        "CSV and Markdown go beside the PNG. A results file holds numbers or null (NaN, text metrics and "
+        "CSV and Markdown go beside the PNG. With per-length results (by_length), the OOD grid also gets "
+        "a line plot of accuracy (or error) vs test length, a line per encoding, mean ± sd over seeds "
+        "(<name>-by-length.png + .csv beside it). A results file holds numbers or null (NaN, text metrics and "
         "unknown tasks are refused).",
         epilog="example: synthlab grid synthlab-runs/flipflop-quick/results.jsonl --kind ood -o ff-ood.png",
     )
@@ -35,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if not out.lower().endswith(".png"):
         raise ValueError(f"-o {out!r}: expected a .png path (CSV and Markdown go beside it)")
     png = Path(out)
-    for path in (png, png.with_suffix(".csv"), png.with_suffix(".md")):
+    side = png.with_name(f"{png.stem}-by-length.png")  # the OOD grid's per-length line plot, if any
+    for path in (png, png.with_suffix(".csv"), png.with_suffix(".md"), side, side.with_suffix(".csv")):
         check_output_file(path, "-o", parent_must_exist=True)
     records = load_results(args.results)
     spec = sweep_spec_for(records)
@@ -44,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             check_output_file(png.with_name(f"{png.stem}-papers.{ext}"), "-o")
     g = grid(records, kind=args.kind, x=args.x, y=args.y, out=out)
     print(g.markdown())
-    wrote = [g.files["png"], g.files["csv"], g.files["md"]]
+    wrote = list(g.files.values())
     verdicts = papers.verdicts(records, spec) if spec is not None else []
     if verdicts:  # the sweep file's claims, judged on these results
         print(papers.markdown(verdicts, spec.show))

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 # a grid larger than this runs only with --yes (a typo in an axis can ask for years of runs)
 MAX_CELLS = 10_000
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from synthlab.progress import HEARTBEAT_EVERY  # the standard library only
+
     p = sub.add_parser(
         "sweep",
         help="run (or resume) a grid of training runs as an Optuna study, then draw the grids",
         description="Run every cell of a sweep file's grid (encodings x d_model x ... x seeds) once, as "
         "trials of an Optuna study. Re-running the same command resumes; several processes (or machines, "
         "with --storage postgresql://...) given the same --storage and --study share the grid. "
-        "At the end the grids are drawn (PNG, CSV, Markdown under OUT/grids/) and printed.",
+        "At the end the grids are drawn (PNG, CSV, Markdown under OUT/grids/) and printed. Progress goes to "
+        "stderr: a bar on a terminal, else a line per finished cell and a heartbeat line during long ones. "
+        "Watch the study with optuna-dashboard (docs/observability.md).",
         epilog="examples:\n  synthlab sweep flipflop --pe cope,rope\n"
         "  synthlab sweep che --preset smoke --out runs/che\n"
-        "  synthlab sweep my_sweep.toml --storage postgresql://me@db/optuna --study big  # on each machine",
+        "  synthlab sweep my_sweep.toml --storage postgresql://me@db/optuna --study big  # on each machine\n"
+        "  synthlab sweep flipflop --logger tensorboard 2> sweep.log\n"
+        "  optuna-dashboard synthlab-runs/flipflop-quick/study.journal  # in another terminal",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("sweep", metavar="TASK_OR_FILE",
@@ -38,7 +43,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", default="1", metavar="N|auto",
                    help="worker processes on this machine sharing the grid (auto: one per CPU core with one "
                    "thread each, or one per GPU; default 1)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--logger", metavar="NAME",
+                   help="each run's training logger: csv (default), tensorboard, wandb, mlflow or none "
+                   "(the last three need pip install 'synthlab[NAME]')")
+    p.add_argument("--progress-every", type=float, default=HEARTBEAT_EVERY, metavar="SECONDS",
+                   help="seconds between two heartbeat lines of a running cell when stderr is not a terminal "
+                   f"(default {HEARTBEAT_EVERY:g})")
+    p.add_argument("--quiet", action="store_true", help="no progress output: nothing on stderr but errors")
     p.add_argument("--yes", action="store_true",
                    help=f"run a grid of more than {MAX_CELLS:,} cells (refused without it)")
 
@@ -47,10 +58,9 @@ def run(args: argparse.Namespace) -> int:
     from synthlab.sweeping import sweep
 
     _check_size(args)
-    quiet = args.quiet or not sys.stderr.isatty()
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
-                    study=args.study, out=args.out, quiet=quiet, retry_failed=args.retry_failed,
-                    workers=args.workers)
+                    study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
+                    workers=args.workers, logger=args.logger, progress_every=args.progress_every)
     return 0 if records is not None else 1
 
 

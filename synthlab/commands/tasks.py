@@ -1,4 +1,9 @@
-"""`synthlab tasks`: every task with its splits, parameters and defaults."""
+"""`synthlab tasks`: every task with its splits, parameters and defaults.
+
+Tasks from installed plugins (entry-point group ``synthlab.tasks``, docs/plugins.md) are listed
+with the distribution they came from: ``"plugin"`` in ``--json`` (null for a built-in), and a
+``plugin`` column in the table when there is one.
+"""
 
 from __future__ import annotations
 
@@ -22,15 +27,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import generators
 
-    infos = [cls().describe() for cls in generators.TASKS.values()]
+    infos = [{**cls().describe(), "plugin": generators.TASKS.origin(name)} for name, cls in generators.TASKS.items()]
     if args.json:
         print(json.dumps(infos, indent=1))
     elif args.names:
         print("\n".join(i["name"] for i in infos))
     else:
+        plugins = any(i["plugin"] for i in infos)
         rows = []
         for i in infos:
             params = " ".join(f"{k}={v}" for k, v in i["params"].items())
-            rows.append([i["name"], i["family"], ",".join(i["splits"]), params])
-        print(format_table(rows, ["task", "family", "splits", "parameters (defaults)"]))
+            rows.append([i["name"], i["family"], ",".join(i["splits"]), params] + ([i["plugin"] or "-"] if plugins else []))
+        print(format_table(rows, ["task", "family", "splits", "parameters (defaults)"] + (["plugin"] if plugins else [])))
     return 0

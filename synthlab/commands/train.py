@@ -14,12 +14,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Train one small Transformer on TASK with positional encoding SPEC, evaluate every split "
         "(token_acc, seq_acc, the task's headline metrics; per length where a split spans lengths), print a "
         "table in % and append one JSON record to OUT/results.jsonl. The run keeps OUT/<run_id>/ "
-        "(config.json, metrics.jsonl, model.safetensors). Everything is validated before anything is written.",
+        "(config.json, metrics.jsonl, model.safetensors, and the logger's files: logs/metrics.csv by default). "
+        "--set train.eval_every=N adds a learning curve (the held-out splits every N steps). "
+        "Everything is validated before anything is written.",
         epilog="examples:\n"
         "  synthlab train flipflop --pe rope\n"
         "  synthlab train flipflop --pe cope --preset smoke --set d_model=32 --set train.lr=3e-3\n"
         "  synthlab train parity_check --pe kerple+dape:k=3 --set steps=500 --seed 1 --out runs/\n"
-        "  synthlab train passkey --pe rope --positions pose:chunks=2,target=512 --rope-scaling yarn",
+        "  synthlab train passkey --pe rope --positions pose:chunks=2,target=512 --rope-scaling yarn\n"
+        "  synthlab train flipflop --pe rope --set train.eval_every=100 --logger tensorboard",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("task", help="task name (see `synthlab tasks`)")
@@ -33,6 +36,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", metavar="FILE", help="results file to append to (default: OUT/results.jsonl)")
     p.add_argument("--positions", metavar="SCHEME", help="training-time indices, e.g. randomized:max=2048 or pose:chunks=2,target=1024")
     p.add_argument("--rope-scaling", choices=("linear", "ntk", "yarn"), help="rotary interpolation at evaluation beyond the training length")
+    from synthlab.loggers import DEFAULT  # light: the logger packages load when a run makes one
+
+    p.add_argument("--logger", default=DEFAULT, metavar="NAME",
+                   help="where Lightning logs the loss, the learning rate and the learning curve, in the run "
+                   "directory: csv (default: logs/metrics.csv), tensorboard (logs/), wandb (offline, wandb/), "
+                   "mlflow (mlruns/, or MLFLOW_TRACKING_URI), none. tensorboard, wandb and mlflow need their "
+                   "extra: pip install 'synthlab[wandb]'")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result record as JSON instead of the table")
 
@@ -41,12 +51,15 @@ def run(args: argparse.Namespace) -> int:
     from synthlab.errors import check_seed
     from synthlab.records import to_json
     from synthlab.evaluation import format_result
+    from synthlab.loggers import check_logger
     from synthlab.training import train
 
     check_seed(args.seed, "--seed")
+    check_logger(args.logger, "--logger")
     overrides = parse_assignments(args.set)
     # validates everything (task, params, settings, pe, positions, combination) before writing
     record = train(args.task, args.pe, args.preset, seed=args.seed, out=args.out, positions=args.positions,
-                   rope_scaling=args.rope_scaling, quiet=args.quiet, results=args.results, overrides=overrides)
+                   rope_scaling=args.rope_scaling, quiet=args.quiet, results=args.results, overrides=overrides,
+                   logger=args.logger)
     print(to_json(record) if args.json else format_result(record))
     return 0 if record.get("status") == "ok" else 1

@@ -14,7 +14,9 @@ names a combination, e.g. ``rope``, ``kerple+dape:k=3``, ``cope+rope``, ``bipe-a
 ``PESpec.params`` maps each component to its full parameter dict (defaults included), so a
 record can store it as JSON; ``PESpec.name`` is the canonical spec string (round-trips).
 Index schemes: ``scheme.at_eval`` tells whether evaluation also samples positions
-(randomized: yes, as the reference does; PoSE: no, plain 0..T-1).
+(randomized: yes, as the reference does; PoSE: no, plain 0..T-1). Encodings of other
+distributions join the table through the entry-point group ``synthlab.encodings``
+(docs/plugins.md).
 """
 
 from __future__ import annotations

@@ -19,21 +19,28 @@ contextual ``forward(q, S, x, future) -> (B, H, T, T)``; processor ``attention(S
 future) -> softmax weights``. An optional ``build_shared(cfg)`` makes one object that every
 layer's ``build`` then gets as ``cfg.shared`` (T5's and CoPE's tables, tied across layers).
 
-Rows are plain Python and name their builder lazily (``"encoders.bias:ALiBi"``, imported on
-first build), so parsing a spec and ``synthlab encodings`` never import torch; that is why a
-row's parameter checks are declared in the row rather than in its torch module.
+Rows are plain Python and name their builder lazily, as ``"module:Class"`` imported on first
+build (``".encoders.bias:ALiBi"``: a leading dot is relative to ``synthlab.model``; a plugin
+writes its full module path, ``"my_pkg.bias:MyBias"``), so parsing a spec and ``synthlab
+encodings`` never import torch; that is why a row's parameter checks are declared in the row
+rather than in its torch module.
 
 Adding an encoding: write its module (a class with ``build(cfg)``, see ``encoders/bias.py``)
 and add its row to ``_ROWS`` below, or, from outside the package, ``register(Encoding(...,
-build=MyClass))`` (tests/unit/test_toy_encoding.py does this).
+build=MyClass))`` (tests/unit/test_toy_encoding.py does this), or ship it in another
+distribution: an entry point in the group ``synthlab.encodings``, named like the row, naming
+the row (an :class:`Encoding` instance), is registered on the table's first read
+(``generators.plugins``; docs/plugins.md).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
+from generators.plugins import PluginRegistry
 from synthlab.config import parse_bool
 
 # kind order = canonical order of components in a spec string
@@ -76,7 +83,7 @@ class Part(NamedTuple):
 
     kind: str  # absolute | rotary | bias | contextual | processor
     index: str | None  # the index it reads: token | segment | intra | None
-    build: Any  # the class (its build(cfg) makes the module), or "module:Class" under synthlab.model
+    build: Any  # the class (its build(cfg) makes the module), or "module:Class" (".module" under synthlab.model)
 
 
 @dataclass(frozen=True)
@@ -137,78 +144,109 @@ _E = Encoding
 _BASE = {"base": POSITIVE}
 _COPE = {"npos": INT_AT_LEAST_2, "m0": POSITIVE}
 _DAPE = {"k": ODD, "hidden": POSITIVE_INT}
-_BIPE_TABLE = Part("absolute", "intra", "encoders.absolute:Learned")
+_BIPE_TABLE = Part("absolute", "intra", ".encoders.absolute:Learned")
 _ROWS = [
     _E("nope", "none", "no positional information; the causal mask alone", "Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization in Transformers", index=None),
     _E("sinusoidal", "absolute", "fixed sin/cos of the index added to the token embeddings", "Vaswani et al. 2017, Attention Is All You Need",
-       "encoders.absolute:Sinusoidal", params={"base": 10000.0}, checks=_BASE),
+       ".encoders.absolute:Sinusoidal", params={"base": 10000.0}, checks=_BASE),
     _E("learned", "absolute", "learned table of max_len position embeddings (an index past it is an error)", "Gehring et al. 2017 / Radford et al. 2018 (GPT)",
-       "encoders.absolute:Learned", max_len_hint="raise max_len"),
+       ".encoders.absolute:Learned", max_len_hint="raise max_len"),
     _E("rope", "rotary", "rotate q,k dim pairs by index * base^(-2k/d_h)", "Su et al. 2021, RoFormer",
-       "encoders.rotary:Rotary", params={"base": 10000.0}, checks=_BASE),
+       ".encoders.rotary:Rotary", params={"base": 10000.0}, checks=_BASE),
     _E("xpos", "rotary", "RoPE times zeta_k^((i-j)/scale_base), zeta_k = (2k+0.4d)/(1.4d); causal only", "Sun et al. 2023, A Length-Extrapolatable Transformer",
-       "encoders.rotary:XPos", params={"base": 10000.0, "scale_base": 512.0}, checks={**_BASE, "scale_base": POSITIVE}, causal_only=True),
+       ".encoders.rotary:XPos", params={"base": 10000.0, "scale_base": 512.0}, checks={**_BASE, "scale_base": POSITIVE}, causal_only=True),
     _E("alibi", "bias", "b = -m_h (i - j), geometric head slopes", "Press et al. 2022, Train Short, Test Long (ALiBi)",
-       "encoders.bias:ALiBi"),
+       ".encoders.bias:ALiBi"),
     _E("t5", "bias", "learned scalar per head per log-spaced distance bucket, one table shared by all layers (t5:layer_tables=1: one per layer)", "Raffel et al. 2020, T5",
-       "encoders.bias:T5Bias", params={"buckets": 32, "max_distance": 128, "layer_tables": False},
+       ".encoders.bias:T5Bias", params={"buckets": 32, "max_distance": 128, "layer_tables": False},
        checks={"buckets": INT_AT_LEAST_2, "max_distance": INT_AT_LEAST_2}),
     _E("kerple", "bias", "b = -r1 log(1 + r2 (i - j)) (kind=log) or -a (i - j)^p (kind=power), learned per head, kept >= 0.01", "Chi et al. 2022, KERPLE",
-       "encoders.bias:Kerple", params={"kind": "log"}, checks={"kind": one_of("log", "power")}),
+       ".encoders.bias:Kerple", params={"kind": "log"}, checks={"kind": one_of("log", "power")}),
     _E("fire", "bias", "b = MLP(psi(i-j) / psi(max(L', i))), psi(x) = log(c x + 1), c learned, threshold L' = |m| L with m learned (init 1)", "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)",
-       "encoders.bias:FIRE", params={"width": 32, "c": 0.1, "L": 512.0}, checks={"width": POSITIVE_INT, "c": POSITIVE, "L": POSITIVE}),
+       ".encoders.bias:FIRE", params={"width": 32, "c": 0.1, "L": 512.0}, checks={"width": POSITIVE_INT, "c": POSITIVE, "L": POSITIVE}),
     _E("relative", "bias", "learned vector per distance added to keys: q_i (k_j + e[i-j]); distance past the table is an error", "Shaw et al. 2018, Self-Attention with Relative Position Representations",
-       "encoders.bias:Relative", max_len_hint="raise max_len or use relative-capped"),
+       ".encoders.bias:Relative", max_len_hint="raise max_len or use relative-capped"),
     _E("relative-capped", "bias", "relative, distances past the table (max_len) use its last row", "Shaw et al. 2018; Golovneva et al. 2024 (CoPE) Sec. 5.5",
-       "encoders.bias:RelativeCapped"),
+       ".encoders.bias:RelativeCapped"),
     _E("cope", "contextual", "gates sigmoid(q k) counted from j to i, interpolated learned position logits, one table shared by all layers (cope:layer_tables=1: one per layer)", "Golovneva et al. 2024, Contextual Position Encoding (CoPE)",
-       "encoders.contextual:CoPE", index=None, params={"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25},
+       ".encoders.contextual:CoPE", index=None, params={"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25},
        checks=_COPE, check=_check_cope, causal_only=True,
        hints={"alibi": "(cope-alibi) requires cope; write cope:alibi=1 or cope-alibi", "sep_keys": "(cope sep-keys) requires cope"}),
     _E("cope-alibi", "contextual", "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table, m_h = m0 / 2^h", "Golovneva et al. 2024 (CoPE) App. C, Eq. 10",
        index=None, params={"npos": 64, "sep_keys": False, "m0": 0.25}, checks=_COPE, causal_only=True, alias=("cope", {"alibi": True})),
     _E("bipe-rope", "rotary", "learned APE on the intra-segment index + RoPE on the segment index", "He et al. 2024, Two Stones Hit One Bird: Bilevel Positional Encoding (BiPE)",
-       "encoders.rotary:Rotary", index="segment", params={"base": 10000.0}, checks=_BASE, also=_BIPE_TABLE),
+       ".encoders.rotary:Rotary", index="segment", params={"base": 10000.0}, checks=_BASE, also=_BIPE_TABLE),
     _E("bipe-alibi", "bias", "learned APE on the intra-segment index + ALiBi (slopes x 96) on segment distance", "He et al. 2024, Bilevel Positional Encoding (BiPE)",
-       "encoders.bias:ALiBi", index="segment", params={"slope_scale": 96.0}, checks={"slope_scale": POSITIVE}, also=_BIPE_TABLE),
+       ".encoders.bias:ALiBi", index="segment", params={"slope_scale": 96.0}, checks={"slope_scale": POSITIVE}, also=_BIPE_TABLE),
     _E("dape", "processor", "A = S + B + MLP_heads([S, B]) per (i, j) (2H -> hidden -> H, LeakyReLU); k > 1: DAPE V2", "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding",
-       "processors:DAPE", index=None, params={"k": 1, "hidden": 32}, checks=_DAPE, causal_only=lambda p: p["k"] > 1),
+       ".processors:DAPE", index=None, params={"k": 1, "hidden": 32}, checks=_DAPE, causal_only=lambda p: p["k"] > 1),
     _E("dape-k", "processor", "DAPE V2: the same with causal 1 x k convolutions along the key axis (dape:k=3)", "Zheng et al. 2024, DAPE V2: Process Attention Score as Feature Map, Sec. 3.3 / App. L",
        index=None, params={"k": 3, "hidden": 32}, checks=_DAPE, causal_only=True, alias=("dape", {})),
 ]
 
-#: name -> row, in registration order (the order `synthlab encodings` lists them)
-COMPONENTS: dict[str, Encoding] = {}
-#: name -> (one-line description, paper) for every pe component (used by `synthlab encodings`)
-ENCODINGS: dict[str, tuple[str, str]] = {}
-
-
-def register(row: Encoding) -> Encoding:
-    """Add an encoding to the table (ValueError if the name is taken or the row is malformed)."""
+def _check_row(row: Encoding) -> None:
+    """ValueError for a malformed row (the built-ins pass it at import, plugins when they load)."""
     name = row.name
-    if not name or name != name.strip().lower() or any(ch in name for ch in "+:,= "):
+    if not isinstance(name, str) or not name or name != name.strip().lower() or any(ch in name for ch in "+:,= "):
         raise ValueError(f"encoding name {name!r} must be lower case without '+', ':', ',', '=' or spaces")
-    if name in COMPONENTS:
-        raise ValueError(f"encoding {name!r} is already registered")
     if row.kind not in ROLES or row.index not in INDICES:
         raise ValueError(f"encoding {name!r}: kind must be one of {ROLES} and index one of {INDICES}")
     if row.alias is None and row.kind != "none" and row.build is None:
         raise ValueError(f"encoding {name!r} has no builder")
     if set(row.checks) - set(row.params):
         raise ValueError(f"encoding {name!r} checks parameters it does not have: {sorted(set(row.checks) - set(row.params))}")
-    COMPONENTS[name] = row
-    ENCODINGS[name] = (row.description, row.paper)
+
+
+def _adopt(entry_point: str, row: object) -> None:
+    """Register an encoding plugin: an :class:`Encoding` row named like its entry point."""
+    if not isinstance(row, Encoding):
+        raise TypeError(f"the entry point names {row!r}, not a synthlab.model.registry.Encoding row")
+    if row.name != entry_point:
+        raise ValueError(f"the entry point is named {entry_point!r} but the encoding's name is {row.name!r}")
+    if entry_point in COMPONENTS.builtins or COMPONENTS.get(entry_point) is not row:  # else its module registered it
+        register(row)
+
+
+for _row in _ROWS:
+    _check_row(_row)
+
+#: name -> row, in registration order (the order `synthlab encodings` lists them): the
+#: built-ins, then (on first read) the plugins of the entry-point group synthlab.encodings
+COMPONENTS: PluginRegistry[Encoding] = PluginRegistry("synthlab.encodings", "encoding",
+                                                      {r.name: r for r in _ROWS}, adopt=_adopt)
+
+
+class _Descriptions(Mapping[str, tuple[str, str]]):
+    """name -> (one-line description, paper) of every row: a view of COMPONENTS, never a copy."""
+
+    def __getitem__(self, name: str) -> tuple[str, str]:
+        row = COMPONENTS[name]
+        return row.description, row.paper
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMPONENTS)
+
+    def __len__(self) -> int:
+        return len(COMPONENTS)
+
+
+#: name -> (one-line description, paper) for every pe component (used by `synthlab encodings`)
+ENCODINGS: Mapping[str, tuple[str, str]] = _Descriptions()
+
+
+def register(row: Encoding) -> Encoding:
+    """Add an encoding to the table (ValueError if the name is taken or the row is malformed)."""
+    _check_row(row)
+    if row.name in COMPONENTS:
+        by = COMPONENTS.origin(row.name)
+        raise ValueError(f"encoding {row.name!r} is already registered" + (f" (by plugin {by})" if by else ""))
+    COMPONENTS[row.name] = row
     return row
 
 
 def unregister(name: str) -> None:
     """Remove a registered encoding (tests that register a toy one clean up with it)."""
     COMPONENTS.pop(name, None)
-    ENCODINGS.pop(name, None)
-
-
-for _row in _ROWS:
-    register(_row)
 
 
 def names_of(kind: str) -> list[str]:
@@ -221,7 +259,7 @@ def builder(part: Part) -> Any:
     if not isinstance(part.build, str):
         return part.build
     module, _, name = part.build.partition(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    return getattr(importlib.import_module(module, package=__package__), name)
 
 
 @dataclass(frozen=True)

@@ -475,6 +475,8 @@ def test_every_installed_sweep_runs_end_to_end_at_smoke(name, tmp_path):
     assert len(recs) == len(sweeping.expand_cells(spec, "smoke"))
     assert [(r["pe"], r.get("error")) for r in recs if r["status"] != "ok"] == []
     drawn = sorted(p.name for p in (out / "grids").glob("*.png"))
-    assert drawn and set(drawn) <= {"capacity.png", "ood.png"}
-    for png in drawn:
+    assert drawn and set(drawn) <= {"capacity.png", "ood.png", "ood-by-length.png"}
+    for png in (d for d in drawn if not d.endswith("-by-length.png")):
         assert (out / "grids" / png).with_suffix(".md").read_text().count("|") > 4
+    if "ood-by-length.png" in drawn:  # an OOD grid evaluated per length draws its line plot beside it
+        assert (out / "grids" / "ood-by-length.csv").is_file()

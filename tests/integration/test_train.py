@@ -58,7 +58,7 @@ def test_smoke_every_task(name, tmp_path):
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["run_id"] == rec["run_id"]
     run_dir = tmp_path / rec["run_id"]
-    assert {p.name for p in run_dir.iterdir()} == {"config.json", "metrics.jsonl", "model.safetensors"}
+    assert {p.name for p in run_dir.iterdir()} == {"config.json", "metrics.jsonl", "model.safetensors", "logs"}
 
 
 def test_same_seed_same_metrics_and_other_seed_differs():

@@ -1,0 +1,80 @@
+"""results.jsonl through the jsonlines package: the same bytes as before, one write per record,
+torn lines skipped, never NaN."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jsonlines
+import pytest
+
+from synthlab import records
+
+REC = {"schema": 1, "run_id": "r1", "task": "flipflop", "pe": "rope", "status": "ok", "error": "naïve ✓",
+       "metrics": {"test": {"token_acc": float("nan"), "seq_acc": 0.5}}, "train": {"lr": 1e-3, "seed": 2}}
+
+
+def _old_line(rec, ensure_ascii=False) -> bytes:
+    """The line the writer produced before jsonlines (the bytes must not change)."""
+    return (json.dumps(records.clean(rec), allow_nan=False, ensure_ascii=ensure_ascii) + "\n").encode()
+
+
+def test_append_writes_the_same_bytes_with_one_fsynced_write_per_record(tmp_path, monkeypatch):
+    calls = {"write": [], "fsync": 0, "jsonlines": 0}
+    real_write, real_fsync, real_writer = os.write, os.fsync, jsonlines.Writer
+
+    def write(fd, data):
+        calls["write"].append(bytes(data))
+        return real_write(fd, data)
+
+    def fsync(fd):
+        calls["fsync"] += 1
+        return real_fsync(fd)
+
+    class Writer(real_writer):
+        def write(self, obj):
+            calls["jsonlines"] += 1
+            return super().write(obj)
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(jsonlines, "Writer", Writer)
+    path = tmp_path / "sub" / "results.jsonl"
+    records.append_record(path, REC)
+    records.append_record(path, REC, ensure_ascii=True)
+    assert path.read_bytes() == _old_line(REC) + _old_line(REC, ensure_ascii=True)
+    assert calls["write"] == [_old_line(REC), _old_line(REC, ensure_ascii=True)]  # whole lines, one call each
+    assert calls["fsync"] == 2 and calls["jsonlines"] == 2
+    assert b"NaN" not in path.read_bytes() and json.loads(path.read_text().splitlines()[0])["metrics"]["test"] == \
+        {"token_acc": None, "seq_acc": 0.5}
+
+
+def test_write_records_is_byte_identical_to_the_old_writer(tmp_path):
+    recs = [REC, {**REC, "run_id": "r2"}]
+    records.write_records(tmp_path / "study-results.jsonl", recs)
+    assert (tmp_path / "study-results.jsonl").read_bytes() == b"".join(_old_line(r, ensure_ascii=True) for r in recs)
+    assert [p.name for p in tmp_path.iterdir()] == ["study-results.jsonl"]  # no temporary file left
+
+
+@pytest.mark.parametrize("tail", ['{"schema": 1, "run_id": "torn", "ta', "null", "[1, 2]", "\x1e"])
+def test_readers_skip_a_torn_or_foreign_last_line_and_repair_ends_it(tmp_path, tail):
+    path = tmp_path / "results.jsonl"
+    records.append_record(path, REC)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(tail)  # a kill mid-write (or a line that is no record)
+    assert [r["run_id"] for r in records.read_results(path)] == ["r1"]
+    assert [r["run_id"] for r in records.scan_records(path)[0]] == ["r1"]  # an unended line is not read
+    records.repair_jsonl(path)
+    records.append_record(path, {**REC, "run_id": "r2"})
+    assert [r["run_id"] for r in records.read_results(path)] == ["r1", "r2"]
+    got, end = records.scan_records(path)
+    assert [r["run_id"] for r in got] == ["r1", "r2"] and end == path.stat().st_size
+
+
+def test_a_torn_record_then_a_whole_one_on_the_same_line_keeps_the_whole_one(tmp_path):
+    path = tmp_path / "results.jsonl"
+    whole = _old_line({**REC, "run_id": "r2"})
+    # a character cut in two by the kill, then the next writer's record without a newline between
+    path.write_bytes(_old_line(REC) + _old_line(REC)[:60] + "é".encode()[:1] + whole)
+    assert [r["run_id"] for r in records.scan_records(path)[0]] == ["r1", "r2"]
