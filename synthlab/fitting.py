@@ -116,8 +116,8 @@ def deterministic(strict: bool) -> Iterator[None]:
 def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, desc: str = "",
         checkpoints: Any = None, callbacks: list[Any] | tuple[Any, ...] = (), logger: Any = None,
         log_every: int = 1) -> dict[str, Any]:
-    """Run the Lightning Trainer (CPU / GPU auto); returns {"device": ..., "steps_done": ...,
-    "resumed_at": ...}.
+    """Run the Lightning Trainer (CPU / GPU auto); returns {"device": its type, "root_device":
+    the torch.device it trained on, "steps_done": ..., "resumed_at": ...}.
 
     ``checkpoints`` (:class:`synthlab.checkpoints.RunCheckpoints`): save on its schedule, and
     resume from its ``last.ckpt`` when it has one (weights_only load). ``callbacks`` run before
@@ -151,5 +151,5 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
             if sigint is not None:
                 signal.signal(signal.SIGINT, sigint)
     device = trainer.strategy.root_device
-    return {"device": device.type, "steps_done": int(trainer.global_step),
+    return {"device": device.type, "root_device": device, "steps_done": int(trainer.global_step),
             "resumed_at": checkpoints.resume_step if ckpt is not None else None}

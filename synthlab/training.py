@@ -376,7 +376,11 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
             if failure is None and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
                 failure = "diverged: non-finite parameters after training"
             if failure is None:
+                # Lightning's teardown moved the model to the CPU: evaluate on the device it
+                # trained on (as the curve's points were), then keep the CPU copy for saving
+                model.to(info["root_device"])
                 metrics, groups = evaluate(model, sets, context())
+                model.cpu()
                 record["metrics"] = metrics
                 record["by_length"] = by_length(task, groups)
                 for split, per in groups.items():
