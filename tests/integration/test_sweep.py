@@ -60,7 +60,7 @@ class FakeTrain:
         self.raise_when = raise_when or (lambda pe, seed, ov: False)
 
     def __call__(self, task, pe, preset="quick", seed=0, out=None, positions=None, rope_scaling=None, quiet=True,
-                 results=None, study=None, trial=None, overrides=None):
+                 results=None, study=None, trial=None, overrides=None, logger="csv", report=None):
         ov = dict(overrides or {})
         self.calls.append((task, pe, seed, json.dumps(ov, sort_keys=True)))
         if self.raise_when(pe, seed, ov):
