@@ -37,7 +37,8 @@ from synthlab.config import apply_overrides
 from synthlab.presets import build_config
 from synthlab.data import DataModule, TrainStream
 from synthlab.model import build_model
-from synthlab.training import _quiet_lightning, fit, lr_factor, make_module
+from synthlab.fitting import fit, quiet_lightning
+from synthlab.training import lr_factor, make_module
 
 
 CLOCK = time.perf_counter  # or time.process_time (--clock cpu)
@@ -110,15 +111,8 @@ def synthlab_path(task_name: str, pe: str, overrides: dict, steps: int) -> list[
 
 
 def L_trainer_fit_with_clock(module, dm, cfg, clock) -> None:
-    """synthlab.training.fit with a timing callback added (same Trainer settings)."""
-    import synthlab.training as tr
-
-    orig = tr._progress_callback
-    tr._progress_callback = lambda steps, desc: clock
-    try:
-        fit(module, dm, cfg, progress=True)
-    finally:
-        tr._progress_callback = orig
+    """synthlab's fit (the same Trainer settings as a run; no logger) with a timing callback."""
+    fit(module, dm, cfg, callbacks=[clock])
 
 
 def matmul_rate(shapes: list[tuple[int, int, int]], reps: int = 20) -> float:
@@ -172,7 +166,7 @@ def main() -> None:
     print("\nquick size (flipflop: T 128, d 64, 2 layers, 4 heads, batch 32), steady-state ms/step")
     print(f"{'pe':6s} {'plain':>8s} {'synthlab':>9s} {'ratio':>6s}")
     skip = min(20, args.steps // 3)
-    with _quiet_lightning():
+    with quiet_lightning():
         for pe in ("rope", "nope", "alibi"):
             # alternate twice and keep the best of each: CPU timings drift
             plain, ours = [], []

@@ -88,7 +88,7 @@ def test_strict_determinism_switch_is_scoped_to_the_run(monkeypatch):
         seen.update(on=torch.are_deterministic_algorithms_enabled(),
                     warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
                     cublas=os.environ.get("CUBLAS_WORKSPACE_CONFIG"), cudnn=torch.backends.cudnn.deterministic)
-        return {"device": "cpu", "steps_done": 0}
+        return {"device": "cpu", "root_device": torch.device("cpu"), "steps_done": 0}
 
     monkeypatch.setattr(training, "fit", fake_fit)
     before = torch.are_deterministic_algorithms_enabled()
