@@ -12,6 +12,12 @@
     python benchmarks/training.py            # quick-size overhead + MFU table
     python benchmarks/training.py --steps 60 # fewer steps (faster, noisier)
     python benchmarks/training.py --threads 1 --clock cpu   # on a shared / loaded machine
+    python benchmarks/training.py --device cuda --size paper --encodings rope,alibi,cope,kerple+dape:k=3
+
+``--device cuda`` times both loops on the GPU (a synchronize before each clock reading, in both
+loops alike); issue 12's targets there: synthlab <= 1.2x the plain loop, CoPE and DAPE <= 1.5x
+RoPE. ``--size paper`` is the CoPE flip-flop paper size (T 512, d 256, 4 layers, 4 heads, batch
+16). The last column compares each encoding's synthlab step with RoPE's.
 
 ``--clock cpu`` times with process CPU time instead of wall time, so other processes on a
 shared machine distort the numbers less (use it with ``--threads 1``).
@@ -42,6 +48,20 @@ from synthlab.training import lr_factor, make_module
 
 
 CLOCK = time.perf_counter  # or time.process_time (--clock cpu)
+DEVICE = torch.device("cpu")  # --device
+# --size: the flip-flop settings of the quick preset (as it is) and of CoPE's paper size
+SIZES = {
+    "quick": ({}, "flipflop: T 128, d 64, 2 layers, 4 heads, batch 32"),
+    "paper": ({"n_pairs": 256, "d_model": 256, "n_layers": 4, "n_heads": 4, "batch_size": 16, "warmup": 0},
+              "flipflop: T 512, d 256, 4 layers, 4 heads, batch 16"),
+}
+
+
+def now() -> float:
+    """The clock, after the GPU has finished what was queued (both loops read it the same way)."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+    return CLOCK()
 
 
 class StepClock(L.Callback):
@@ -51,7 +71,7 @@ class StepClock(L.Callback):
         self.t: list[float] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.t.append(CLOCK())
+        self.t.append(now())
 
 
 def steady(times: list[float], skip: int) -> float:
@@ -82,13 +102,14 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}],
                             lr=tc.lr, betas=(0.9, 0.999), eps=1e-8)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
-    model.train()
+    model.to(DEVICE).train()
     times = []
     for s in range(steps):
         b = stream.batch(s)
-        logits = model(b.ids)
-        n = (b.targets != -100).sum().clamp_min(1)
-        loss = F.cross_entropy(logits.flatten(0, 1), b.targets.flatten(), ignore_index=-100, reduction="sum") / n
+        ids, targets = b.ids.to(DEVICE, non_blocking=True), b.targets.to(DEVICE, non_blocking=True)
+        logits = model(ids)
+        n = (targets != -100).sum().clamp_min(1)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum") / n
         if not torch.isfinite(loss):
             raise RuntimeError("diverged")
         opt.zero_grad(set_to_none=True)
@@ -96,7 +117,7 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         opt.step()
         sched.step()
-        times.append(CLOCK())
+        times.append(now())
     return times
 
 
@@ -156,25 +177,39 @@ def main() -> None:
     ap.add_argument("--skip-mfu", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time or process CPU time")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where both loops train (synthlab's Trainer picks the GPU when one is visible: for a CPU "
+                         "measurement on a GPU machine set CUDA_VISIBLE_DEVICES=)")
+    ap.add_argument("--size", choices=tuple(SIZES), default="quick")
+    ap.add_argument("--encodings", default="rope,nope,alibi", help="comma list (the first is the ratio's reference)")
     args = ap.parse_args()
-    global CLOCK
+    global CLOCK, DEVICE
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA device is visible")
+    if args.device == "cpu" and torch.cuda.is_available():
+        ap.error("--device cpu with a visible GPU: synthlab's Trainer would train on the GPU; set CUDA_VISIBLE_DEVICES=")
+    DEVICE = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, lightning {L.__version__}, clock {args.clock}")
-    print("\nquick size (flipflop: T 128, d 64, 2 layers, 4 heads, batch 32), steady-state ms/step")
-    print(f"{'pe':6s} {'plain':>8s} {'synthlab':>9s} {'ratio':>6s}")
+    where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else f"{torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, lightning {L.__version__}, clock {args.clock}")
+    overrides, label = SIZES[args.size]
+    print(f"\n{args.size} size ({label}), steady-state ms/step")
+    print(f"{'pe':16s} {'plain':>8s} {'synthlab':>9s} {'ratio':>6s} {'vs ' + args.encodings.split(',')[0]:>9s}")
     skip = min(20, args.steps // 3)
+    reference = None
     with quiet_lightning():
-        for pe in ("rope", "nope", "alibi"):
+        for pe in args.encodings.split(","):
             # alternate twice and keep the best of each: CPU timings drift
             plain, ours = [], []
             for _ in range(2):
-                plain.append(steady(plain_loop("flipflop", pe, {}, args.steps), skip))
-                ours.append(steady(synthlab_path("flipflop", pe, {}, args.steps), skip))
+                plain.append(steady(plain_loop("flipflop", pe, overrides, args.steps), skip))
+                ours.append(steady(synthlab_path("flipflop", pe, overrides, args.steps), skip))
             p, o = min(plain), min(ours)
-            print(f"{pe:6s} {p * 1e3:8.2f} {o * 1e3:9.2f} {o / p:6.3f}")
+            reference = o if reference is None else reference
+            print(f"{pe:16s} {p * 1e3:8.2f} {o * 1e3:9.2f} {o / p:6.3f} {o / reference:9.3f}")
         if not args.skip_mfu:
             mfu_table(args.mfu_steps)
 

@@ -29,4 +29,4 @@ def test_the_training_benchmark_runs_both_loops():
     proc = _run("training.py", "--steps", "4", "--skip-mfu", "--threads", "1", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [ln.split() for ln in proc.stdout.splitlines() if ln.split()[:1] == ["rope"]]
-    assert rows and len(rows[0]) == 4  # pe, plain ms, synthlab ms, ratio
+    assert rows and len(rows[0]) == 5  # pe, plain ms, synthlab ms, ratio, against the first encoding
