@@ -113,7 +113,9 @@ def _write_parquet(task, args, path: Path) -> None:
     schema = pa.schema([("task", pa.string()), ("split", pa.string()), ("seed", pa.int64()), ("index", pa.int64()),
                         ("params", pa.string()), ("tokens", strings), ("ids", ints), ("scored", ints),
                         ("targets", strings)])
-    with pq.ParquetWriter(path, schema) as writer:
+    # a Python file, not pyarrow's own: its errors (no such directory, a full disk) are OSErrors
+    # with an errno that `naming` turns into one line about -o, not pyarrow's text about the .part file
+    with open(path, "wb") as f, pq.ParquetWriter(f, schema) as writer:
         for records in _chunks(task, args):
             rows = [{**r, "params": json.dumps(r["params"], ensure_ascii=False)} for r in records]
             writer.write_table(pa.Table.from_pylist(rows, schema=schema))

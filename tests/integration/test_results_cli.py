@@ -123,6 +123,14 @@ def test_generate_parquet_is_the_jsonl_content_in_a_flat_schema(ws, capsys, monk
     assert pq.read_table(ws / "none.pq").schema.equals(table.schema)  # an empty file keeps the schema
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux): a directory no file can be made in")
+def test_generate_parquet_that_cannot_be_written_names_the_output_and_leaves_nothing(capsys):
+    assert main(["generate", "flipflop", "-n", "3", "-o", "/proc/x.parquet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["synthlab generate: error: /proc/x.parquet: No such file or directory"]
+    assert not list(Path("/proc").glob(".x.parquet*"))
+
+
 def test_curves_command_writes_png_and_csv_under_out_grids(ws, capsys):
     code, out, _ = run_cli(["curves", "out", "--metric", "seq_acc"], capsys)
     assert code == 0 and out.strip() == "wrote out/grids/curves-seq_acc.png, out/grids/curves-seq_acc.csv"

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 import synthlab.checkpoints as checkpoints
 from synthlab.cli import main
 from synthlab.training import resolve_config, train
+from test_long_runs import _stop_at
 
 # dropout and randomized positions: the training draws from torch's RNG, which evaluation must not touch
 OV = {"steps": 12, "d_model": 16, "eval_samples": 16, "threads": 1, "model.dropout": 0.1}
@@ -133,29 +134,11 @@ def test_a_report_that_is_not_callable_is_refused_before_writing(tmp_path):
 
 
 def test_the_run_options_are_named_parameters():
-    """The sweep hands ``report`` and ``logger`` only to a trainer that names them."""
+    """``report``, ``logger`` and ``model`` are keyword options of train (the sweep passes the
+    first two by name), with the defaults docs/interfaces.md states."""
     params = inspect.signature(train).parameters
     assert {"logger", "report", "model"} <= set(params)
     assert params["logger"].default == "csv" and params["report"].default is None
-
-
-def _stop_after(monkeypatch, step):
-    """Ctrl-C right after the checkpoint callback's work at ``step``."""
-    orig = checkpoints._callback
-
-    def patched(ck):
-        cb = orig(ck)
-        end = cb.on_train_batch_end
-
-        def on_end(trainer, pl_module, *args):
-            end(trainer, pl_module, *args)
-            if trainer.global_step == step:
-                raise KeyboardInterrupt
-
-        cb.on_train_batch_end = on_end
-        return cb
-
-    monkeypatch.setattr(checkpoints, "_callback", patched)
 
 
 def test_a_resumed_run_keeps_the_points_from_before_the_kill(tmp_path, monkeypatch):
@@ -163,7 +146,7 @@ def test_a_resumed_run_keeps_the_points_from_before_the_kill(tmp_path, monkeypat
     ov = {**OV, "train.eval_every": 5, "train.checkpoint_every": 5}
     a = train("flipflop", "rope", out=tmp_path / "a", overrides=ov, **KW)
     with monkeypatch.context() as mp:
-        _stop_after(mp, 7)
+        _stop_at(mp, 7)  # Ctrl-C right after the checkpoint callback at step 7
         with pytest.raises(KeyboardInterrupt):
             train("flipflop", "rope", out=tmp_path / "b", overrides=ov, **KW)
     assert (tmp_path / "b" / checkpoints.DIRNAME).is_dir()
