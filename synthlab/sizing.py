@@ -88,9 +88,10 @@ def _native(kind: str) -> bool:
         return False
 
 
-def attention_maps(spec: Any, device: str, hidden_ratio: float) -> tuple[float, float, float]:
+def attention_maps(spec: Any, device: str, hidden_ratio: float, causal: bool = True) -> tuple[float, float, float]:
     """(kept for the backward a layer, live at once in training, live at once in evaluation),
-    in (B, H, T, T) float32 maps. ``hidden_ratio``: DAPE's hidden width / heads."""
+    in (B, H, T, T) float32 maps. ``hidden_ratio``: DAPE's hidden width / heads; ``causal``:
+    off the native kernel, encoder mode runs DAPE on the whole map (no packing)."""
     cope = any(p.kind == "contextual" for _, p in spec.parts)
     dape = spec.has("dape")
     query_bias = any(c.startswith("relative") for c in spec.components)
@@ -105,10 +106,13 @@ def attention_maps(spec: Any, device: str, hidden_ratio: float) -> tuple[float, 
         kept, fwd, ev = (1, 3, 1) if cpu else (0, 1, 0)
     if dape:
         k = int(spec.params["dape"].get("k", 1))
+        c_in = 2 if _scores_bias(spec) else 1
         if cpu and _native("dape"):
             kept, fwd, ev = kept + 2, max(fwd, 3), max(ev, 3)
+        elif not causal:  # forward_full: input, hidden map before and after LeakyReLU, output
+            full = c_in + 2 * hidden_ratio
+            kept, fwd, ev = kept + 1 + full, max(fwd, 3 + full), max(ev, 3 + full)
         else:  # packed lower triangle: input shifts, hidden map, the k shifted outputs
-            c_in = 2 if _scores_bias(spec) else 1
             packed = (k * c_in + hidden_ratio) / 2
             kept, fwd, ev = kept + 1 + packed, max(fwd, 3 + k / 2), max(ev, 3 + packed + k / 2)
     return kept, max(fwd, kept + 2 if kept else 0), ev
@@ -139,7 +143,7 @@ def estimate_bytes(cfg: Any, spec: Any, train_len: int, eval_len: int, *, vocab_
     max_len = max_len or max(T, Te)
     P = param_count(cfg, spec, V, max_len)
     hidden = int(spec.params["dape"].get("hidden", 32)) if spec.has("dape") else 0
-    kept, live, live_eval = attention_maps(spec, device, hidden / max(1, H))
+    kept, live, live_eval = attention_maps(spec, device, hidden / max(1, H), cfg.model.causal)
     biases = sum(1 for c, p in spec.parts if p.kind == "bias" and not c.startswith("relative"))
     B, Be = tc.batch_size, max(1, min(tc.eval_batch_size, tc.eval_samples))  # a chunk holds one group
     M, Me = B * H * T * T, Be * H * Te * Te  # one attention map, elements

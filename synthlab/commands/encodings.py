@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
                 "contextual": "encoder", "composite": "encoder", "processor": "processor"}[c.role]
         params = ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in c.params.items())
         rows.append({"name": name, "kind": kind, "role": c.role, "params": params,
-                     "causal_only": c.is_causal_only(c.params), "description": c.description, "paper": c.paper,
+                     "causal_only": c.causal_only, "description": c.description, "paper": c.paper,
                      "plugin": COMPONENTS.origin(name)})
     for name, (desc, paper) in INDEX_SCHEMES.items():
         rows.append({"name": name, "kind": "index", "role": "index", "params": "", "causal_only": False,

@@ -224,6 +224,10 @@ class DAPE(nn.Module):
     query row, whose inputs past i are then zero, so no future score reaches a past query; the
     hidden map is not zeroed: the second convolution at (i, j) reads the hidden values (i, i+1 ..
     j+c), LeakyReLU of conv1's bias and row i's last inputs. f sees the finite pre-mask scores.
+    In encoder mode (``causal=False``) nothing is zeroed: the convolutions run along each whole
+    row of the T x T map. DAPE V2 reports CHE (Table 6) in Ruoss et al.'s setting, a
+    bidirectional encoder; its released code has only the causal form, so this is synthlab's
+    reading of App. L without the mask.
 
     On CPU in float32 the native kernel (``native/dape_cpu.cpp``) computes A directly: the
     convolutions on the lower triangle only, both fused with the LeakyReLU so the hidden map
@@ -242,8 +246,6 @@ class DAPE(nn.Module):
         super().__init__()
         if k % 2 == 0 or k < 1:
             raise ValueError(f"dape:k={k} must be an odd integer >= 1")
-        if k > 1 and not causal:
-            raise ValueError("dape:k>1 (DAPE V2) is specified for causal attention; use dape (k=1) in encoder mode")
         c_in = 2 * n_heads if with_bias else n_heads
         self.k, self.causal, self.with_bias = k, causal, with_bias
         self.conv1 = nn.Conv2d(c_in, hidden, kernel_size=(1, k), padding=(0, k // 2))

@@ -99,7 +99,7 @@ class Encoding:
     params: dict[str, Any] = field(default_factory=dict)  # name -> default; a given value is typed like it
     checks: dict[str, Check] = field(default_factory=dict)  # name -> its range check
     check: Callable[[dict[str, Any]], None] | None = None  # rules across the full params (raises ValueError)
-    causal_only: bool | Callable[[dict[str, Any]], bool] = False  # no encoder mode (a function of the params if they decide)
+    causal_only: bool = False  # no encoder mode (causal=False is refused)
     also: Part | None = None  # a composite's second module (BiPE: a learned table on the intra-segment index)
     alias: tuple[str, dict[str, Any]] | None = None  # shorthand for another row with params set (dape-k = dape:k=3)
     hints: dict[str, str] = field(default_factory=dict)  # a key of this row written on another one -> what to write
@@ -119,11 +119,6 @@ class Encoding:
     @property
     def reads_token_index(self) -> bool:  # so randomized / PoSE positions matter
         return any(p.index == "token" for p in self.parts)
-
-    def is_causal_only(self, params: dict[str, Any] | None = None) -> bool:
-        if callable(self.causal_only):
-            return bool(self.causal_only({**self.params, **(params or {})}))
-        return self.causal_only
 
     def check_param(self, key: str, value: Any) -> Any:
         """The value if it passes its range check (parser and build_model(**pe_params) alike)."""
@@ -179,9 +174,9 @@ _ROWS = [
     _E("bipe-alibi", "bias", "learned APE on the intra-segment index + ALiBi (slopes x 96) on segment distance", "He et al. 2024, Bilevel Positional Encoding (BiPE)",
        ".encoders.bias:ALiBi", index="segment", params={"slope_scale": 96.0}, checks={"slope_scale": POSITIVE}, also=_BIPE_TABLE),
     _E("dape", "processor", "A = S + B + MLP_heads([S, B]) per (i, j) (2H -> hidden -> H, LeakyReLU); k > 1: DAPE V2", "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding",
-       ".processors:DAPE", index=None, params={"k": 1, "hidden": 32}, checks=_DAPE, causal_only=lambda p: p["k"] > 1),
-    _E("dape-k", "processor", "DAPE V2: the same with causal 1 x k convolutions along the key axis (dape:k=3)", "Zheng et al. 2024, DAPE V2: Process Attention Score as Feature Map, Sec. 3.3 / App. L",
-       index=None, params={"k": 3, "hidden": 32}, checks=_DAPE, causal_only=True, alias=("dape", {})),
+       ".processors:DAPE", index=None, params={"k": 1, "hidden": 32}, checks=_DAPE),
+    _E("dape-k", "processor", "DAPE V2: the same with 1 x k convolutions along the key axis (dape:k=3), on tril([S, B]) when causal", "Zheng et al. 2024, DAPE V2: Process Attention Score as Feature Map, Sec. 3.3 / App. L",
+       index=None, params={"k": 3, "hidden": 32}, checks=_DAPE, alias=("dape", {})),
 ]
 
 def _check_row(row: Encoding) -> None:
@@ -341,7 +336,7 @@ class PESpec:
     @property
     def causal_only_parts(self) -> list[str]:
         """The components that cannot run in encoder mode, as written ("xpos", "dape:k=3")."""
-        return [self._part_name(c) for c in self.components if COMPONENTS[c].is_causal_only(self.params[c])]
+        return [self._part_name(c) for c in self.components if COMPONENTS[c].causal_only]
 
     @property
     def causal_only(self) -> bool:

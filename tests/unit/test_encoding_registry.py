@@ -117,7 +117,8 @@ def test_register_rejects_malformed_rows(row, needle):
     assert "toy-x" not in COMPONENTS
 
 
-def test_causal_only_may_depend_on_params():
-    assert parse_pe("dape").causal_only is False
-    assert parse_pe("cope+dape:k=3").causal_only_parts == ["cope", "dape:k=3"]
+def test_causal_only_names_the_parts():
+    assert parse_pe("dape").causal_only is False and parse_pe("kerple+dape:k=3").causal_only is False
+    assert parse_pe("cope+dape:k=3").causal_only_parts == ["cope"]
+    assert parse_pe("cope+xpos").causal_only_parts == ["cope", "xpos"]
     assert parse_pe("cope-alibi").causal_only_parts == ["cope-alibi"]

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from synthlab.model import (
     COMPONENTS,
@@ -40,7 +41,8 @@ ALL_PE = [n for n in COMPONENTS] + [
     "bipe-rope+dape:k=3", "bipe-alibi+dape", "relative+dape:k=3",
 ]
 BIDIRECTIONAL = ["nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "kerple:kind=power", "fire",
-                 "relative", "relative-capped", "bipe-rope", "bipe-alibi", "dape", "rope+dape", "kerple+dape"]
+                 "relative", "relative-capped", "bipe-rope", "bipe-alibi", "dape", "rope+dape", "kerple+dape",
+                 "kerple+dape:k=3", "nope+dape:k=5"]
 
 
 def _model(pe: str, seed: int = 0, **kw):
@@ -270,6 +272,36 @@ def test_dape_causal_paths_equal_full_map(k, T, with_bias, path):
     assert torch.all(ga[0][..., future] == 0)
 
 
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dape_encoder_mode_is_the_paper_listing_on_the_whole_map(k, with_bias, dtype):
+    """Encoder mode (CHE's reference model is bidirectional): nothing zeroed, both convolutions
+    along each whole row, the listing of App. L without tril. float32 takes the native kernel,
+    float64 the PyTorch path; values, gradients and softmax(A) (``attention``) agree."""
+    torch.manual_seed(10 * k + with_bias)
+    H, T = 4, 9
+    d = DAPE(H, with_bias=with_bias, hidden=8, k=k, causal=False).to(dtype)
+    S = torch.randn(2, H, T, T, dtype=dtype, requires_grad=True)
+    B = torch.randn(1, H, T, T, dtype=dtype) if with_bias else None
+    X = torch.cat([S, B.expand_as(S)], 1) if with_bias else S
+    # App. L's two Conv2d (1, k), same padding, LeakyReLU between, on d's own weights (for the gradients)
+    conv = lambda x, c: F.conv2d(x, c.weight, c.bias, padding=(0, k // 2))  # noqa: E731
+    ref = S + (B if with_bias else 0) + conv(F.leaky_relu(conv(X, d.conv1)), d.conv2)
+    got = d(S, B, None)
+    assert torch.allclose(got, ref, atol=1e-5)
+    # a score above the diagonal reaches the row's other keys when k > 1 (no mask anywhere)
+    S2 = S.detach().clone()
+    S2[..., 0, T - 1] += 100.0
+    moved = (d(S2, B, None) - got).abs()[..., 0, :].amax(dim=(0, 1)) > 1e-4
+    assert moved.tolist() == [j >= T - 1 - 2 * (k // 2) for j in range(T)]
+    w = torch.randn(2, H, T, T, dtype=dtype)
+    ga = torch.autograd.grad((d.attention(S, B, None) * w).sum(), [S, *d.parameters()])
+    gb = torch.autograd.grad((F.softmax(ref, -1) * w).sum(), [S, *d.parameters()])
+    for x, y in zip(ga, gb):
+        assert torch.allclose(x, y, atol=1e-4)
+
+
 def test_bipe_segment_ids_hand_example():
     a, b, c, d = 5, 6, 7, 8
     tokens = torch.tensor([[a, b, SEP, c, d, SEP, SEP, a]])
@@ -418,7 +450,7 @@ def test_encoder_mode_is_bidirectional(pe):
     assert torch.all(att[0].triu(1).sum() > 0)
 
 
-@pytest.mark.parametrize("pe", ["xpos", "cope", "cope-alibi", "cope+rope", "rope+dape:k=3", "dape-k"])
+@pytest.mark.parametrize("pe", ["xpos", "cope", "cope-alibi", "cope+rope", "cope+dape:k=3"])
 def test_encoder_mode_refuses_causal_only(pe):
     with pytest.raises(ValueError, match="causal"):
         build_model(pe=pe, vocab_size=V, causal=False)

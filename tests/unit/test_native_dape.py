@@ -115,8 +115,9 @@ def test_native_row_longer_than_a_strip():
 
 @needs_kernel
 @pytest.mark.parametrize("bias", ["none", "shared"])
-def test_native_encoder_mode_equals_conv2d(bias):
-    _check_against_full_map(4, 21, 1, 32, bias, causal=False)
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_native_encoder_mode_equals_conv2d(bias, k):
+    _check_against_full_map(4, 21, k, 32, bias, causal=False)
 
 
 @needs_kernel

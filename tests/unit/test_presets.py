@@ -216,3 +216,18 @@ def test_evaluation_does_not_import_training():
     code = "import sys, synthlab.evaluation; print('synthlab.training' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_che_paper_preset_is_a_bidirectional_encoder_for_every_encoding():
+    """Issue 15: CHE's reference model (Deletang et al. / Ruoss et al.) is an encoder; every
+    encoding the paper preset sweeps (DAPE V2's k 3 / 5 / 7 included) resolves as one."""
+    from synthlab.cells import expand_cells
+    from synthlab.sweepfile import load_sweep
+
+    cells = expand_cells(load_sweep("che"), "paper")
+    pes = sorted({c.pe for c in cells})
+    assert "kerple+dape:k=7" in pes and "nope" in pes
+    for task in ("even_pairs", "duplicate_string"):
+        for pe in pes:
+            cfg = resolve_config(task, pe, "paper", {})
+            assert cfg.model.causal is False, (task, pe)
