@@ -136,16 +136,19 @@ class Attention(nn.Module):
         else:
             S = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T); scaling q touches T x d_h values, not T x T
             add = self._bias(ctx, q_raw) if self.biases else None
-            if self.cope is not None:
-                term = self.cope(q_raw, S, x, ctx.future)
-                add = term if add is None else add + term
-            if self.dape is not None:  # softmax of the masked logits (the native kernel fuses mask and softmax backward)
-                att = self.dape.attention(S, add, ctx.future if self.causal else None)  # (B, H, T, T)
-            else:
-                A = S if add is None else S + add
-                if self.causal:  # in place: A is a fresh tensor whose producer's backward does not need it
-                    A = A.masked_fill_(ctx.future, float("-inf"))
-                att = F.softmax(A, dim=-1)  # (B, H, T, T)
+            if self.cope is not None and add is None and self.dape is None:  # CoPE alone: term, mask, softmax fused
+                att = self.cope.attention(q_raw, S, x)  # (B, H, T, T), or None off the native kernel
+            if att is None:
+                if self.cope is not None:
+                    term = self.cope(q_raw, S, x, ctx.future)
+                    add = term if add is None else add + term
+                if self.dape is not None:  # softmax of the masked logits (the native kernel fuses mask and softmax backward)
+                    att = self.dape.attention(S, add, ctx.future if self.causal else None)  # (B, H, T, T)
+                else:
+                    A = S if add is None else S + add
+                    if self.causal:  # in place: A is a fresh tensor whose producer's backward does not need it
+                        A = A.masked_fill_(ctx.future, float("-inf"))
+                    att = F.softmax(A, dim=-1)  # (B, H, T, T)
             y = self.attn_dropout(att) @ v  # (B, H, T, d_h)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         y = self.resid_dropout(self.c_proj(y))

@@ -1,5 +1,6 @@
 """The native CPU kernel of CoPE (synthlab/model/native/cope_cpu.cpp): the same term and
-gradients as CoPE's PyTorch path (Listing 1 of the paper), clamp included, and deterministic."""
+gradients as CoPE's PyTorch path (Listing 1 of the paper), clamp included, and deterministic;
+its fused attention (term, causal mask and softmax in one pass) equals softmax of that path."""
 
 from __future__ import annotations
 
@@ -62,6 +63,52 @@ def test_native_equals_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
 
 
 @needs_kernel
+@pytest.mark.parametrize("H,T,npos,alibi,sep_keys", [
+    (4, 1, 64, False, False), (4, 2, 64, False, False), (4, 40, 8, False, False), (3, 33, 16, False, True),
+    (5, 17, 64, True, False), (1, 20, 4, True, True), (2, 130, 64, False, False),
+])
+def test_fused_attention_equals_softmax_of_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
+    """CoPE.attention (the native kernel's one pass: gates, positions, term, mask, softmax and
+    the backward of all five) against softmax(masked(S + term)) by the PyTorch path in float64;
+    gradients reach q (through S, the table and the gate keys), k and the CoPE parameters."""
+    torch.manual_seed(T * 5 + H)
+    d_h = 8
+    cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, sep_keys=sep_keys, alibi=alibi)
+    if not alibi:
+        with torch.no_grad():
+            cope.pos_emb.normal_()
+    q, k = torch.randn(2, H, T, d_h, requires_grad=True), torch.randn(2, H, T, d_h, requires_grad=True)
+    x = torch.randn(2, T, H * d_h, requires_grad=True)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    w = torch.randn(2, H, T, T)
+
+    def attention(c, q, k, x):  # logits spread so gates reach both ends and positions cross cells
+        S = 3 * (q @ k.transpose(-2, -1))
+        if c._native(S):
+            return c.attention(q, S, x)
+        return torch.softmax((S + c(q, S, x, future)).masked_fill(future, float("-inf")), dim=-1)
+
+    att = attention(cope, q, k, x)
+    assert cope.attention(q, 3 * (q @ k.transpose(-2, -1)), x) is not None  # the fused path was taken
+    grads = torch.autograd.grad((att * w).sum(), [q, k, x, *cope.parameters()], allow_unused=True)
+    ref_cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, sep_keys=sep_keys, alibi=alibi).double()
+    ref_cope.load_state_dict(cope.state_dict())
+    q64, k64, x64 = (t.detach().double().requires_grad_() for t in (q, k, x))
+    ref = attention(ref_cope, q64, k64, x64)
+    ref_grads = torch.autograd.grad((ref * w.double()).sum(), [q64, k64, x64, *ref_cope.parameters()],
+                                    allow_unused=True)
+
+    def close(a, b):
+        return (a.double() - b).abs().max() <= 5e-5 * b.abs().max().clamp_min(1.0)
+
+    assert close(att, ref) and torch.all(att[..., future] == 0)
+    assert torch.allclose(att.sum(-1), torch.ones(2, H, T), atol=1e-5)
+    for name, a, b in zip(["q", "k", "x", "params"], grads, ref_grads):
+        assert (a is None) == (b is None), name
+        assert a is None or close(a, b), f"gradient of {name} differs"
+
+
+@needs_kernel
 @pytest.mark.parametrize("alibi", [False, True])
 def test_native_clamp_by_hand(alibi):
     """Logits 0: every gate is 0.5 (sigmoid' = 0.25), so p_ij = (i - j + 1) / 2, clamped at
@@ -107,7 +154,7 @@ def test_native_deterministic():
 
 
 @needs_kernel
-@pytest.mark.parametrize("pe", ["cope", "cope+rope", "cope-alibi", "cope+dape:k=3"])
+@pytest.mark.parametrize("pe", ["cope", "cope+rope", "cope-alibi", "cope:sep_keys=1", "cope+dape:k=3", "cope+t5"])
 def test_model_same_logits_and_grads_with_and_without_kernel(pe, monkeypatch):
     torch.manual_seed(0)
     m = build_model(pe=pe, vocab_size=11, d_model=32, n_layers=2, n_heads=4, max_len=24)

@@ -45,6 +45,41 @@ class _FusedCoPE(torch.autograd.Function):
         return g_gates, g_table, None, None
 
 
+class _FusedCoPEAttention(torch.autograd.Function):
+    """The attention weights softmax_j(S_ij + CoPE term_ij) over j <= i (0 above the diagonal)
+    by the native CPU kernel, gates made inside from ``G`` (the gate logits; None: S itself);
+    the softmax's, the interpolation's, the scan's and the sigmoid's backward fused too. For a
+    layer whose only position term is CoPE; equal to the PyTorch path within float rounding."""
+
+    @staticmethod
+    def forward(ctx, S, G, table, slopes, npos: int):
+        lib = cope_kernel()
+        B, H, T, _ = S.shape
+        S = S.contiguous()
+        G = None if G is None else G.contiguous()
+        table = None if table is None else table.contiguous()
+        slopes = None if slopes is None else slopes.reshape(H).contiguous()
+        att = torch.empty_like(S)
+        lib.cope_attention_forward(ptr(S), ptr(G), ptr(table), ptr(slopes), ptr(att), B, H, T, npos,
+                                   torch.get_num_threads())
+        ctx.save_for_backward(S if G is None else None, G, table, slopes, att)
+        ctx.npos = npos
+        return att
+
+    @staticmethod
+    def backward(ctx, g):
+        lib = cope_kernel()
+        S, G, table, slopes, att = ctx.saved_tensors
+        B, H, T, _ = att.shape
+        g = g.contiguous()
+        gS = torch.empty_like(att)
+        gG = None if G is None else torch.empty_like(G)
+        g_table = None if table is None else torch.empty_like(table)
+        lib.cope_attention_backward(ptr(S), ptr(G), ptr(table), ptr(slopes), ptr(att), ptr(g), ptr(gS), ptr(gG),
+                                    ptr(g_table), B, H, T, ctx.npos, torch.get_num_threads())
+        return gS, gG, g_table, None, None
+
+
 def cope_alibi_slopes(n_heads: int, m0: float) -> list[float]:
     """CoPE-ALiBi's fixed head slopes (Golovneva et al. 2024, App. C): m_h = m0 / 2^h. The paper's
     three sets for 4 heads are m0 = 1, 1/4, 1/16; m0 = 1/4 ({1/4, 1/8, 1/16, 1/32}) had the lowest
@@ -101,6 +136,16 @@ class CoPE(nn.Module):
             self.pos_emb = pos_emb  # (d_h, npos), the model's shared table
         else:
             self.pos_emb = nn.Parameter(torch.zeros(self.head_dim, npos))  # (d_h, npos)
+
+    def attention(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+        """softmax(S + the CoPE term) with the causal mask (B, H, T, T), by the native kernel
+        in one pass, for a layer with no other position term; None where the kernel does not
+        apply (GPU, float64, no compiler): the caller then adds ``forward``'s term."""
+        if not self._native(S):
+            return None
+        G = None if self.gate_key is None else self.gate_logits(q, S, x)
+        table = None if self.alibi else q @ self.pos_emb  # (B, H, T, npos)
+        return _FusedCoPEAttention.apply(S, G, table, self.slopes if self.alibi else None, self.npos)
 
     def _native(self, G: torch.Tensor) -> bool:
         params = [] if self.alibi else [self.pos_emb]

@@ -10,8 +10,14 @@
 // slopes (H) for CoPE-ALiBi or null; out / ggates (B, H, T, T), 0 above the diagonal; gtable
 // (B, H, T, npos). Past the clamp (p > npos - 1) the interpolation reads the last entry twice
 // (high == low, w == 0), so no gradient flows through p there, as with torch.clamp.
+//
+// cope_attention_*: the whole attention weights of a layer whose only position term is CoPE,
+// softmax_j(S_ij + z_ij) over j <= i with the gates sigmoid(G_ij) made here (G = S, or the
+// separate gate logits of sep_keys), so the gates, the summed logits and their masked copy never
+// go to memory; the backward fuses softmax's, the interpolation's, the scan's and the sigmoid's.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -54,93 +60,208 @@ void suffix_sums(const float *const *g, float *const *p, int H, int L) {
     }
 }
 
+// out[h][j] = sum_{t=0..j} d[h][t], for the H rows of one query (four scans interleaved).
+void prefix_sums(const float *const *d, float *const *out, int H, int L) {
+    int h = 0;
+    for (; h + 4 <= H; h += 4) {
+        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (int j = 0; j < L; ++j) {
+            a0 += d[h][j]; out[h][j] = a0;
+            a1 += d[h + 1][j]; out[h + 1][j] = a1;
+            a2 += d[h + 2][j]; out[h + 2][j] = a2;
+            a3 += d[h + 3][j]; out[h + 3][j] = a3;
+        }
+    }
+    for (; h < H; ++h) {
+        float a = 0;
+        for (int j = 0; j < L; ++j) { a += d[h][j]; out[h][j] = a; }
+    }
+}
+
+// exp(x) for x in [-87, 88] (clamped there), relative error ~2e-7: Cephes' expf polynomial with
+// the 2^n scale built from the exponent bits; plain arithmetic, so loops over it vectorise
+// (std::exp does not without -ffast-math). Needs the default rounding mode and no reassociation.
+inline float exp_approx(float x) {
+    x = std::min(std::max(x, -87.0f), 88.0f);
+    // n = round(x / ln 2) by the 1.5 * 2^23 shift (std::floor vectorises only with -fno-trapping-math)
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n ln 2 in two parts
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * __builtin_bit_cast(float, ((int32_t)n + 127) << 23);  // 2^n
+}
+
+// max and sum of x[0..L) in eight lanes (a fixed order: the same bits every run), so they
+// vectorise without -ffast-math's reassociation
+inline float row_max(const float *x, int L) {
+    float m[8] = {-3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f};
+    int j = 0;
+    for (; j + 8 <= L; j += 8)
+        for (int l = 0; l < 8; ++l) m[l] = std::max(m[l], x[j + l]);
+    for (; j < L; ++j) m[0] = std::max(m[0], x[j]);
+    return std::max(std::max(std::max(m[0], m[1]), std::max(m[2], m[3])), std::max(std::max(m[4], m[5]), std::max(m[6], m[7])));
+}
+
+inline float row_sum(const float *x, int L) {
+    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int j = 0;
+    for (; j + 8 <= L; j += 8)
+        for (int l = 0; l < 8; ++l) a[l] += x[j + l];
+    for (; j < L; ++j) a[0] += x[j];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 struct Workspace {
-    std::vector<float> p, dp, gtab;  // positions (H x T), their gradient (H x T), table gradient (npos)
+    // positions (H x T), their gradient (H x T), table gradient (npos); the fused attention's
+    // gates and the gradient of the summed logits (H x T each)
+    std::vector<float> p, dp, gtab, gate, dA;
     std::vector<const float *> g;
-    std::vector<float *> prow, dprow;
+    std::vector<float *> prow, dprow, grow, darow, out;  // out: rows of a caller's tensor
     explicit Workspace(const Shape &sh)
-        : p((size_t)sh.H * sh.T), dp((size_t)sh.H * sh.T), gtab(sh.npos), g(sh.H), prow(sh.H), dprow(sh.H) {
-        for (int h = 0; h < sh.H; ++h) { prow[h] = p.data() + (size_t)h * sh.T; dprow[h] = dp.data() + (size_t)h * sh.T; }
+        : p((size_t)sh.H * sh.T), dp((size_t)sh.H * sh.T), gtab(sh.npos), gate((size_t)sh.H * sh.T),
+          dA((size_t)sh.H * sh.T), g(sh.H), prow(sh.H), dprow(sh.H), grow(sh.H), darow(sh.H), out(sh.H) {
+        for (int h = 0; h < sh.H; ++h) {
+            const size_t o = (size_t)h * sh.T;
+            prow[h] = p.data() + o; dprow[h] = dp.data() + o; grow[h] = gate.data() + o; darow[h] = dA.data() + o;
+        }
     }
 };
 
+// interpolated table logits (or -m p for CoPE-ALiBi) of positions p[0..L): z[j]
+inline void position_logits(const float *p, const float *e, float m, int top, int L, float *z) {
+    if (e) {
+        for (int j = 0; j < L; ++j) {
+            const float pc = std::min(p[j], (float)top);
+            const int lo = (int)pc;  // pc >= 0: truncation is the floor
+            const float w = pc - (float)lo, low = e[lo], high = e[std::min(lo + 1, top)];
+            z[j] = low + w * (high - low);
+        }
+    } else {
+        for (int j = 0; j < L; ++j) z[j] = m * std::min(p[j], (float)top);
+    }
+}
+
+// the gradient of position_logits: dp[j] from dz[j]; the table row's gradient into gt (npos)
+inline void position_logits_backward(const float *p, const float *e, float m, int top, int npos, int L,
+                                     const float *dz, float *dp, float *gt) {
+    if (e) {
+        std::fill(gt, gt + npos, 0.0f);
+        for (int j = 0; j < L; ++j) {
+            const float pc = std::min(p[j], (float)top);
+            const int lo = (int)pc, hi = std::min(lo + 1, top);
+            const float w = pc - (float)lo, low = e[lo], high = e[hi];
+            gt[lo] += dz[j] - dz[j] * w;  // z = low + w (high - low)
+            gt[hi] += dz[j] * w;
+            dp[j] = dz[j] * (high - low);
+        }
+    } else {
+        for (int j = 0; j < L; ++j) dp[j] = p[j] <= (float)top ? m * dz[j] : 0.0f;  // the clamp's gradient
+    }
+}
+
+// gates sigmoid(G) of query row i for every head, and their suffix sums (the positions)
+void gates_and_positions(const Shape &sh, const float *G, int b, int i, Workspace &ws) {
+    const int L = i + 1;
+    for (int h = 0; h < sh.H; ++h) {
+        const float *gl = G + sh.row(b, h, i);
+        float *g = ws.grow[h];
+        for (int j = 0; j < L; ++j) g[j] = 1.0f / (1.0f + exp_approx(-gl[j]));
+        ws.g[h] = g;
+    }
+    suffix_sums(ws.g.data(), ws.prow.data(), sh.H, L);
+}
+
+void attention_forward_query(const Shape &sh, const float *S, const float *G, const float *table,
+                             const float *slopes, float *att, int b, int i, Workspace &ws) {
+    const int L = i + 1, top = sh.npos - 1;
+    gates_and_positions(sh, G, b, i, ws);
+    for (int h = 0; h < sh.H; ++h) {
+        const float *s = S + sh.row(b, h, i);
+        float *o = att + sh.row(b, h, i);
+        position_logits(ws.prow[h], table ? table + sh.table_row(b, h, i) : nullptr, slopes ? -slopes[h] : 0.0f,
+                        top, L, o);
+        for (int j = 0; j < L; ++j) o[j] += s[j];
+        const float mx = row_max(o, L);
+        for (int j = 0; j < L; ++j) o[j] = exp_approx(o[j] - mx);
+        const float inv = 1.0f / row_sum(o, L);
+        for (int j = 0; j < L; ++j) o[j] *= inv;
+        std::memset(o + L, 0, sizeof(float) * (sh.T - L));
+    }
+}
+
+// gS = dA (+ the gates' gradient when G is S); gG = the gates' gradient (sep_keys) or null
+void attention_backward_query(const Shape &sh, const float *G, const float *table,
+                              const float *slopes, const float *att, const float *gatt, float *gS, float *gG,
+                              float *gtable, int b, int i, Workspace &ws) {
+    const int L = i + 1, T = sh.T, top = sh.npos - 1;
+    gates_and_positions(sh, G, b, i, ws);  // recomputed, not stored by the forward
+    for (int h = 0; h < sh.H; ++h) {
+        const float *a = att + sh.row(b, h, i), *ga = gatt + sh.row(b, h, i);
+        float *dA = ws.darow[h];
+        for (int j = 0; j < L; ++j) dA[j] = a[j] * ga[j];
+        const float dot = row_sum(dA, L);
+        for (int j = 0; j < L; ++j) dA[j] = a[j] * (ga[j] - dot);  // softmax's backward
+        position_logits_backward(ws.prow[h], table ? table + sh.table_row(b, h, i) : nullptr,
+                                 slopes ? -slopes[h] : 0.0f, top, sh.npos, L, dA, ws.dprow[h], ws.gtab.data());
+        if (table) std::memcpy(gtable + sh.table_row(b, h, i), ws.gtab.data(), sizeof(float) * sh.npos);
+    }
+    // d g_t = sum_{j <= t} d p_j, into p's buffer (the positions are no longer needed)
+    for (int h = 0; h < sh.H; ++h) ws.g[h] = ws.dprow[h];
+    prefix_sums(ws.g.data(), ws.prow.data(), sh.H, L);
+    for (int h = 0; h < sh.H; ++h) {
+        const float *dg = ws.prow[h], *g = ws.grow[h], *dA = ws.darow[h];
+        float *os = gS + sh.row(b, h, i);
+        if (gG) {
+            float *og = gG + sh.row(b, h, i);
+            for (int j = 0; j < L; ++j) { os[j] = dA[j]; og[j] = dg[j] * g[j] * (1.0f - g[j]); }
+            std::memset(og + L, 0, sizeof(float) * (T - L));
+        } else {
+            for (int j = 0; j < L; ++j) os[j] = dA[j] + dg[j] * g[j] * (1.0f - g[j]);
+        }
+        std::memset(os + L, 0, sizeof(float) * (T - L));
+    }
+}
+
 void forward_query(const Shape &sh, const float *gates, const float *table, const float *slopes, float *out,
                    int b, int i, Workspace &ws) {
-    const int L = i + 1, T = sh.T, top = sh.npos - 1;
+    const int L = i + 1, top = sh.npos - 1;
     for (int h = 0; h < sh.H; ++h) ws.g[h] = gates + sh.row(b, h, i);
     suffix_sums(ws.g.data(), ws.prow.data(), sh.H, L);
     for (int h = 0; h < sh.H; ++h) {
-        const float *p = ws.prow[h];
         float *o = out + sh.row(b, h, i);
-        if (table) {
-            const float *e = table + sh.table_row(b, h, i);
-            for (int j = 0; j < L; ++j) {
-                const float pc = std::min(p[j], (float)top);
-                const int lo = (int)pc;  // pc >= 0: truncation is the floor
-                const float w = pc - (float)lo, low = e[lo], high = e[std::min(lo + 1, top)];
-                o[j] = low + w * (high - low);
-            }
-        } else {
-            const float m = -slopes[h];
-            for (int j = 0; j < L; ++j) o[j] = m * std::min(p[j], (float)top);
-        }
-        std::memset(o + L, 0, sizeof(float) * (T - L));
+        position_logits(ws.prow[h], table ? table + sh.table_row(b, h, i) : nullptr, slopes ? -slopes[h] : 0.0f,
+                        top, L, o);
+        std::memset(o + L, 0, sizeof(float) * (sh.T - L));
     }
 }
 
 void backward_query(const Shape &sh, const float *gates, const float *table, const float *slopes, const float *gout,
                     float *ggates, float *gtable, int b, int i, Workspace &ws) {
-    const int L = i + 1, T = sh.T, top = sh.npos - 1;
+    const int L = i + 1, top = sh.npos - 1;
     for (int h = 0; h < sh.H; ++h) ws.g[h] = gates + sh.row(b, h, i);
     suffix_sums(ws.g.data(), ws.prow.data(), sh.H, L);  // recomputed, not stored by the forward
     for (int h = 0; h < sh.H; ++h) {
-        const float *p = ws.prow[h], *d = gout + sh.row(b, h, i);
-        float *dp = ws.dprow[h];
-        if (table) {
-            const float *e = table + sh.table_row(b, h, i);
-            float *gt = ws.gtab.data();
-            std::fill(gt, gt + sh.npos, 0.0f);
-            for (int j = 0; j < L; ++j) {
-                const float pc = std::min(p[j], (float)top);
-                const int lo = (int)pc, hi = std::min(lo + 1, top);
-                const float w = pc - (float)lo, low = e[lo], high = e[hi];
-                gt[lo] += d[j] - d[j] * w;  // out = low + w (high - low)
-                gt[hi] += d[j] * w;
-                dp[j] = d[j] * (high - low);
-            }
-            std::memcpy(gtable + sh.table_row(b, h, i), gt, sizeof(float) * sh.npos);
-        } else {
-            const float m = -slopes[h];
-            for (int j = 0; j < L; ++j) dp[j] = p[j] <= (float)top ? m * d[j] : 0.0f;  // the clamp's gradient
-        }
+        position_logits_backward(ws.prow[h], table ? table + sh.table_row(b, h, i) : nullptr,
+                                 slopes ? -slopes[h] : 0.0f, top, sh.npos, L, gout + sh.row(b, h, i), ws.dprow[h],
+                                 ws.gtab.data());
+        if (table) std::memcpy(gtable + sh.table_row(b, h, i), ws.gtab.data(), sizeof(float) * sh.npos);
     }
-    // d g_t = sum_{j <= t} d p_j: prefix scans, four heads interleaved
-    int h = 0;
-    for (; h + 4 <= sh.H; h += 4) {
-        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        float *o0 = ggates + sh.row(b, h, i), *o1 = ggates + sh.row(b, h + 1, i);
-        float *o2 = ggates + sh.row(b, h + 2, i), *o3 = ggates + sh.row(b, h + 3, i);
-        const float *d0 = ws.dprow[h], *d1 = ws.dprow[h + 1], *d2 = ws.dprow[h + 2], *d3 = ws.dprow[h + 3];
-        for (int j = 0; j < L; ++j) {
-            a0 += d0[j]; o0[j] = a0;
-            a1 += d1[j]; o1[j] = a1;
-            a2 += d2[j]; o2[j] = a2;
-            a3 += d3[j]; o3[j] = a3;
-        }
-    }
-    for (; h < sh.H; ++h) {
-        float a = 0, *o = ggates + sh.row(b, h, i);
-        const float *dd = ws.dprow[h];
-        for (int j = 0; j < L; ++j) { a += dd[j]; o[j] = a; }
-    }
-    for (int hh = 0; hh < sh.H; ++hh) std::memset(ggates + sh.row(b, hh, i) + L, 0, sizeof(float) * (T - L));
+    // d g_t = sum_{j <= t} d p_j
+    for (int h = 0; h < sh.H; ++h) { ws.g[h] = ws.dprow[h]; ws.out[h] = ggates + sh.row(b, h, i); }
+    prefix_sums(ws.g.data(), ws.out.data(), sh.H, L);
+    for (int h = 0; h < sh.H; ++h) std::memset(ggates + sh.row(b, h, i) + L, 0, sizeof(float) * (sh.T - L));
 }
 
 }  // namespace
 
 extern "C" {
 
-int cope_abi_version() { return 1; }
+int cope_abi_version() { return 2; }
 
 int cope_forward(const float *gates, const float *table, const float *slopes, float *out, int B, int H, int T,
                  int npos, int nthreads) {
@@ -163,6 +284,37 @@ int cope_backward(const float *gates, const float *table, const float *slopes, c
         for (long u = u0; u < u1; ++u)
             each_row(sh, u, [&](int b, int i) {
                 backward_query(sh, gates, table, slopes, gout, ggates, gtable, b, i, ws);
+            });
+    });
+    return 0;
+}
+
+// G: the gate logits, or null when they are S itself
+int cope_attention_forward(const float *S, const float *G, const float *table, const float *slopes, float *att,
+                           int B, int H, int T, int npos, int nthreads) {
+    const Shape sh{B, H, T, npos};
+    const long total = (long)B * ((T + 1) / 2);
+    synthlab::parallel_units(total, synthlab::clamp_threads(nthreads, total), [&](int, long u0, long u1) {
+        Workspace ws(sh);
+        for (long u = u0; u < u1; ++u)
+            each_row(sh, u, [&](int b, int i) {
+                attention_forward_query(sh, S, G ? G : S, table, slopes, att, b, i, ws);
+            });
+    });
+    return 0;
+}
+
+int cope_attention_backward(const float *S, const float *G, const float *table, const float *slopes,
+                            const float *att, const float *gatt, float *gS, float *gG, float *gtable, int B, int H,
+                            int T, int npos, int nthreads) {
+    const Shape sh{B, H, T, npos};
+    const long total = (long)B * ((T + 1) / 2);
+    synthlab::parallel_units(total, synthlab::clamp_threads(nthreads, total), [&](int, long u0, long u1) {
+        Workspace ws(sh);
+        for (long u = u0; u < u1; ++u)
+            each_row(sh, u, [&](int b, int i) {
+                attention_backward_query(sh, G ? G : S, table, slopes, att, gatt, gS, G ? gG : nullptr, gtable,
+                                         b, i, ws);
             });
     });
     return 0;
