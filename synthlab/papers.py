@@ -399,13 +399,15 @@ def rows(vs: list[Verdict]) -> list[dict[str, Any]]:
 
 
 def save(vs: list[Verdict], show: str, out_dir, stem: str = "papers") -> dict[str, str]:
-    """``out_dir/<stem>.md`` and ``.csv`` (a sweep: grids/papers.md, grids/papers.csv)."""
+    """``out_dir/<stem>.md`` and ``.csv`` (a sweep: grids/papers.md, grids/papers.csv), both
+    or neither (synthlab.outputs: written beside, renamed into place at the end)."""
     import pandas as pd
     from pathlib import Path
 
+    from synthlab.outputs import csv_writer, write_files
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    md, csv = out_dir / f"{stem}.md", out_dir / f"{stem}.csv"
-    md.write_text(markdown(vs, show), encoding="utf-8")
-    pd.DataFrame(rows(vs)).to_csv(csv, index=False)
-    return {"md": str(md), "csv": str(csv)}
+    text = markdown(vs, show)
+    return write_files({"md": (out_dir / f"{stem}.md", lambda path: path.write_text(text, encoding="utf-8")),
+                        "csv": (out_dir / f"{stem}.csv", csv_writer(pd.DataFrame(rows(vs))))}, "claims table")

@@ -158,6 +158,26 @@ def test_markdown_and_csv_rows_carry_paper_and_verdict(tmp_path):
     assert math.isnan(row["better_paper"])
 
 
+def test_save_writes_both_tables_or_neither(tmp_path, monkeypatch):
+    """A failure while writing the CSV (a full disk, say) leaves no Markdown either, and no
+    temporary file: before, papers.md was written first and stayed beside a missing CSV."""
+    import pandas as pd
+
+    vs = papers.verdicts([rec("cope", i, 1.0, 1.0) for i in range(3)] + [rec("rope", i, 1.0, 0.8) for i in range(3)],
+                         spec())
+
+    def full_disk(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full_disk)
+    with pytest.raises(OSError):
+        papers.save(vs, "error", tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    files = papers.save(vs, "error", tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["papers.csv", "papers.md"] and files["md"].endswith(".md")
+
+
 def test_grid_marks_the_paper_cell_in_labels_markdown_and_csv():
     s = spec()
     records = [rec(pe, i, 1.0, a) for pe, a in (("cope", 1.0), ("rope", 0.8)) for i in range(3)]
