@@ -125,10 +125,32 @@ def _norm_key(k: str) -> str:
     return _ALIASES.get(k, k)
 
 
-def expand_cells(spec: Any, preset: str, pe: list[str] | None = None) -> list[Cell]:
+def _settings(settings: dict[str, Any], task: str, fixed: dict[str, str]) -> dict[str, Any]:
+    """``sweep --set`` keys made canonical for ``task`` (``steps`` -> ``train.steps``,
+    ``n_pairs`` -> ``task.n_pairs``), values as given (typed where the run's config is made)."""
+    import generators
+    from synthlab.config import resolve_key
+
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        section, name = resolve_key(str(key), tuple(generators.TASKS[task].PARAMS))
+        if not section:
+            flag = "--pe" if name == "pe" else "a sweep file"
+            raise ValueError(f"--set {key}: {name} names the run; set it with {flag}, not --set")
+        canonical = f"{section}.{name}"
+        if canonical in fixed:
+            raise ValueError(f"--set {key}: {canonical} is {fixed[canonical]}; change it in a sweep file")
+        out[canonical] = value
+    return out
+
+
+def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
+                 settings: dict[str, Any] | None = None) -> list[Cell]:
     """Every cell of the grid, in a fixed order (task, pe, other axes, seed, tuned slot).
     ``spec``: a :class:`synthlab.sweepfile.SweepSpec` (not imported: sweepfile parses the
-    papers' cells, which name their encodings through :func:`with_dape_k`)."""
+    papers' cells, which name their encodings through :func:`with_dape_k`). ``settings``:
+    ``sweep --set`` (key -> value) on top of the preset's tables in every cell; a key that is
+    an axis, tuned, or names the run (pe, positions) is refused (ValueError)."""
     if preset not in spec.presets:
         raise ValueError(f"--preset {preset!r} is not allowed (allowed: {', '.join(spec.presets)})")
     p = spec.presets[preset]
@@ -141,8 +163,12 @@ def expand_cells(spec: Any, preset: str, pe: list[str] | None = None) -> list[Ce
     n_slots = tune.get("trials_per_cell", 1)
     tuned = {k: v for k, v in tune.items() if k != "trials_per_cell"}
     other = [k for k in axes if k not in _SPECIAL_AXES]
+    fixed = {_norm_key(a): f"an axis of this sweep ({', '.join(map(str, axes[a]))})" for a in other}
+    fixed.update({_norm_key(a): f"tuned by this preset ({a})" for a in tuned})
+    fixed["train.seed"] = f"the seed axis ({', '.join(map(str, axes['seed']))})"
     cells: list[Cell] = []
     for task in axes["task"]:
+        extra = _settings(settings or {}, task, fixed)
         for enc in axes["pe"]:
             dape_ks = axes.get("dape_k", [None]) if parse_pe(enc).has("dape") else [None]
             chunks = axes.get("pose_chunks", [None])
@@ -153,7 +179,7 @@ def expand_cells(spec: Any, preset: str, pe: list[str] | None = None) -> list[Ce
                 positions = with_pose_chunks(pos, nch) if nch is not None else pos
                 for seed in axes["seed"]:
                     for slot in range(n_slots):
-                        ov = {_norm_key(a): v for a, v in p["overrides"].items()}
+                        ov = {**{_norm_key(a): v for a, v in p["overrides"].items()}, **extra}
                         named: dict[str, Any] = {"task": task, "pe": pe_full}
                         if k is not None:
                             named["dape_k"] = k

@@ -114,7 +114,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           out: str | os.PathLike | None = None, quiet: bool = True, *, grids: bool = True,
           retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
           poll: float = 2.0, workers: int | str = 1, logger: str | None = None,
-          progress_every: float = progress_mod.HEARTBEAT_EVERY) -> list[dict]:
+          progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -127,7 +127,10 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     trainer, :mod:`synthlab.loggers`; None: its default, csv) goes to every run, no part of a
     cell's identity. Unless ``quiet``, progress goes to stderr: a bar on a terminal, else a
     line per cell and a heartbeat line every ``progress_every`` seconds
-    (:mod:`synthlab.progress`). Everything is validated before anything is written.
+    (:mod:`synthlab.progress`). ``settings`` (``--set``: key -> value) go into every cell on top
+    of the preset's tables; they are part of each cell's identity, and the default study name
+    carries them (``flipflop-quick-steps=500``), so a grid never pools runs of other settings.
+    Everything is validated before anything is written.
     """
     workers = workers_mod.parse_workers(workers)
     if logger is not None:
@@ -142,9 +145,11 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     pe_list = split_pe_list(pe) if isinstance(pe, str) else pe
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
-    cells = expand_cells(spec, preset, pe_list)
+    settings = dict(settings or {})
+    cells = expand_cells(spec, preset, pe_list, settings)
     configs = validate_cells(cells, preset)
-    study_name = study if study is not None else f"{spec.name}-{preset}"
+    study_name = study if study is not None else f"{spec.name}-{preset}" + "".join(
+        f"-{k}={v}" for k, v in sorted(settings.items()))
     _validate_name(study_name, "--study")
     out_dir = Path(out) if out is not None else Path("synthlab-runs") / study_name
     if out_dir.exists() and not out_dir.is_dir():
@@ -158,7 +163,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     with workers_mod.sigterm_as_ctrl_c():
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
         return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
-                    dict(task_or_file=str(task_or_file), pe=pe_list, heartbeat_interval=heartbeat_interval,
+                    dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, heartbeat_interval=heartbeat_interval,
                          grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every),
                     plans)
 

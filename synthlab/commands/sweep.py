@@ -22,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "stderr: a bar on a terminal, else a line per finished cell and a heartbeat line during long ones. "
         "Watch the study with optuna-dashboard (docs/observability.md).",
         epilog="examples:\n  synthlab sweep flipflop --pe cope,rope\n"
+        "  synthlab sweep flipflop --pe cope,rope --set train.eval_every=100  # learning curves\n"
         "  synthlab sweep che --preset smoke --out runs/che\n"
         "  synthlab sweep my_sweep.toml --storage postgresql://me@db/optuna --study big  # on each machine\n"
         "  synthlab sweep flipflop --logger tensorboard 2> sweep.log\n"
@@ -33,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "mqar), a CHE task name (che.toml restricted to it), or a .toml file")
     p.add_argument("--pe", help="comma-separated encodings; replaces the sweep's encodings axis")
     p.add_argument("--preset", choices=("smoke", "quick", "paper"), help="settings preset (default: the sweep file's)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a setting for every cell, on top of the preset (repeatable): train.eval_every=100, "
+                   "steps=500; not an axis of the sweep. The default study name carries it")
     p.add_argument("--trials", type=int, help="run at most N trials in this process, then stop")
     p.add_argument("--storage", help="Optuna storage URL (sqlite:///F, postgresql://...) or a journal file path "
                    "(default: OUT/study.journal)")
@@ -55,12 +59,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from synthlab.commands._common import parse_assignments
     from synthlab.sweeping import sweep
 
+    settings = parse_assignments(args.set)
     _check_size(args)
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
                     study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
-                    workers=args.workers, logger=args.logger, progress_every=args.progress_every)
+                    workers=args.workers, logger=args.logger, progress_every=args.progress_every,
+                    settings=settings)
     return 0 if records is not None else 1
 
 

@@ -108,6 +108,28 @@ def completed_keys(trials):
     return [t.user_attrs["cell_key"] for t in trials if t.state == TrialState.COMPLETE]
 
 
+def test_set_reaches_every_cell_and_its_own_study(tmp_path, fake, monkeypatch):
+    """`sweep --set`: the settings go into every cell on top of the preset (canonical keys), the
+    default study name and output directory carry them, so a grid never pools two settings,
+    and the same command again trains nothing."""
+    path = write_sweep(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    recs = sweeping.sweep(path, quiet=True, settings={"steps": "7", "train.eval_every": "2"})
+    assert len(fake.calls) == 4
+    for _, _, _, ov in fake.calls:
+        ov = json.loads(ov)
+        assert ov["train.steps"] == "7" and ov["train.eval_every"] == "2" and ov["model.d_model"] == 16
+    assert {r["study"] for r in recs} == {"tiny-smoke-steps=7-train.eval_every=2"}
+    out = tmp_path / "synthlab-runs" / "tiny-smoke-steps=7-train.eval_every=2"
+    assert (out / "study.journal").exists()
+    assert sweeping.sweep(path, quiet=True, settings={"steps": "7", "train.eval_every": "2"}) == recs
+    assert len(fake.calls) == 4
+    # without the settings: the preset's own study, its own cells
+    plain = sweeping.sweep(path, quiet=True)
+    assert len(fake.calls) == 8 and {r["study"] for r in plain} == {"tiny-smoke"}
+    assert all(json.loads(ov)["train.steps"] == 10 for _, _, _, ov in fake.calls[4:])  # the preset's
+
+
 def test_every_cell_runs_once_and_a_rerun_resumes(tmp_path, fake, capsys):
     path = write_sweep(tmp_path)
     out = tmp_path / "out"

@@ -52,18 +52,20 @@ def _cmd(*args: str) -> list[str]:
 def test_two_workers_run_every_cell_exactly_once_with_split_threads(tmp_path):
     path = write_sweep(tmp_path, TINY.replace("seed = [0, 1]", "seed = [0, 1, 2]"))
     out = tmp_path / "out"
-    r = subprocess.run(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(), capture_output=True,
-                       text=True, timeout=600)
+    # --set reaches the helper's cells too (they rebuild the grid from the same arguments)
+    r = subprocess.run(_cmd(str(path), "--out", str(out), "--workers", "2", "--set", "steps=7"), env=_env(),
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "6/6 cells finished" in r.stdout
-    _, trials = study_trials(out, "tiny-smoke")
+    _, trials = study_trials(out, "tiny-smoke-steps=7")
     keys = completed_keys(trials)
     assert len(keys) == 6 == len(set(keys))
     recs = grids.read_results(out / "results.jsonl")
     assert sorted((x["pe"], x["train"]["seed"]) for x in recs) == sorted(
         (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2))
-    # every run, in either process, had its share of the cores
+    # every run, in either process, had its share of the cores and the --set steps
     assert {x["train"]["threads"] for x in recs} == {workers.threads_per_worker(2)}
+    assert {x["train"]["steps"] for x in recs} == {7}
 
 
 @pytest.mark.slow
