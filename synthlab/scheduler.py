@@ -300,8 +300,10 @@ class Runner:
                     self.storage.set_trial_user_attr(t._trial_id, "closed_from_record", reason)
                 except (UpdateFinishedTrialError, RuntimeError):
                     continue
+                # the line first, then the close, as for a run that just ended: a kill between
+                # the two then leaves a RUNNING trial that the next sweep reaps again
+                self._ensure_recorded(record, t.user_attrs["cell_key"])
                 if self._close(t._trial_id, t.number, record, reaping=True):
-                    self._ensure_recorded(record, t.user_attrs["cell_key"])
                     self.log(f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
                              "closed from its record")
                 continue

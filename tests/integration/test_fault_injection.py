@@ -311,6 +311,24 @@ def test_a_kill_at_each_step_of_recording_a_run(driver, setup, tmp_path):
           + "\n  ".join(report))
 
 
+def test_a_kill_while_reaping_a_recorded_trial_loses_no_record(driver, setup, tmp_path):
+    """A worker dies after its run was recorded on the trial but before results.jsonl had it;
+    the next sweep reaps that trial from its record and is itself killed at its first append.
+    Found by the random-kill test: the reaper closed the trial before appending its line, so a
+    kill between the two left a COMPLETE trial whose run results.jsonl never got. Now the line
+    goes first, as for a run that just ended."""
+    path, cells, _, _ = setup
+    out = tmp_path / "reap"
+    code, _, se = driver.run(out, sweep=path, crash={"nth": 2, "target": "append_record", "mode": "before"})
+    assert code == -signal.SIGKILL, se
+    code, _, se = driver.run(out, sweep=path, crash={"nth": 1, "target": "append_record", "mode": "before"})
+    assert code == -signal.SIGKILL, se
+    code, so, se = driver.run(out, sweep=path)
+    assert code == 0 and "4/4 cells finished" in so, se
+    assert check_exactly_once(out, cells) == 0
+    assert len(list((out / "runs").glob("*-flipflop-*"))) == 4  # nothing trained twice
+
+
 def test_a_journal_cut_at_random_offsets_recovers(driver, setup, tmp_path):
     """A finished study's journal cut anywhere (a torn tail, or the study's end lost): the sweep
     warns, goes on, runs the cells whose end was lost and no finished one; with results.jsonl
