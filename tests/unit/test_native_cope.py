@@ -15,6 +15,15 @@ needs_kernel = pytest.mark.skipif(native._compiler() is None or native.cope_kern
                                   reason="native CoPE kernel unavailable (no C++ compiler)")
 
 
+def _trained_looking_cope(H, d_h, npos, alibi, sep_keys):
+    """A CoPE module whose table is not zero (it starts at zero), so positions matter."""
+    cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, sep_keys=sep_keys, alibi=alibi)
+    if not alibi:
+        with torch.no_grad():
+            cope.pos_emb.normal_()
+    return cope
+
+
 def _run(cope, q, S, x, future, g):
     term = cope(q, S, x, future)
     grads = torch.autograd.grad((term.masked_fill(future, 0.0) * g).sum(), [q, S, *cope.parameters()],
@@ -33,10 +42,7 @@ def test_native_equals_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
     bits to cancellation; the kernel's direct suffix sum does not)."""
     torch.manual_seed(T * 7 + H)
     d_h = 8
-    cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, sep_keys=sep_keys, alibi=alibi)
-    if not alibi:
-        with torch.no_grad():
-            cope.pos_emb.normal_()
+    cope = _trained_looking_cope(H, d_h, npos, alibi, sep_keys)
     q = torch.randn(2, H, T, d_h, requires_grad=True)
     # logits spread so that gates reach both ends (0 and 1) and positions cross integer cells
     S = (3 * torch.randn(2, H, T, T)).requires_grad_()
@@ -73,10 +79,7 @@ def test_fused_attention_equals_softmax_of_pytorch_path_in_float64(H, T, npos, a
     gradients reach q (through S, the table and the gate keys), k and the CoPE parameters."""
     torch.manual_seed(T * 5 + H)
     d_h = 8
-    cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, sep_keys=sep_keys, alibi=alibi)
-    if not alibi:
-        with torch.no_grad():
-            cope.pos_emb.normal_()
+    cope = _trained_looking_cope(H, d_h, npos, alibi, sep_keys)
     q, k = torch.randn(2, H, T, d_h, requires_grad=True), torch.randn(2, H, T, d_h, requires_grad=True)
     x = torch.randn(2, T, H * d_h, requires_grad=True)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)

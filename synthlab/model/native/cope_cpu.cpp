@@ -42,41 +42,33 @@ void each_row(const Shape &sh, long u, Row row) {
     if (sh.T - 1 - r != r) row(b, sh.T - 1 - r);
 }
 
-// p[h][j] = sum_{t=j..L-1} g[h][t], for the H rows of one query.
-void suffix_sums(const float *const *g, float *const *p, int H, int L) {
+// Running sums over the H rows of one query, four heads interleaved: Reverse, out[h][j] =
+// sum_{t=j..L-1} in[h][t] (the positions from the gates); else out[h][j] = sum_{t=0..j} in[h][t]
+// (the gates' gradient from the positions').
+template <bool Reverse>
+void running_sums(const float *const *in, float *const *out, int H, int L) {
     int h = 0;
     for (; h + 4 <= H; h += 4) {
         float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        for (int j = L - 1; j >= 0; --j) {
-            a0 += g[h][j]; p[h][j] = a0;
-            a1 += g[h + 1][j]; p[h + 1][j] = a1;
-            a2 += g[h + 2][j]; p[h + 2][j] = a2;
-            a3 += g[h + 3][j]; p[h + 3][j] = a3;
+        for (int k = 0; k < L; ++k) {
+            const int j = Reverse ? L - 1 - k : k;
+            a0 += in[h][j]; out[h][j] = a0;
+            a1 += in[h + 1][j]; out[h + 1][j] = a1;
+            a2 += in[h + 2][j]; out[h + 2][j] = a2;
+            a3 += in[h + 3][j]; out[h + 3][j] = a3;
         }
     }
     for (; h < H; ++h) {
         float a = 0;
-        for (int j = L - 1; j >= 0; --j) { a += g[h][j]; p[h][j] = a; }
+        for (int k = 0; k < L; ++k) {
+            const int j = Reverse ? L - 1 - k : k;
+            a += in[h][j]; out[h][j] = a;
+        }
     }
 }
 
-// out[h][j] = sum_{t=0..j} d[h][t], for the H rows of one query (four scans interleaved).
-void prefix_sums(const float *const *d, float *const *out, int H, int L) {
-    int h = 0;
-    for (; h + 4 <= H; h += 4) {
-        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        for (int j = 0; j < L; ++j) {
-            a0 += d[h][j]; out[h][j] = a0;
-            a1 += d[h + 1][j]; out[h + 1][j] = a1;
-            a2 += d[h + 2][j]; out[h + 2][j] = a2;
-            a3 += d[h + 3][j]; out[h + 3][j] = a3;
-        }
-    }
-    for (; h < H; ++h) {
-        float a = 0;
-        for (int j = 0; j < L; ++j) { a += d[h][j]; out[h][j] = a; }
-    }
-}
+inline void suffix_sums(const float *const *g, float *const *p, int H, int L) { running_sums<true>(g, p, H, L); }
+inline void prefix_sums(const float *const *d, float *const *out, int H, int L) { running_sums<false>(d, out, H, L); }
 
 // exp(x) for x in [-87, 88] (clamped there), relative error ~2e-7: Cephes' expf polynomial with
 // the 2^n scale built from the exponent bits; plain arithmetic, so loops over it vectorise
@@ -131,6 +123,16 @@ struct Workspace {
         }
     }
 };
+
+// query(sh, b, i, ws) for every query row i of every batch b, over the threads, one workspace each
+template <class Query>
+void every_query(const Shape &sh, int nthreads, Query query) {
+    const long total = (long)sh.B * ((sh.T + 1) / 2);
+    synthlab::parallel_units(total, synthlab::clamp_threads(nthreads, total), [&](int, long u0, long u1) {
+        Workspace ws(sh);
+        for (long u = u0; u < u1; ++u) each_row(sh, u, [&](int b, int i) { query(sh, b, i, ws); });
+    });
+}
 
 // interpolated table logits (or -m p for CoPE-ALiBi) of positions p[0..L): z[j]
 inline void position_logits(const float *p, const float *e, float m, int top, int L, float *z) {
@@ -265,26 +267,16 @@ int cope_abi_version() { return 2; }
 
 int cope_forward(const float *gates, const float *table, const float *slopes, float *out, int B, int H, int T,
                  int npos, int nthreads) {
-    const Shape sh{B, H, T, npos};
-    const long total = (long)B * ((T + 1) / 2);
-    synthlab::parallel_units(total, synthlab::clamp_threads(nthreads, total), [&](int, long u0, long u1) {
-        Workspace ws(sh);
-        for (long u = u0; u < u1; ++u)
-            each_row(sh, u, [&](int b, int i) { forward_query(sh, gates, table, slopes, out, b, i, ws); });
+    every_query(Shape{B, H, T, npos}, nthreads, [&](const Shape &sh, int b, int i, Workspace &ws) {
+        forward_query(sh, gates, table, slopes, out, b, i, ws);
     });
     return 0;
 }
 
 int cope_backward(const float *gates, const float *table, const float *slopes, const float *gout, float *ggates,
                   float *gtable, int B, int H, int T, int npos, int nthreads) {
-    const Shape sh{B, H, T, npos};
-    const long total = (long)B * ((T + 1) / 2);
-    synthlab::parallel_units(total, synthlab::clamp_threads(nthreads, total), [&](int, long u0, long u1) {
-        Workspace ws(sh);
-        for (long u = u0; u < u1; ++u)
-            each_row(sh, u, [&](int b, int i) {
-                backward_query(sh, gates, table, slopes, gout, ggates, gtable, b, i, ws);
-            });
+    every_query(Shape{B, H, T, npos}, nthreads, [&](const Shape &sh, int b, int i, Workspace &ws) {
+        backward_query(sh, gates, table, slopes, gout, ggates, gtable, b, i, ws);
     });
     return 0;
 }
@@ -292,14 +284,8 @@ int cope_backward(const float *gates, const float *table, const float *slopes, c
 // G: the gate logits, or null when they are S itself
 int cope_attention_forward(const float *S, const float *G, const float *table, const float *slopes, float *att,
                            int B, int H, int T, int npos, int nthreads) {
-    const Shape sh{B, H, T, npos};
-    const long total = (long)B * ((T + 1) / 2);
-    synthlab::parallel_units(total, synthlab::clamp_threads(nthreads, total), [&](int, long u0, long u1) {
-        Workspace ws(sh);
-        for (long u = u0; u < u1; ++u)
-            each_row(sh, u, [&](int b, int i) {
-                attention_forward_query(sh, S, G ? G : S, table, slopes, att, b, i, ws);
-            });
+    every_query(Shape{B, H, T, npos}, nthreads, [&](const Shape &sh, int b, int i, Workspace &ws) {
+        attention_forward_query(sh, S, G ? G : S, table, slopes, att, b, i, ws);
     });
     return 0;
 }
@@ -307,15 +293,8 @@ int cope_attention_forward(const float *S, const float *G, const float *table, c
 int cope_attention_backward(const float *S, const float *G, const float *table, const float *slopes,
                             const float *att, const float *gatt, float *gS, float *gG, float *gtable, int B, int H,
                             int T, int npos, int nthreads) {
-    const Shape sh{B, H, T, npos};
-    const long total = (long)B * ((T + 1) / 2);
-    synthlab::parallel_units(total, synthlab::clamp_threads(nthreads, total), [&](int, long u0, long u1) {
-        Workspace ws(sh);
-        for (long u = u0; u < u1; ++u)
-            each_row(sh, u, [&](int b, int i) {
-                attention_backward_query(sh, G ? G : S, table, slopes, att, gatt, gS, G ? gG : nullptr, gtable,
-                                         b, i, ws);
-            });
+    every_query(Shape{B, H, T, npos}, nthreads, [&](const Shape &sh, int b, int i, Workspace &ws) {
+        attention_backward_query(sh, G ? G : S, table, slopes, att, gatt, gS, G ? gG : nullptr, gtable, b, i, ws);
     });
     return 0;
 }
