@@ -133,6 +133,9 @@ class Attention(nn.Module):
                 else:
                     mask = ctx.apply_mask(self._bias(ctx, q_raw))
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
+        elif (self.cope is not None and not self.biases and self.dape is None and not return_attention
+              and (y := self._cope_attend(q_raw, q, k, v)) is not None):
+            pass  # CoPE alone, by the native kernel from q, k, v: no (T, T) tensor either way
         else:
             S = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T); scaling q touches T x d_h values, not T x T
             add = self._bias(ctx, q_raw) if self.biases else None
@@ -153,6 +156,11 @@ class Attention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         y = self.resid_dropout(self.c_proj(y))
         return y, att
+
+    def _cope_attend(self, q_raw, q, k, v) -> torch.Tensor | None:
+        if self.training and self.dropout > 0:  # attention dropout needs the weights
+            return None
+        return self.cope.attend(q_raw, q, k, v, self.scale)
 
     def _bias(self, ctx: PositionContext, q: torch.Tensor) -> torch.Tensor:
         total = None

@@ -1,6 +1,7 @@
 """The native CPU kernel of CoPE (synthlab/model/native/cope_cpu.cpp): the same term and
 gradients as CoPE's PyTorch path (Listing 1 of the paper), clamp included, and deterministic;
-its fused attention (term, causal mask and softmax in one pass) equals softmax of that path."""
+its fused attention (term, causal mask and softmax in one pass) equals softmax of that path,
+and its attention fused from q, k, v (no (T, T) tensor) equals softmax(...) @ v of that path."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from synthlab.model import build_model
 from synthlab.model import native
-from synthlab.model.encoders.contextual import CoPE
+from synthlab.model.encoders.contextual import CoPE, _FusedCoPEQKV
 
 needs_kernel = pytest.mark.skipif(native._compiler() is None or native.cope_kernel() is None,
                                   reason="native CoPE kernel unavailable (no C++ compiler)")
@@ -111,6 +112,96 @@ def test_fused_attention_equals_softmax_of_pytorch_path_in_float64(H, T, npos, a
         assert a is None or close(a, b), f"gradient of {name} differs"
 
 
+def _cope_attention_by_pytorch(cope, q, k, v, future):
+    """softmax(masked(q k^T / sqrt(d_h) + CoPE term)) @ v through the PyTorch path"""
+    S = (q * cope.scale) @ k.transpose(-2, -1)
+    att = torch.softmax((S + cope(q, S, None, future)).masked_fill(future, float("-inf")), dim=-1)
+    return att @ v
+
+
+@needs_kernel
+@pytest.mark.parametrize("H,T,d_h,npos,alibi", [
+    (4, 1, 16, 64, False), (4, 2, 16, 64, False), (4, 17, 16, 8, False),  # 8: most positions clamp
+    (3, 64, 16, 16, False), (2, 70, 32, 64, False), (3, 33, 8, 16, False), (2, 20, 7, 4, False),  # d_h % 16 != 0
+    (5, 17, 16, 64, True), (4, 50, 24, 5, True), (2, 130, 16, 64, False),
+])
+def test_qkv_attention_equals_pytorch_path_in_float64(H, T, d_h, npos, alibi):
+    """CoPE.attend (the kernel from q, k, v: scores, gates, positions, term, mask, softmax and
+    the values in one pass per row; the backward recomputing each row from its log-sum-exp)
+    against softmax(masked(S + term)) @ v by the PyTorch path in float64, values and the
+    gradients of q, k, v and the table."""
+    torch.manual_seed(T * 3 + d_h)
+    cope = _trained_looking_cope(H, d_h, npos, alibi, False)
+    # q, k spread so that gates reach both ends and positions cross integer cells
+    q, k, v = (s * torch.randn(2, H, T, d_h) for s in (2.0, 2.0, 1.0))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    w = torch.randn(2, H, T, d_h)
+    y = cope.attend(q, q, k, v, cope.scale)
+    assert y is not None and y.shape == (2, H, T, d_h)
+    grads = torch.autograd.grad((y * w).sum(), [q, k, v, *cope.parameters()], allow_unused=True)
+
+    ref_cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, alibi=alibi).double()
+    ref_cope.load_state_dict(cope.state_dict())
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    assert ref_cope.attend(q64, q64, k64, v64, ref_cope.scale) is None  # float64: no kernel
+    ref = _cope_attention_by_pytorch(ref_cope, q64, k64, v64, future)
+    ref_grads = torch.autograd.grad((ref * w.double()).sum(), [q64, k64, v64, *ref_cope.parameters()],
+                                    allow_unused=True)
+
+    # float32 itself: the same PyTorch path in float32 (at T 130 the positions' rounding moves the
+    # interpolated term by ~1e-4); the kernel may be off by a few times that, or 5e-5 of the scale
+    q32, k32, v32 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    cope._native = lambda G: False
+    ref32 = _cope_attention_by_pytorch(cope, q32, k32, v32, future)
+    ref32_grads = torch.autograd.grad((ref32 * w).sum(), [q32, k32, v32, *cope.parameters()], allow_unused=True)
+
+    def close(a, b, a32):
+        err, err32 = (a.double() - b).abs().max(), (a32.double() - b).abs().max()
+        return err <= max(5e-5 * b.abs().max().clamp_min(1.0), 4 * err32)
+
+    assert close(y, ref, ref32)
+    for name, a, b, c in zip(["q", "k", "v", "table"], grads, ref_grads, ref32_grads):
+        assert (a is None) == (b is None), name
+        assert a is None or close(a, b, c), f"gradient of {name} differs"
+
+
+@needs_kernel
+def test_qkv_attention_rows_independent_of_batch_and_threads():
+    """Each batch element is one work unit: its output does not depend on the others or on the
+    thread count (the same bits)."""
+    torch.manual_seed(1)
+    cope = _trained_looking_cope(4, 16, 64, False, False)
+    q, k, v = (torch.randn(5, 4, 40, 16) for _ in range(3))
+    table = q @ cope.pos_emb
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _FusedCoPEQKV.apply(q, k, v, table, None, 64, cope.scale)
+        torch.set_num_threads(2)
+        two = _FusedCoPEQKV.apply(q, k, v, table, None, 64, cope.scale)
+    finally:
+        torch.set_num_threads(before)
+    alone = _FusedCoPEQKV.apply(q[3:4], k[3:4], v[3:4], table[3:4], None, 64, cope.scale)
+    assert torch.equal(one, two) and torch.equal(one[3:4], alone)
+
+
+@needs_kernel
+@pytest.mark.parametrize("pe,dropout,train,fused", [
+    ("cope", 0.0, True, True), ("cope-alibi", 0.0, True, True), ("cope+rope", 0.0, False, True),
+    ("cope", 0.1, True, False), ("cope", 0.1, False, True),  # attention dropout needs the weights
+    ("cope:sep_keys=1", 0.0, True, False), ("cope+t5", 0.0, True, False),
+])
+def test_model_takes_the_qkv_kernel_where_it_applies(pe, dropout, train, fused, monkeypatch):
+    calls = []
+    real = _FusedCoPEQKV.apply
+    monkeypatch.setattr(_FusedCoPEQKV, "apply", lambda *a: calls.append(1) or real(*a))
+    m = build_model(pe=pe, vocab_size=11, d_model=32, n_layers=2, n_heads=2, max_len=24, dropout=dropout)
+    m.train(train)
+    m(torch.randint(0, 11, (2, 24)))
+    assert len(calls) == (2 if fused else 0)
+
+
 @needs_kernel
 @pytest.mark.parametrize("alibi", [False, True])
 def test_native_clamp_by_hand(alibi):
@@ -157,10 +248,11 @@ def test_native_deterministic():
 
 
 @needs_kernel
-@pytest.mark.parametrize("pe", ["cope", "cope+rope", "cope-alibi", "cope:sep_keys=1", "cope+dape:k=3", "cope+t5"])
-def test_model_same_logits_and_grads_with_and_without_kernel(pe, monkeypatch):
+@pytest.mark.parametrize("pe,n_heads", [("cope", 4), ("cope", 2), ("cope+rope", 4), ("cope-alibi", 4),
+                                        ("cope:sep_keys=1", 4), ("cope+dape:k=3", 4), ("cope+t5", 4)])
+def test_model_same_logits_and_grads_with_and_without_kernel(pe, n_heads, monkeypatch):
     torch.manual_seed(0)
-    m = build_model(pe=pe, vocab_size=11, d_model=32, n_layers=2, n_heads=4, max_len=24)
+    m = build_model(pe=pe, vocab_size=11, d_model=32, n_layers=2, n_heads=n_heads, max_len=24)
     with torch.no_grad():  # a trained-looking table (it starts at zero)
         for blk in m.blocks:
             if getattr(blk.attn.cope, "pos_emb", None) is not None:

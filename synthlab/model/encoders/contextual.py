@@ -80,6 +80,42 @@ class _FusedCoPEAttention(torch.autograd.Function):
         return gS, gG, g_table, None, None
 
 
+class _FusedCoPEQKV(torch.autograd.Function):
+    """The whole causal attention softmax_j(q_i k_j scale + CoPE term_ij) v_j of a layer whose
+    only position term is CoPE (gates from the attention logits), from q, k, v (B, H, T, d_h)
+    by the native CPU kernel, flash-attention style: no (B, H, T, T) tensor is made either way
+    (the backward recomputes each row from its saved log-sum-exp). table = q_raw . pos_emb
+    (B, H, T, npos), or None with ``slopes`` (H,) for CoPE-ALiBi. Equal to the PyTorch path
+    within float rounding."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, table, slopes, npos: int, scale: float):
+        lib = cope_kernel()
+        B, H, T, D = q.shape
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        table = None if table is None else table.contiguous()
+        slopes = None if slopes is None else slopes.reshape(H).contiguous()
+        y = torch.empty_like(q)
+        lse = q.new_empty(B, H, T)
+        lib.cope_qkv_forward(ptr(q), ptr(k), ptr(v), ptr(table), ptr(slopes), ptr(y), ptr(lse), B, H, T, D, npos,
+                             scale, torch.get_num_threads())
+        ctx.save_for_backward(q, k, v, table, slopes, lse)
+        ctx.npos, ctx.scale = npos, scale
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        lib = cope_kernel()
+        q, k, v, table, slopes, lse = ctx.saved_tensors
+        B, H, T, D = q.shape
+        gy = gy.contiguous()
+        gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        g_table = None if table is None else torch.empty_like(table)
+        lib.cope_qkv_backward(ptr(q), ptr(k), ptr(v), ptr(table), ptr(slopes), ptr(lse), ptr(gy), ptr(gq), ptr(gk),
+                              ptr(gv), ptr(g_table), B, H, T, D, ctx.npos, ctx.scale, torch.get_num_threads())
+        return gq, gk, gv, g_table, None, None, None
+
+
 def cope_alibi_slopes(n_heads: int, m0: float) -> list[float]:
     """CoPE-ALiBi's fixed head slopes (Golovneva et al. 2024, App. C): m_h = m0 / 2^h. The paper's
     three sets for 4 heads are m0 = 1, 1/4, 1/16; m0 = 1/4 ({1/4, 1/8, 1/16, 1/32}) had the lowest
@@ -146,6 +182,18 @@ class CoPE(nn.Module):
         G = None if self.gate_key is None else self.gate_logits(q, S, x)
         table = None if self.alibi else q @ self.pos_emb  # (B, H, T, npos)
         return _FusedCoPEAttention.apply(S, G, table, self.slopes if self.alibi else None, self.npos)
+
+    def attend(self, q_raw: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               scale: float) -> torch.Tensor | None:
+        """The layer's whole attention output sum_j a_ij v_j (B, H, T, d_h) from q, k, v by the
+        native kernel without any (T, T) tensor, for a layer with no other position term and
+        gates from the attention logits (not ``sep_keys``); q_raw is the content query of the
+        table term. None where the kernel does not apply: the caller then goes through
+        ``attention`` or ``forward``."""
+        if self.gate_key is not None or not self._native(q):
+            return None
+        table = None if self.alibi else q_raw @ self.pos_emb  # (B, H, T, npos)
+        return _FusedCoPEQKV.apply(q, k, v, table, self.slopes if self.alibi else None, self.npos, scale)
 
     def _native(self, G: torch.Tensor) -> bool:
         params = [] if self.alibi else [self.pos_emb]

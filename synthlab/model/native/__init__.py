@@ -128,14 +128,18 @@ def _cope_signatures(lib: ctypes.CDLL) -> None:
     lib.cope_backward.argtypes = [p, p, p, p, p, p] + [i32] * 5
     lib.cope_attention_forward.argtypes = [p, p, p, p, p] + [i32] * 5
     lib.cope_attention_backward.argtypes = [p] * 9 + [i32] * 5
+    f32 = ctypes.c_float
+    lib.cope_qkv_forward.argtypes = [p] * 7 + [i32] * 5 + [f32, i32]
+    lib.cope_qkv_backward.argtypes = [p] * 11 + [i32] * 5 + [f32, i32]
     lib.cope_forward.restype = lib.cope_backward.restype = i32
     lib.cope_attention_forward.restype = lib.cope_attention_backward.restype = i32
+    lib.cope_qkv_forward.restype = lib.cope_qkv_backward.restype = i32
 
 
 # name -> (source, ABI version, display name, ctypes signatures)
 KERNELS = {
     "dape": ("dape_cpu.cpp", 5, "DAPE", _dape_signatures),  # 5: DAPE V2's tril once, on the input (App. L)
-    "cope": ("cope_cpu.cpp", 2, "CoPE", _cope_signatures),  # 2: the fused attention (term, mask, softmax)
+    "cope": ("cope_cpu.cpp", 3, "CoPE", _cope_signatures),  # 3: the attention fused from q, k, v
 }
 
 

@@ -15,6 +15,13 @@
 // softmax_j(S_ij + z_ij) over j <= i with the gates sigmoid(G_ij) made here (G = S, or the
 // separate gate logits of sep_keys), so the gates, the summed logits and their masked copy never
 // go to memory; the backward fuses softmax's, the interpolation's, the scan's and the sigmoid's.
+//
+// cope_qkv_*: the whole attention of such a layer from q, k, v (B, H, T, D), flash-attention
+// style: no (T, T) tensor at all. Per query row the scores q_i k_j scale (j <= i only: the
+// causal half), gates, positions, softmax and y_i = sum_j a_ij v_j are made in cache; the
+// forward keeps each row's log-sum-exp, and the backward recomputes the row from it and
+// accumulates dq, dk, dv, the table's gradient in the same pass. Work unit: one batch element,
+// every head (its keys and values transposed once; the heads' scans interleaved as above).
 
 #include <algorithm>
 #include <cmath>
@@ -137,7 +144,8 @@ void every_query(const Shape &sh, int nthreads, Query query) {
 // interpolated table logits (or -m p for CoPE-ALiBi) of positions p[0..L): z[j]
 inline void position_logits(const float *p, const float *e, float m, int top, int L, float *z) {
     if (e) {
-        for (int j = 0; j < L; ++j) {
+        int j = 0;
+        for (; j < L; ++j) {
             const float pc = std::min(p[j], (float)top);
             const int lo = (int)pc;  // pc >= 0: truncation is the floor
             const float w = pc - (float)lo, low = e[lo], high = e[std::min(lo + 1, top)];
@@ -259,11 +267,200 @@ void backward_query(const Shape &sh, const float *gates, const float *table, con
     for (int h = 0; h < sh.H; ++h) std::memset(ggates + sh.row(b, h, i) + L, 0, sizeof(float) * (sh.T - L));
 }
 
+
+// ---- cope_qkv: fused from q, k, v ----
+
+constexpr int BLK = 16;  // key block of the score / value-gradient loops (one 512-bit vector)
+
+struct QKV {
+    int B, H, T, D, npos, Tp;  // Tp: T rounded up to BLK (the transposed rows' stride)
+    float scale;
+    size_t head(int b, int h) const { return ((size_t)b * H + h) * T; }  // first row of (b, h)
+};
+
+struct QKVWorkspace {
+    // per head: keys and values transposed (D x Tp, zero past T); scores, gates, positions,
+    // weights, the weights' and positions' gradients of the current row (T each)
+    std::vector<float> kt, vt, s, g, p, a, dz, dp;
+    std::vector<const float *> gptr;
+    std::vector<float *> pptr, dgptr;
+    explicit QKVWorkspace(const QKV &sh, bool backward)
+        : kt((size_t)sh.H * sh.D * sh.Tp), vt(backward ? (size_t)sh.H * sh.D * sh.Tp : 0), s((size_t)sh.H * sh.T),
+          g((size_t)sh.H * sh.T), p((size_t)sh.H * sh.T), a((size_t)sh.H * sh.T), dz(backward ? (size_t)sh.H * sh.T : 0),
+          dp(backward ? (size_t)sh.H * sh.T : 0), gptr(sh.H), pptr(sh.H), dgptr(sh.H) {
+        for (int h = 0; h < sh.H; ++h) {
+            gptr[h] = g.data() + (size_t)h * sh.T;
+            pptr[h] = p.data() + (size_t)h * sh.T;
+        }
+    }
+};
+
+// xt[d * Tp + j] = x[j * D + d] for one head's (T, D) rows; zero for j in [T, Tp)
+inline void transpose_rows(const float *x, float *xt, int T, int D, int Tp) {
+    for (int d = 0; d < D; ++d) {
+        float *o = xt + (size_t)d * Tp;
+        for (int j = 0; j < T; ++j) o[j] = x[(size_t)j * D + d];
+        for (int j = T; j < Tp; ++j) o[j] = 0.0f;
+    }
+}
+
+// 16 floats as one value (GCC / clang vector extension: one 512-bit register, or two or four
+// narrower ones on CPUs without), so the register blocking below is what the compiler emits
+typedef float v16 __attribute__((vector_size(BLK * sizeof(float))));
+inline v16 load16(const float *p) { v16 v; std::memcpy(&v, p, sizeof v); return v; }
+inline void store16(float *p, v16 v) { std::memcpy(p, &v, sizeof v); }
+
+// out[j] = sum_d c[d] xt[d][j] for j < L, four blocks of BLK keys at a time (four independent
+// chains: one alone waits on each add); the last block reads into the zero padding
+inline void dot_rows(const float *c, const float *xt, int D, int Tp, int L, float *out) {
+    int j0 = 0;
+    for (; j0 + 4 * BLK <= L; j0 += 4 * BLK) {
+        v16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+        for (int d = 0; d < D; ++d) {
+            const float cd = c[d], *x = xt + (size_t)d * Tp + j0;
+            a0 += cd * load16(x);
+            a1 += cd * load16(x + BLK);
+            a2 += cd * load16(x + 2 * BLK);
+            a3 += cd * load16(x + 3 * BLK);
+        }
+        store16(out + j0, a0);
+        store16(out + j0 + BLK, a1);
+        store16(out + j0 + 2 * BLK, a2);
+        store16(out + j0 + 3 * BLK, a3);
+    }
+    for (; j0 < L; j0 += BLK) {
+        v16 a0 = {};
+        for (int d = 0; d < D; ++d) a0 += c[d] * load16(xt + (size_t)d * Tp + j0);
+        float tmp[BLK];
+        store16(tmp, a0);
+        std::memcpy(out + j0, tmp, sizeof(float) * std::min(BLK, L - j0));
+    }
+}
+
+// out[d] = sum_{j < L} w[j] x[j][d] (x: (T, D) rows): BLK columns at a time, four keys' chains
+inline void weighted_rows(const float *w, const float *x, int D, int L, float *out) {
+    int d0 = 0;
+    for (; d0 + BLK <= D; d0 += BLK) {
+        v16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+        const float *xd = x + d0;
+        int j = 0;
+        for (; j + 4 <= L; j += 4) {
+            a0 += w[j] * load16(xd + (size_t)j * D);
+            a1 += w[j + 1] * load16(xd + (size_t)(j + 1) * D);
+            a2 += w[j + 2] * load16(xd + (size_t)(j + 2) * D);
+            a3 += w[j + 3] * load16(xd + (size_t)(j + 3) * D);
+        }
+        for (; j < L; ++j) a0 += w[j] * load16(xd + (size_t)j * D);
+        store16(out + d0, (a0 + a1) + (a2 + a3));
+    }
+    for (; d0 < D; ++d0) {  // head sizes not a multiple of BLK
+        float acc = 0.0f;
+        for (int j = 0; j < L; ++j) acc += w[j] * x[(size_t)j * D + d0];
+        out[d0] = acc;
+    }
+}
+
+// x[j][d] += w[j] c[d] for j < L
+inline void add_outer(const float *w, const float *c, int D, int L, float *x) {
+    int d0 = 0;
+    for (; d0 + BLK <= D; d0 += BLK) {
+        const v16 cd = load16(c + d0);
+        for (int j = 0; j < L; ++j) {
+            float *xj = x + (size_t)j * D + d0;
+            store16(xj, load16(xj) + w[j] * cd);
+        }
+    }
+    for (; d0 < D; ++d0)
+        for (int j = 0; j < L; ++j) x[(size_t)j * D + d0] += w[j] * c[d0];
+}
+
+// query row i of batch b, every head: scores s (the scaled q . k over j <= i), gates g, positions p
+void qkv_row_positions(const QKV &sh, const float *q, int b, int i, QKVWorkspace &ws, float *qs) {
+    const int L = i + 1, D = sh.D;
+    for (int h = 0; h < sh.H; ++h) {
+        const float *qi = q + (sh.head(b, h) + i) * D;
+        for (int d = 0; d < D; ++d) qs[d] = qi[d] * sh.scale;  // (q scale) . k, as the PyTorch path
+        float *s = ws.s.data() + (size_t)h * sh.T, *g = ws.g.data() + (size_t)h * sh.T;
+        dot_rows(qs, ws.kt.data() + (size_t)h * D * sh.Tp, D, sh.Tp, L, s);
+        for (int j = 0; j < L; ++j) g[j] = 1.0f / (1.0f + exp_approx(-s[j]));
+    }
+    suffix_sums(ws.gptr.data(), ws.pptr.data(), sh.H, L);
+}
+
+void qkv_forward_batch(const QKV &sh, const float *q, const float *k, const float *v, const float *table,
+                       const float *slopes, float *y, float *lse, int b, QKVWorkspace &ws) {
+    const int D = sh.D, top = sh.npos - 1;
+    std::vector<float> qs(D);
+    for (int h = 0; h < sh.H; ++h)
+        transpose_rows(k + sh.head(b, h) * D, ws.kt.data() + (size_t)h * D * sh.Tp, sh.T, D, sh.Tp);
+    for (int i = 0; i < sh.T; ++i) {
+        const int L = i + 1;
+        qkv_row_positions(sh, q, b, i, ws, qs.data());
+        for (int h = 0; h < sh.H; ++h) {
+            const size_t r = sh.head(b, h) + i;
+            float *a = ws.a.data() + (size_t)h * sh.T;
+            const float *s = ws.s.data() + (size_t)h * sh.T;
+            position_logits(ws.pptr[h], table ? table + r * sh.npos : nullptr, slopes ? -slopes[h] : 0.0f, top, L, a);
+            for (int j = 0; j < L; ++j) a[j] += s[j];
+            const float mx = row_max(a, L);
+            for (int j = 0; j < L; ++j) a[j] = exp_approx(a[j] - mx);
+            const float sum = row_sum(a, L), inv = 1.0f / sum;
+            for (int j = 0; j < L; ++j) a[j] *= inv;
+            lse[r] = mx + std::log(sum);
+            weighted_rows(a, v + sh.head(b, h) * D, D, L, y + r * D);
+        }
+    }
+}
+
+void qkv_backward_batch(const QKV &sh, const float *q, const float *k, const float *v, const float *table,
+                        const float *slopes, const float *lse, const float *gy, float *gq, float *gk, float *gv,
+                        float *gtable, int b, QKVWorkspace &ws) {
+    const int D = sh.D, T = sh.T, top = sh.npos - 1;
+    std::vector<float> qs(D), dqi(D);
+    for (int h = 0; h < sh.H; ++h) {
+        transpose_rows(k + sh.head(b, h) * D, ws.kt.data() + (size_t)h * D * sh.Tp, T, D, sh.Tp);
+        transpose_rows(v + sh.head(b, h) * D, ws.vt.data() + (size_t)h * D * sh.Tp, T, D, sh.Tp);
+        std::fill(gk + sh.head(b, h) * D, gk + (sh.head(b, h) + T) * D, 0.0f);
+        std::fill(gv + sh.head(b, h) * D, gv + (sh.head(b, h) + T) * D, 0.0f);
+    }
+    for (int i = 0; i < T; ++i) {
+        const int L = i + 1;
+        qkv_row_positions(sh, q, b, i, ws, qs.data());  // recomputed, not stored by the forward
+        for (int h = 0; h < sh.H; ++h) {
+            const size_t r = sh.head(b, h) + i, o = (size_t)h * T;
+            float *a = ws.a.data() + o, *dz = ws.dz.data() + o;
+            const float *s = ws.s.data() + o, *gyi = gy + r * D, *e = table ? table + r * sh.npos : nullptr;
+            position_logits(ws.pptr[h], e, slopes ? -slopes[h] : 0.0f, top, L, a);
+            for (int j = 0; j < L; ++j) a[j] = exp_approx(a[j] + s[j] - lse[r]);  // the forward's weights
+            dot_rows(gyi, ws.vt.data() + (size_t)h * D * sh.Tp, D, sh.Tp, L, dz);  // dA_j = gy_i . v_j
+            for (int j = 0; j < L; ++j) ws.dp[o + j] = a[j] * dz[j];
+            const float dot = row_sum(ws.dp.data() + o, L);
+            for (int j = 0; j < L; ++j) dz[j] = a[j] * (dz[j] - dot);  // softmax's backward: d logits
+            position_logits_backward(ws.pptr[h], e, slopes ? -slopes[h] : 0.0f, top, sh.npos, L, dz, ws.dp.data() + o,
+                                     gtable ? gtable + r * sh.npos : nullptr);
+            ws.dgptr[h] = ws.dp.data() + o;
+        }
+        // d g_t = sum_{j <= t} d p_j, into the positions' buffer (no longer needed)
+        prefix_sums(ws.dgptr.data(), ws.pptr.data(), sh.H, L);
+        for (int h = 0; h < sh.H; ++h) {
+            const size_t r = sh.head(b, h) + i, o = (size_t)h * T;
+            const float *g = ws.g.data() + o, *dg = ws.p.data() + o, *a = ws.a.data() + o;
+            float *ds = ws.dz.data() + o;
+            for (int j = 0; j < L; ++j) ds[j] = (ds[j] + dg[j] * g[j] * (1.0f - g[j])) * sh.scale;  // d (q . k)
+            weighted_rows(ds, k + sh.head(b, h) * D, D, L, dqi.data());
+            float *gqi = gq + r * D;
+            for (int d = 0; d < D; ++d) gqi[d] = dqi[d];
+            add_outer(ds, q + r * D, D, L, gk + sh.head(b, h) * D);
+            add_outer(a, gy + r * D, D, L, gv + sh.head(b, h) * D);
+        }
+    }
+}
+
 }  // namespace
 
 extern "C" {
 
-int cope_abi_version() { return 2; }
+int cope_abi_version() { return 3; }
 
 int cope_forward(const float *gates, const float *table, const float *slopes, float *out, int B, int H, int T,
                  int npos, int nthreads) {
@@ -295,6 +492,30 @@ int cope_attention_backward(const float *S, const float *G, const float *table, 
                             int T, int npos, int nthreads) {
     every_query(Shape{B, H, T, npos}, nthreads, [&](const Shape &sh, int b, int i, Workspace &ws) {
         attention_backward_query(sh, G ? G : S, table, slopes, att, gatt, gS, G ? gG : nullptr, gtable, b, i, ws);
+    });
+    return 0;
+}
+
+// the fused attention from q, k, v (B, H, T, D) contiguous: y (B, H, T, D) and each row's
+// log-sum-exp (B, H, T); scale multiplies q before the dot products
+int cope_qkv_forward(const float *q, const float *k, const float *v, const float *table, const float *slopes,
+                     float *y, float *lse, int B, int H, int T, int D, int npos, float scale, int nthreads) {
+    const QKV sh{B, H, T, D, npos, (T + BLK - 1) / BLK * BLK, scale};
+    synthlab::parallel_units(B, synthlab::clamp_threads(nthreads, B), [&](int, long b0, long b1) {
+        QKVWorkspace ws(sh, false);
+        for (long b = b0; b < b1; ++b) qkv_forward_batch(sh, q, k, v, table, slopes, y, lse, (int)b, ws);
+    });
+    return 0;
+}
+
+int cope_qkv_backward(const float *q, const float *k, const float *v, const float *table, const float *slopes,
+                      const float *lse, const float *gy, float *gq, float *gk, float *gv, float *gtable, int B, int H,
+                      int T, int D, int npos, float scale, int nthreads) {
+    const QKV sh{B, H, T, D, npos, (T + BLK - 1) / BLK * BLK, scale};
+    synthlab::parallel_units(B, synthlab::clamp_threads(nthreads, B), [&](int, long b0, long b1) {
+        QKVWorkspace ws(sh, true);
+        for (long b = b0; b < b1; ++b)
+            qkv_backward_batch(sh, q, k, v, table, slopes, lse, gy, gq, gk, gv, gtable, (int)b, ws);
     });
     return 0;
 }
