@@ -11,8 +11,8 @@ process is killed.
 - a running trial carries ``worker`` (host, pid, process start time; until it is written, the
   ``claim:<pid>@<host>`` attrs written before the take name the candidates) and a
   ``heartbeat`` user attr refreshed every ``heartbeat_interval`` seconds. A RUNNING trial
-  whose process is gone (same host: pid dead; any host: no heartbeat for ``grace_period``
-  seconds) is reaped (the atomic transition out of RUNNING picks one reaper): closed from its
+  whose process is gone (same host: pid dead, while a live silent one there is paused, not
+  dead; another host: no heartbeat for ``grace_period`` seconds) is reaped (the atomic transition out of RUNNING picks one reaper): closed from its
   record if one is stored on it (the process died after its run: ``closed_from_record``),
   otherwise failed (``stale``) and its cell enqueued again, so a cell that was running when
   its process was killed is re-run once;
@@ -104,6 +104,9 @@ def _stale_reason(t, grace_period: float, me: dict[str, Any]) -> str | None:
             return None  # our own trial
         if not _pid_alive(int(w["pid"]), w.get("start")):
             return f"worker process {w['pid']} on {w['host']} is gone"
+        # alive here but silent: paused (SIGSTOP, a suspended batch job, a sleeping laptop),
+        # not dead; its heartbeat resumes with it. The grace period judges other machines only.
+        return None
     if time.time() - float(last) > grace_period:
         return f"no heartbeat for {time.time() - float(last):.0f} s (grace period {grace_period:.0f} s)"
     return None
@@ -359,6 +362,7 @@ class Runner:
         return None
 
     def run_trial(self, t) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         sid = t._trial_id
@@ -395,7 +399,13 @@ class Runner:
         finally:
             self.progress.ended(t.number)
         record = with_cell(clean(record), key)
-        self.storage.set_trial_user_attr(sid, "record", record)  # first: from here on a kill cannot lose the run
+        try:
+            self.storage.set_trial_user_attr(sid, "record", record)  # first: from here on a kill cannot lose the run
+        except UpdateFinishedTrialError:  # reaped while it ran: silent past the grace period (paused?)
+            self.log(f"[sweep] trial {t.number} ({cell.label()}) was closed as stale by another worker while "
+                     f"this one ran it (no heartbeat for the grace period): its cell runs again there; this "
+                     f"run's directory is kept, its result not recorded")
+            return
         append_record(self.results, record)
         self._close(sid, t.number, record)
         self.ran += 1

@@ -242,6 +242,67 @@ def test_a_silent_trial_elsewhere_is_rerun_after_the_grace_period(tmp_path, fake
     assert len(fake.calls) == 4 and len(set(completed_keys(trials))) == 4
 
 
+def test_a_paused_worker_on_this_machine_is_not_reaped():
+    """A live worker process on this host whose heartbeat is long silent is paused (SIGSTOP, a
+    suspended batch job), not dead: its trial is not reaped (it was, after the grace period, and
+    the resumed worker then crashed recording a finished trial). Gone, it is."""
+    from synthlab import scheduler
+
+    paused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        paused.send_signal(signal.SIGSTOP)
+        me = scheduler._worker_id()
+        worker = {"host": me["host"], "pid": paused.pid, "start": scheduler._proc_start(paused.pid)}
+
+        class Trial:  # what _stale_reason reads of a RUNNING trial
+            user_attrs = {"worker": worker, "heartbeat": time.time() - 10_000}
+            datetime_start = None
+
+        assert scheduler._stale_reason(Trial, grace_period=60, me=me) is None
+        paused.kill()
+        paused.wait()
+        assert "is gone" in scheduler._stale_reason(Trial, grace_period=60, me=me)
+    finally:
+        if paused.poll() is None:
+            paused.kill()
+            paused.wait()
+
+
+def test_a_run_reaped_while_it_ran_is_not_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """Another machine's worker closed this worker's trial as stale while it trained (silent past
+    the grace period): recording it is refused; the sweep logs it, keeps going, and the cell
+    runs again, once."""
+    import optuna
+    from optuna.trial import TrialState
+    import synthlab.training
+
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    inner = FakeTrain()
+    reaped = []
+
+    def train_then_reaped(task, pe, **kw):
+        rec = inner(task, pe, **kw)
+        if not reaped:  # the first run: reaped by "another worker" before it records
+            storage = sweeping.open_storage(str(out / sweeping.JOURNAL_NAME))
+            st = optuna.load_study(study_name="tiny-smoke", storage=storage)
+            t = next(t for t in st.get_trials(deepcopy=False) if t.state == TrialState.RUNNING)
+            storage.set_trial_user_attr(t._trial_id, "stale", "no heartbeat for 999 s (grace period 60 s)")
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            reaped.append(t.number)
+        return rec
+
+    monkeypatch.setattr(synthlab.training, "train", train_then_reaped)
+    sweeping.sweep(path, out=out, grids=False)
+    _, trials = study_trials(out, "tiny-smoke")
+    assert len(inner.calls) == 5  # 4 cells, the reaped one twice
+    keys = completed_keys(trials)
+    assert len(keys) == 4 and len(set(keys)) == 4
+    assert next(t for t in trials if t.number == reaped[0]).state == TrialState.FAIL
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 4  # the reaped run's result is not recorded
+
+
 def test_cells_enqueued_twice_still_run_once(tmp_path, fake):
     import optuna
     from optuna.trial import TrialState
