@@ -43,6 +43,9 @@ KILLS = TINY.replace("steps = 10,", "steps = 30,")  # 4 cells: rope, nope x seed
 # prints its exit code.
 DRIVER = r'''
 import json, os, signal, sys, threading, traceback
+# SIGINT as a terminal's foreground job has it: a job started in the background by a
+# non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and Python keeps it ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot, seaborn, pandas, optuna, lightning, safetensors.torch
