@@ -124,6 +124,7 @@ def _cope_attention_by_pytorch(cope, q, k, v, future):
     (4, 1, 16, 64, False), (4, 2, 16, 64, False), (4, 17, 16, 8, False),  # 8: most positions clamp
     (3, 64, 16, 16, False), (2, 70, 32, 64, False), (3, 33, 8, 16, False), (2, 20, 7, 4, False),  # d_h % 16 != 0
     (5, 17, 16, 64, True), (4, 50, 24, 5, True), (2, 130, 16, 64, False),
+    (2, 90, 16, 33, False), (2, 90, 16, 47, False), (2, 120, 16, 100, False),  # table in registers up to 64, then loads
 ])
 def test_qkv_attention_equals_pytorch_path_in_float64(H, T, d_h, npos, alibi):
     """CoPE.attend (the kernel from q, k, v: scores, gates, positions, term, mask, softmax and
