@@ -194,7 +194,8 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
             runner.retry_failed(runner.trials())
         view.start(*runner.snapshot())  # the cells done before (a failure set aside just now is not)
         runner.enqueue_missing(runner.trials())
-        n_workers = workers_mod.resolve(workers, len(cells))
+        finished = {t.user_attrs["cell_key"] for t in runner.snapshot()[0]}
+        n_workers = workers_mod.resolve(workers, len(cells) - len(finished))  # no helper for a finished grid
         if n_workers > 1:
             runner.log(f"[sweep] {n_workers} workers x {workers_mod.threads_per_worker(n_workers)} thread(s)")
             # helpers print nothing but errors: this process shows their cells (view.watch)

@@ -32,6 +32,16 @@ from typing import Any, Callable, Iterator
 AUTO = "auto"
 
 
+ENV_DEFAULT = "SYNTHLAB_WORKERS"
+
+
+def default_workers() -> str:
+    """``synthlab sweep``'s ``--workers`` when none is given: ``auto`` (on a CPU one process per
+    core beats one process with every thread for the small models of the quick presets: README
+    "Speed"), or the ``SYNTHLAB_WORKERS`` environment variable (the test suite sets 1)."""
+    return os.environ.get(ENV_DEFAULT, AUTO)
+
+
 def cpu_cores() -> int:
     """Cores this process may run on (the affinity mask, e.g. a container's or taskset's)."""
     try:
@@ -61,7 +71,7 @@ def parse_workers(value: Any) -> int | str:
 
 def resolve(workers: int | str, n_cells: int) -> int:
     """The number of worker processes: ``auto`` = one per CPU core (one thread each), or
-    one per GPU; never more than there are cells."""
+    one per GPU; never more than there are cells left to run (``n_cells``)."""
     if workers == AUTO:
         gpus = gpu_count()
         workers = gpus if gpus else cpu_cores()

@@ -1,4 +1,6 @@
-"""Shared test setup: a PostgreSQL server that this pytest session started is stopped at its end.
+"""Shared test setup: a PostgreSQL server that this pytest session started is stopped at its end;
+`synthlab sweep` without --workers runs one process (the tests stand fake trainers in for the
+real one in-process, which helper processes would not see; a test that wants workers says so).
 
 tests/integration/test_postgres.py starts a private server with .ci/postgres.sh when
 $SYNTHLAB_PG_URL is not set; a server that was running before the session (CI's, a developer's)
@@ -7,10 +9,13 @@ is left alone.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
+
+os.environ["SYNTHLAB_WORKERS"] = "1"  # synthlab.workers.ENV_DEFAULT; the CLI's own default is auto
 
 PG_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.sh"
 _WAS_RUNNING = pytest.StashKey[bool]()

@@ -44,9 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output directory (default: synthlab-runs/<study>)")
     p.add_argument("--retry-failed", action="store_true",
                    help="run the cells that failed before again (a failed cell otherwise counts as finished)")
-    p.add_argument("--workers", default="1", metavar="N|auto",
+    p.add_argument("--workers", metavar="N|auto",
                    help="worker processes on this machine sharing the grid (auto: one per CPU core with one "
-                   "thread each, or one per GPU; default 1)")
+                   "thread each, or one per GPU, never more than the cells left; default auto, or 1 with "
+                   "--trials; SYNTHLAB_WORKERS sets another default)")
     p.add_argument("--logger", metavar="NAME",
                    help="each run's training logger: csv (default), tensorboard, wandb, mlflow or none "
                    "(the last three need pip install 'synthlab[NAME]')")
@@ -61,12 +62,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from synthlab.commands._common import parse_assignments
     from synthlab.sweeping import sweep
+    from synthlab.workers import ENV_DEFAULT, default_workers, parse_workers
 
     settings = parse_assignments(args.set)
     _check_size(args)
+    workers = args.workers
+    if workers is None:  # --trials caps this process: its helpers would run as many each
+        workers = "1" if args.trials is not None else default_workers()
+        try:
+            parse_workers(workers)
+        except ValueError:
+            raise ValueError(f"{ENV_DEFAULT}={workers!r}: a positive integer or 'auto'") from None
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
                     study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
-                    workers=args.workers, logger=args.logger, progress_every=args.progress_every,
+                    workers=workers, logger=args.logger, progress_every=args.progress_every,
                     settings=settings)
     return 0 if records is not None else 1
 

@@ -44,6 +44,48 @@ def test_bad_workers_flag_exits_2_before_writing(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv, env, want", [
+    ([], None, "auto"),  # the CLI's default: one worker per core
+    (["--trials", "1"], None, "1"),  # --trials caps this process, so no helpers
+    ([], "3", "3"), (["--workers", "2"], "3", "2"),  # SYNTHLAB_WORKERS sets the default, a flag wins
+])
+def test_default_workers(tmp_path, monkeypatch, argv, env, want):
+    import synthlab.sweeping
+    from synthlab.cli import main
+
+    seen = []
+    monkeypatch.setattr(synthlab.sweeping, "sweep", lambda *a, **kw: seen.append(kw["workers"]) or [])
+    if env is None:
+        monkeypatch.delenv("SYNTHLAB_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("SYNTHLAB_WORKERS", env)
+    assert main(["sweep", str(write_sweep(tmp_path)), "--out", str(tmp_path / "o"), *argv]) == 0
+    assert seen == [want]
+
+
+def test_bad_workers_default_exits_2_before_writing(tmp_path, monkeypatch, capsys):
+    from synthlab.cli import main
+
+    monkeypatch.setenv("SYNTHLAB_WORKERS", "many")
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_sweep(tmp_path)), "--out", str(out)]) == 2
+    assert "SYNTHLAB_WORKERS='many': a positive integer or 'auto'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_finished_grid_starts_no_helpers(tmp_path, monkeypatch):
+    """Workers are capped by the cells left to run, so resuming a finished grid spawns nothing."""
+    import synthlab.training
+    from synthlab import sweeping, workers
+    from test_sweep import FakeTrain
+
+    monkeypatch.setattr(synthlab.training, "train", FakeTrain())
+    path, out = write_sweep(tmp_path), tmp_path / "out"
+    sweeping.sweep(path, out=out, grids=False)
+    monkeypatch.setattr(workers, "spawn", lambda *a, **kw: pytest.fail("helpers started for a finished grid"))
+    sweeping.sweep(path, out=out, grids=False, workers=4)
+
+
 def _cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "synthlab.cli", "sweep", *args, "--quiet"]
 
