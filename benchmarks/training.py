@@ -13,11 +13,16 @@
     python benchmarks/training.py --steps 60 # fewer steps (faster, noisier)
     python benchmarks/training.py --threads 1 --clock cpu   # on a shared / loaded machine
     python benchmarks/training.py --device cuda --size paper --encodings rope,alibi,cope,kerple+dape:k=3
+    python benchmarks/training.py --device cuda --precision bf16-mixed --compile   # both loops alike
 
 ``--device cuda`` times both loops on the GPU (a synchronize before each clock reading, in both
 loops alike); issue 12's targets there: synthlab <= 1.2x the plain loop, CoPE and DAPE <= 1.5x
 RoPE. ``--size paper`` is the CoPE flip-flop paper size (T 512, d 256, 4 layers, 4 heads, batch
 16). The last column compares each encoding's synthlab step with RoPE's.
+
+``--precision bf16-mixed`` trains both loops under bfloat16 autocast (``train.precision``) and
+``--compile`` both through ``torch.compile`` (``train.compile``; the warm-up steps it skips
+include the compilation).
 
 ``--clock cpu`` times with process CPU time instead of wall time, so other processes on a
 shared machine distort the numbers less (use it with ``--threads 1``).
@@ -103,11 +108,14 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
                             lr=tc.lr, betas=(0.9, 0.999), eps=1e-8)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
     model.to(DEVICE).train()
+    net = torch.compile(model) if tc.compile else model
+    bf16 = tc.precision == "bf16-mixed"
     times = []
     for s in range(steps):
         b = stream.batch(s)
         ids, targets = b.ids.to(DEVICE, non_blocking=True), b.targets.to(DEVICE, non_blocking=True)
-        logits = model(ids)
+        with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = net(ids)
         n = (targets != -100).sum().clamp_min(1)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum") / n
         if not torch.isfinite(loss):
@@ -182,6 +190,8 @@ def main() -> None:
                          "measurement on a GPU machine set CUDA_VISIBLE_DEVICES=)")
     ap.add_argument("--size", choices=tuple(SIZES), default="quick")
     ap.add_argument("--encodings", default="rope,nope,alibi", help="comma list (the first is the ratio's reference)")
+    ap.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32", help="train.precision, both loops")
+    ap.add_argument("--compile", action="store_true", help="train.compile: torch.compile in both loops")
     args = ap.parse_args()
     global CLOCK, DEVICE
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -196,7 +206,8 @@ def main() -> None:
     where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}, lightning {L.__version__}, clock {args.clock}")
     overrides, label = SIZES[args.size]
-    print(f"\n{args.size} size ({label}), steady-state ms/step")
+    overrides = {**overrides, "train.precision": args.precision, "train.compile": args.compile}
+    print(f"\n{args.size} size ({label}), {args.precision}{', compiled' if args.compile else ''}, steady-state ms/step")
     print(f"{'pe':16s} {'plain':>8s} {'synthlab':>9s} {'ratio':>6s} {'vs ' + args.encodings.split(',')[0]:>9s}")
     skip = min(20, args.steps // 3)
     reference = None

@@ -33,7 +33,8 @@ from synthlab.config import RunConfig
 DIRNAME = ".checkpoints"
 LAST = "last.ckpt"
 STATE = "run.json"
-_SKIP = ("checkpoint_every", "checkpoint_minutes", "check_memory")  # settings that do not change the run
+# settings that do not change what is trained (compile: the same computation, another schedule)
+_SKIP = ("checkpoint_every", "checkpoint_minutes", "check_memory", "compile")
 
 
 def run_key(cfg: RunConfig, extra: dict[str, Any] | None = None) -> str:
@@ -42,6 +43,8 @@ def run_key(cfg: RunConfig, extra: dict[str, Any] | None = None) -> str:
     d["train"] = {k: v for k, v in d["train"].items() if k not in _SKIP}
     if d["train"].get("eval_every") is None:  # off: the key a run had before learning curves existed
         d["train"].pop("eval_every", None)
+    if d["train"].get("precision") == "fp32":  # the default: the key a run had before train.precision existed
+        d["train"].pop("precision")
     blob = json.dumps({"cfg": d, **(extra or {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 

@@ -35,6 +35,9 @@ from generators.base import FALSE_WORDS, SEED_MAX, TRUE_WORDS, parse_bool  # noq
 PRESETS = ("smoke", "quick", "paper")
 SCHEDULES = ("linear", "cosine", "constant")
 ROPE_SCALINGS = ("linear", "ntk", "yarn")
+# train.precision -> Lightning's name for it. bf16-mixed: matmuls under torch.autocast in
+# bfloat16, weights, optimizer state and the position arithmetic (CoPE's gate sums) in float32
+PRECISIONS = {"fp32": "32-true", "bf16-mixed": "bf16-mixed"}
 MAX_STEPS = 10**9  # a step count needs no memory; past this it is a typo, not a run
 # sanity limits (besides each field's range): a model whose weights, gradients and AdamW state
 # (16 bytes a parameter) exceed any single machine's memory is refused before anything is built
@@ -104,6 +107,10 @@ class TrainConfig:
                                 "(record['curve']); none = off. Changes no weight or metric")
     seed: int = _f(0, _range(0, SEED_MAX), "run seed (data, init, positions)")
     threads: int = _f(0, _range(0, 4096), "CPU threads for this run (0 = torch's default); tiny models run faster on 1")
+    precision: str = _f("fp32", _in(*PRECISIONS), "fp32, or bf16-mixed (autocast: matmuls in bfloat16, weights and "
+                                                   "optimizer state in float32; evaluation under the same autocast)")
+    compile: bool = _f(False, None, "torch.compile the model for training (the first steps pay the compilation; "
+                                    "evaluation runs eagerly)")
     deterministic: bool = _f(False, None, "GPU: deterministic algorithms only (cuBLAS workspace, no atomics; slower). "
                                           "CPU runs repeat exactly for a given thread count either way")
     checkpoint_every: int = _f(1000, _ge(0), "save a resumable checkpoint every N steps under OUT/.checkpoints/ "

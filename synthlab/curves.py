@@ -77,6 +77,7 @@ def eval_context(cfg: Any, task: Any, spec: Any, scheme: Any, pad_id: int, devic
         task=task, pad_id=pad_id, batch_size=tc.eval_batch_size, device=device, causal=cfg.model.causal,
         rope_scaling=cfg.rope_scaling if rope_factor is None else None, rotary=spec.rotary, train_len=train_len,
         positions=PositionSampler(scheme, tc.seed + 1) if scheme is not None and scheme.at_eval else None,
+        precision=tc.precision,
     )
 
 

@@ -58,6 +58,14 @@ class EvalContext:
     rotary: bool = False
     train_len: int = 0
     positions: Any = None  # a PositionSampler for schemes also used at evaluation (randomized)
+    precision: str = "fp32"  # train.precision: a bf16-mixed run is evaluated under the autocast it trained with
+
+
+def autocast(ctx: EvalContext) -> Any:
+    """The autocast a run's forward passes run under (none for fp32)."""
+    if ctx.precision == "bf16-mixed":
+        return torch.autocast(torch.device(ctx.device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _chunks(order: list[int], samples: list[Any], size: int, same_length: bool) -> list[list[int]]:
@@ -191,27 +199,33 @@ def evaluate(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict
     """
     was_training = model.training
     model.eval()
-    metrics: dict[str, dict[str, float]] = {}
-    groups: dict[str, dict[str, dict[str, float]]] = {}
     try:
-        for s_i, (split, parts) in enumerate(sets.items()):
-            per: dict[str, dict[str, float]] = {}
-            for g_i, (gkey, _ov, samples) in enumerate(parts):
-                key = s_i * 100_003 + g_i
-                m = score_samples(model, samples, ctx, key)
-                if ctx.task.scoring == "greedy":
-                    right = greedy_right(model, samples, ctx, key)  # (N,) bool
-                    m["answer_acc"] = _fraction(right)
-                    m.update(answer_acc_by_ops(ctx.task, split, samples, right))
-                per[gkey if gkey is not None else ""] = _headline(ctx.task, m)
-            if len(parts) == 1 and parts[0][0] is None:
-                metrics[split] = per[""]
-            else:
-                groups[split] = per
-                names = next(iter(per.values())).keys()
-                metrics[split] = {k: float(np.mean([g[k] for g in per.values()])) for k in names}
+        with autocast(ctx):
+            return _evaluate_sets(model, sets, ctx)
     finally:
         model.train(was_training)
+
+
+def _evaluate_sets(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]],
+                   ctx: EvalContext) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
+    metrics: dict[str, dict[str, float]] = {}
+    groups: dict[str, dict[str, dict[str, float]]] = {}
+    for s_i, (split, parts) in enumerate(sets.items()):
+        per: dict[str, dict[str, float]] = {}
+        for g_i, (gkey, _ov, samples) in enumerate(parts):
+            key = s_i * 100_003 + g_i
+            m = score_samples(model, samples, ctx, key)
+            if ctx.task.scoring == "greedy":
+                right = greedy_right(model, samples, ctx, key)  # (N,) bool
+                m["answer_acc"] = _fraction(right)
+                m.update(answer_acc_by_ops(ctx.task, split, samples, right))
+            per[gkey if gkey is not None else ""] = _headline(ctx.task, m)
+        if len(parts) == 1 and parts[0][0] is None:
+            metrics[split] = per[""]
+        else:
+            groups[split] = per
+            names = next(iter(per.values())).keys()
+            metrics[split] = {k: float(np.mean([g[k] for g in per.values()])) for k in names}
     return metrics, groups
 
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import torch
 
-from synthlab.config import RunConfig
+from synthlab.config import PRECISIONS, RunConfig
 
 
 def _lightning() -> Any:
@@ -137,7 +137,7 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
             num_sanity_val_steps=0, limit_val_batches=0,
             gradient_clip_val=cfg.train.grad_clip or None, gradient_clip_algorithm="norm",
-            callbacks=every, benchmark=False, deterministic=False,
+            callbacks=every, benchmark=False, deterministic=False, precision=PRECISIONS[cfg.train.precision],
         )
         # Lightning turns Ctrl-C into SystemExit(1) and leaves SIGINT ignored: restore it
         sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None

@@ -35,7 +35,8 @@ RUN_FIELDS = (
     ("n_layers", ("model", "n_layers")), ("n_heads", ("model", "n_heads")), ("params", ("model", "params")),
     ("steps", ("train", "steps")), ("batch_size", ("train", "batch_size")), ("lr", ("train", "lr")),
     ("train_len", ("train", "train_len")), ("threads", ("train", "threads")),
-    ("deterministic", ("train", "deterministic")), ("status", ("status",)), ("error", ("error",)),
+    ("deterministic", ("train", "deterministic")), ("precision", ("train", "precision")),
+    ("compile", ("train", "compile")), ("status", ("status",)), ("error", ("error",)),
 )
 RUN_COLUMNS = tuple(c for c, _ in RUN_FIELDS) + ("split",)
 TAIL_COLUMNS = ("wall_s", "device", "synthlab", "git", "schema")

@@ -180,9 +180,13 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
             self.losses: list[tuple[int, torch.Tensor | float]] = []  # restored from a checkpoint as floats
             self.failure: str | None = None
             self.last_loss: torch.Tensor | None = None
+            # train.compile: the compiled graph trains the same parameters; it is kept off the
+            # module tree so that checkpoints and the saved weights keep the model's own names
+            object.__setattr__(self, "step_model", torch.compile(model) if cfg.train.compile else model)
 
         def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-            return self.model(ids) if positions is None else self.model(ids, positions=positions)
+            net = self.step_model if self.training else self.model  # evaluation (varied shapes) runs eagerly
+            return net(ids) if positions is None else net(ids, positions=positions)
 
         def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor | None:
             ids, tgt = batch[0], batch[1]  # (B, T), (B, T)
@@ -329,7 +333,8 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
         "schema": SCHEMA, "run_id": run_id, "task": cfg.task, "task_params": cfg.task_params,
         "pe": spec.name, "pe_params": spec.params, "positions": cfg.positions, "rope_scaling": cfg.rope_scaling,
         "preset": cfg.preset, "model": {**described, "params": n_params},
-        "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len},
+        "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len,
+                  "precision": tc.precision, "compile": tc.compile},
         "metrics": {}, "by_length": None, "curve": [] if tc.eval_every else None, "logs": None,
         "wall_s": None, "device": None, "synthlab": __version__, "git": rundir.git_hash(),
         "study": study, "trial": trial, "status": "ok",

@@ -30,3 +30,11 @@ def test_the_training_benchmark_runs_both_loops():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [ln.split() for ln in proc.stdout.splitlines() if ln.split()[:1] == ["rope"]]
     assert rows and len(rows[0]) == 5  # pe, plain ms, synthlab ms, ratio, against the first encoding
+
+
+@pytest.mark.slow
+def test_the_training_benchmark_runs_under_bf16_autocast():
+    proc = _run("training.py", "--steps", "4", "--skip-mfu", "--threads", "1", "--encodings", "cope",
+                "--precision", "bf16-mixed", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "bf16-mixed" in proc.stdout and any(ln.split()[:1] == ["cope"] for ln in proc.stdout.splitlines())

@@ -107,7 +107,7 @@ def test_record_fields(tmp_path):
     assert rec["model"]["d_model"] == 16 and rec["model"]["params"] > 0
     # the thread count is recorded: CPU results repeat exactly for the same seed and thread count
     assert rec["train"] == {"steps": 5, "batch_size": 16, "lr": 3e-3, "seed": 0, "train_len": 16, "threads": 1,
-                            "deterministic": False}
+                            "deterministic": False, "precision": "fp32", "compile": False}
     assert rec["task_params"]["n_pairs"] == 8
     assert (rec["study"], rec["trial"], rec["schema"], rec["device"]) == ("s", 3, 1, "cpu")
     cfg = json.loads((tmp_path / rec["run_id"] / "config.json").read_text())

@@ -50,6 +50,8 @@ def test_one_row_per_run_and_split_with_documented_column_order(tmp_path):
     assert len(failed) == 1 and pd.isna(failed.split.iloc[0]) and failed.error.iloc[0].startswith("diverged")
     assert str(df["seed"].dtype) == "Int64" and str(df["lr"].dtype) == "float64"
     assert str(df["deterministic"].dtype) == "boolean" and df["task.p_i"].dtype == "float64"
+    # records from before train.precision / train.compile existed leave them empty
+    assert df["precision"].isna().all() and str(df["compile"].dtype) in ("string", "boolean")
 
 
 def test_latest_record_per_cell_across_files_and_directories(tmp_path):

@@ -116,6 +116,11 @@ class _FusedCoPEQKV(torch.autograd.Function):
         return gq, gk, gv, g_table, None, None, None
 
 
+def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """Half-precision values (bf16 autocast) in float32; float32 and float64 as they are."""
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+
+
 def cope_alibi_slopes(n_heads: int, m0: float) -> list[float]:
     """CoPE-ALiBi's fixed head slopes (Golovneva et al. 2024, App. C): m_h = m0 / 2^h. The paper's
     three sets for 4 heads are m0 = 1, 1/4, 1/16; m0 = 1/4 ({1/4, 1/8, 1/16, 1/32}) had the lowest
@@ -189,11 +194,29 @@ class CoPE(nn.Module):
         native kernel without any (T, T) tensor, for a layer with no other position term and
         gates from the attention logits (not ``sep_keys``); q_raw is the content query of the
         table term. None where the kernel does not apply: the caller then goes through
-        ``attention`` or ``forward``."""
-        if self.gate_key is not None or not self._native(q):
+        ``attention`` or ``forward``. CUDA tensors go to the Triton kernels
+        (``native/cope_triton.py``) where triton imports and SYNTHLAB_COPE_TRITON is not 0."""
+        if self.gate_key is not None:
+            return None
+        if self._native(q):
+            fused = _FusedCoPEQKV
+        elif self._triton(q):
+            from ..native import cope_triton  # here: CPU-only runs never import triton
+
+            fused = cope_triton.CoPEQKVTriton
+        else:
             return None
         table = None if self.alibi else q_raw @ self.pos_emb  # (B, H, T, npos)
-        return _FusedCoPEQKV.apply(q, k, v, table, self.slopes if self.alibi else None, self.npos, scale)
+        return fused.apply(q, k, v, table, self.slopes if self.alibi else None, self.npos, scale)
+
+    def _triton(self, q: torch.Tensor) -> bool:
+        """Whether ``attend`` runs the Triton kernels: CUDA tensors of a float type they take
+        (float64 keeps the PyTorch path), the switch on, triton importable."""
+        if not (q.is_cuda and q.dtype in (torch.float32, torch.bfloat16, torch.float16)):
+            return False
+        from ..native import cope_triton
+
+        return cope_triton.enabled() and cope_triton.triton_available(q.device)
 
     def _native(self, G: torch.Tensor) -> bool:
         params = [] if self.alibi else [self.pos_emb]
@@ -222,11 +245,12 @@ class CoPE(nn.Module):
         if self._native(G):
             table = None if self.alibi else q @ self.pos_emb  # (B, H, T, npos)
             return _FusedCoPE.apply(torch.sigmoid(G), table, self.slopes if self.alibi else None, self.npos)
-        gates = torch.sigmoid(G).masked_fill(future, 0.0)  # (B, H, T, T), future gates exactly 0
+        # in float32 under bf16 autocast too: a bfloat16 sum of 100 gates is only good to 0.5
+        gates = torch.sigmoid(_at_least_float32(G)).masked_fill(future, 0.0)  # (B, H, T, T), future gates exactly 0
         p = self.positions(gates).clamp(0.0, self.npos - 1)  # (rounding can give -1e-7 past the diagonal)
         if self.alibi:
             return -self.slopes.to(p) * p
-        logits_int = q @ self.pos_emb  # (B, H, T, npos)
+        logits_int = _at_least_float32(q @ self.pos_emb)  # (B, H, T, npos)
         table = torch.cat([logits_int, logits_int[..., -1:]], dim=-1)  # row npos repeats the last: no clamp for lo + 1
         lo = p.long()  # p >= 0: truncation is the floor
         w = p - lo  # (B, H, T, T) interpolation weight

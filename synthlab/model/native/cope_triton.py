@@ -1,0 +1,356 @@
+"""CoPE attention fused on the GPU: Triton kernels for the forward and the backward.
+
+CoPE (Golovneva et al. 2024, "Contextual Position Encoding: Learning to Count What's
+Important", Sec. 4 and App. B) for a layer whose only position term is CoPE, causal, per batch
+b, head h, query row i and keys j <= i:
+
+    s_ij    = scale q_i . k_j                 g_ij = sigmoid(s_ij)
+    p_ij    = clamp(sum_{t=j..i} g_it, 0, npos - 1)
+    term_ij = e[lo] + (p - lo) (e[lo + 1] - e[lo]),  lo = floor(p), e = table[b, h, i] (npos values,
+              e[npos] repeats e[npos - 1]);   CoPE-ALiBi (no table): term_ij = -slope_h p_ij
+    a_ij    = softmax_j(s_ij + term_ij)       y_i = sum_j a_ij v_j
+
+``CoPEQKVTriton.apply(q, k, v, table, slopes, npos, scale)`` has the contract of the CPU kernel's
+``_FusedCoPEQKV`` (``encoders/contextual.py``, ``native/cope_cpu.cpp``): q, k, v (B, H, T, d_h),
+table = q_raw . pos_emb (B, H, T, npos) or None with slopes (H,). float32 inside (bfloat16 /
+float16 inputs are converted, the output comes back in q's dtype); no (B, H, T, T) tensor is
+made either way. The PyTorch path of ``CoPE.forward`` is the reference the tests compare with.
+
+Design (flash-attention style; key blocks of BLOCK_N keys, query blocks of BLOCK_M rows):
+
+- forward, one program per (b, h, query block): key blocks from the diagonal down to block 0,
+  so the positions, a reverse cumulative sum of the gates, carry across blocks: p_ij =
+  suffix_i + reverse-cumsum within the block, suffix_i = the row's gates of the blocks already
+  done. Online softmax; saved per row: the log-sum-exp, and per (row, key block) the suffix on
+  entering the block, ``gate_suffix`` (B, H, T, ceil(T / BLOCK_N)), small beside T x T. The
+  backward rebuilds p from it without a scan, by the same arithmetic as the forward.
+- backward, two kernels and no atomics. dL/dg_it = sum_{j <= t} dL/dp_ij (dL/dp is 0 where p >
+  npos - 1: torch.clamp's gradient, which passes at p = npos - 1 exactly, where the table's
+  interpolation has slope e[top] - e[top] = 0 anyway) is a prefix sum over j, so (1) one program per (b, h, query block) walks the
+  key blocks upwards carrying that prefix sum, and writes dq, the table's gradient (its rows
+  belong to the program's query rows) and the carried prefix per (row, key block)
+  (``dp_prefix``); (2) one program per (b, h, key block) walks the query blocks and writes dk, dv,
+  taking the gates' gradient from ``dp_prefix`` plus the prefix sum within the block.
+  Softmax's backward uses delta_i = gy_i . y_i (flash attention's trick).
+
+Deterministic: every output element is written by exactly one program, which sums its terms in a
+fixed order (loops over blocks in program order, reductions of fixed shapes); no atomics, no
+split-K, no autotuning, so results are bit-identical run to run (``train.deterministic``).
+
+The matmuls' precision follows ``torch.get_float32_matmul_precision()`` ("highest": IEEE fp32,
+"high": 3xTF32, "medium": TF32), as torch's own float32 matmuls on the PyTorch path do.
+
+Used by ``CoPE.attend`` for CUDA tensors when the ``triton`` package imports (Linux; the ``gpu``
+extra); CPU tensors keep the C++ kernel or the PyTorch path. ``SYNTHLAB_COPE_TRITON=0`` turns
+the Triton path off (read at each call). With ``TRITON_INTERPRET=1`` in the process's
+environment from its start (triton.jit reads it when a function is decorated, triton's own
+library included, and torch imports triton early), the kernels run on CPU tensors in Triton's
+interpreter (numpy; slow): how tests/unit/test_triton_cope.py checks them without a GPU.
+GPU speed has not been measured, and the tile sizes are untuned.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from synthlab.config import FALSE_WORDS
+
+try:  # optional: Linux only (the `gpu` extra); the package imports fine without it
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+    class tl:  # placeholder so the kernel signatures below still evaluate
+        constexpr = None
+
+
+def _interpreter_on() -> bool:
+    knobs = getattr(triton, "knobs", None)  # triton >= 3.4; before, the variable itself
+    return bool(knobs.runtime.interpret) if knobs is not None else os.environ.get("TRITON_INTERPRET") == "1"
+
+
+# Whether the kernels below were defined for Triton's interpreter (TRITON_INTERPRET=1 when this
+# module was imported: triton.jit reads it at decoration time). Then they also run on CPU tensors.
+INTERPRETED = triton is not None and _interpreter_on()
+
+
+def _jit(fn):
+    return triton.jit(fn) if triton is not None else fn
+
+
+def enabled() -> bool:
+    """The env switch SYNTHLAB_COPE_TRITON: on unless set to a false word (read at each call)."""
+    return os.environ.get("SYNTHLAB_COPE_TRITON", "1").strip().lower() not in FALSE_WORDS
+
+
+def triton_available(device: torch.device | str) -> bool:
+    """Whether these kernels can run on tensors of ``device``: triton imports, and the device is
+    CUDA, or the kernels were defined for the interpreter (TRITON_INTERPRET=1)."""
+    if triton is None:
+        return False
+    return torch.device(device).type == "cuda" or INTERPRETED
+
+
+# ---- kernels ----
+
+@_jit
+def _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
+                  HAS_TABLE: tl.constexpr, PRECISION: tl.constexpr):
+    """One (query block, key block) tile: the logits s + term, the gates, and what the backward
+    needs. q (BLOCK_M, D_PAD) already scaled, k (BLOCK_N, D_PAD); gate_suffix (BLOCK_M,) the
+    row's gates of the key blocks right of this one; table_rows (BLOCK_M, 1) pointers to the
+    table rows. Returns (all (BLOCK_M, BLOCK_N); 0 or -inf off ``live``): live (j <= i, both in
+    range), the logits, the gates, the clamped positions and d term / d p."""
+    live = (cols[None, :] <= rows[:, None]) & (cols[None, :] < T) & (rows[:, None] < T)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+    g = tl.where(live, tl.sigmoid(s), 0.0)  # future gates exactly 0, as the PyTorch path
+    p = gate_suffix[:, None] + tl.cumsum(g, axis=1, reverse=True)  # sum_{t=j..i} g_it, >= 0
+    top = (NPOS - 1) * 1.0  # float (NPOS may arrive as a constexpr 1)
+    pc = tl.minimum(p, top)
+    if HAS_TABLE:
+        lo = pc.to(tl.int32)  # pc >= 0: truncation is the floor
+        hi = tl.minimum(lo + 1, NPOS - 1)  # the repeated last entry: no read past the row
+        low = tl.load(table_rows + lo, mask=live, other=0.0)  # gathers from the row's npos values
+        high = tl.load(table_rows + hi, mask=live, other=0.0)
+        term = low + (pc - lo.to(tl.float32)) * (high - low)
+        dterm_dp = high - low  # 0 once clamped: lo = hi = npos - 1
+    else:
+        term = -slope * pc
+        dterm_dp = tl.where(p <= top, -slope, 0.0)  # torch.clamp's gradient: passes at the bound
+    logits = tl.where(live, s + term, float("-inf"))
+    return live, logits, g, pc, dterm_dp
+
+
+@_jit
+def _cope_fwd_kernel(Q, K, V, TABLE, SLOPES, Y, LSE, GATE_SUFFIX,
+                     H, T, D, NPOS, N_KEY_BLOCKS, scale,
+                     HAS_TABLE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     D_PAD: tl.constexpr, PRECISION: tl.constexpr):
+    bh = tl.program_id(0)
+    first_row = tl.program_id(1) * BLOCK_M
+    rows = first_row + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    dims = tl.arange(0, D_PAD)  # (D_PAD,), head size padded to a power of two
+    row_ok, dim_ok = rows < T, dims < D
+    qkv = bh.to(tl.int64) * T * D  # this (b, h)'s first element of q, k, v, y
+    q = tl.load(Q + qkv + rows[:, None] * D + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    q = q * scale  # (q scale) . k, as the PyTorch path; (BLOCK_M, D_PAD)
+    slope = 0.0
+    if not HAS_TABLE:
+        slope = tl.load(SLOPES + bh % H)
+    table_rows = TABLE + bh.to(tl.int64) * T * NPOS + rows[:, None] * NPOS  # (BLOCK_M, 1)
+    stats = bh.to(tl.int64) * T  # this (b, h)'s first row of lse
+    suffix_rows = GATE_SUFFIX + (stats + rows) * N_KEY_BLOCKS  # (BLOCK_M,)
+
+    gate_suffix = tl.zeros([BLOCK_M], dtype=tl.float32)  # gates of the key blocks done so far
+    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # running max (finite: no inf - inf)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp
+    acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
+    last_block = (tl.minimum(first_row + BLOCK_M, T) - 1) // BLOCK_N  # holds the block's last key
+    for step in range(0, last_block + 1):
+        n = last_block - step  # descending: the reverse cumulative sum carries leftwards
+        cols = n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+        kv_mask = (cols[:, None] < T) & dim_ok[None, :]
+        k = tl.load(K + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)  # (BLOCK_N, D_PAD)
+        v = tl.load(V + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)
+        tl.store(suffix_rows + n, gate_suffix, mask=row_ok)
+        live, logits, g, pc, dterm_dp = _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
+                                                      HAS_TABLE, PRECISION)
+        gate_suffix += tl.sum(g, axis=1)
+        m_new = tl.maximum(m_i, tl.max(logits, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        e = tl.exp(logits - m_new[:, None])  # (BLOCK_M, BLOCK_N), 0 off live
+        l_i = l_i * alpha + tl.sum(e, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(e, v, input_precision=PRECISION)
+        m_i = m_new
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)  # rows past T have no keys (and are not stored)
+    tl.store(Y + qkv + rows[:, None] * D + dims[None, :], acc / l_safe[:, None],
+             mask=row_ok[:, None] & dim_ok[None, :])
+    tl.store(LSE + stats + rows, m_i + tl.log(l_safe), mask=row_ok)
+
+
+@_jit
+def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, GQ, GTABLE, DP_PREFIX,
+                           H, T, D, NPOS, N_KEY_BLOCKS, scale,
+                           HAS_TABLE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           D_PAD: tl.constexpr, NPOS_PAD: tl.constexpr, PRECISION: tl.constexpr):
+    """dq, the table's gradient and dp_prefix for one query block, key blocks ascending."""
+    bh = tl.program_id(0)
+    first_row = tl.program_id(1) * BLOCK_M
+    rows = first_row + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, D_PAD)
+    row_ok, dim_ok = rows < T, dims < D
+    row_mask = row_ok[:, None] & dim_ok[None, :]
+    qkv = bh.to(tl.int64) * T * D
+    q = tl.load(Q + qkv + rows[:, None] * D + dims[None, :], mask=row_mask, other=0.0) * scale
+    gy = tl.load(GY + qkv + rows[:, None] * D + dims[None, :], mask=row_mask, other=0.0)  # (BLOCK_M, D_PAD)
+    slope = 0.0
+    if not HAS_TABLE:
+        slope = tl.load(SLOPES + bh % H)
+    table_rows = TABLE + bh.to(tl.int64) * T * NPOS + rows[:, None] * NPOS
+    stats = bh.to(tl.int64) * T
+    lse = tl.load(LSE + stats + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
+    delta = tl.load(DELTA + stats + rows, mask=row_ok, other=0.0)  # gy_i . y_i
+    block_rows = (stats + rows) * N_KEY_BLOCKS  # (BLOCK_M,), rows of gate_suffix / dp_prefix
+    bins = tl.arange(0, NPOS_PAD)  # (NPOS_PAD,) the table's entries
+
+    dq = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
+    gtable = tl.zeros([BLOCK_M, NPOS_PAD], dtype=tl.float32)
+    dp_prefix = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of dL/dp_ij over the key blocks done
+    last_block = (tl.minimum(first_row + BLOCK_M, T) - 1) // BLOCK_N
+    for n in range(0, last_block + 1):  # ascending: the prefix sum over j carries rightwards
+        cols = n * BLOCK_N + tl.arange(0, BLOCK_N)
+        kv_mask = (cols[:, None] < T) & dim_ok[None, :]
+        k = tl.load(K + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)  # (BLOCK_N, D_PAD)
+        v = tl.load(V + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)
+        has_keys = row_ok & (rows >= n * BLOCK_N)  # the forward wrote gate_suffix for these only
+        gate_suffix = tl.load(GATE_SUFFIX + block_rows + n, mask=has_keys, other=0.0)
+        live, logits, g, pc, dterm_dp = _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
+                                                      HAS_TABLE, PRECISION)
+        a = tl.exp(logits - lse[:, None])  # the forward's weights (BLOCK_M, BLOCK_N), 0 off live
+        da = tl.dot(gy, tl.trans(v), input_precision=PRECISION)  # dL/da_ij = gy_i . v_j
+        dz = a * (da - delta[:, None])  # softmax's backward: dL/d(s + term)
+        dp = dz * dterm_dp  # dL/dp_ij
+        if HAS_TABLE:  # entry b of row i gets dz_ij max(0, 1 - |p_ij - b|): (1 - w) at lo, w at lo + 1
+            hat = tl.maximum(1.0 - tl.abs(pc[:, :, None] - bins[None, None, :].to(tl.float32)), 0.0)
+            gtable += tl.sum(dz[:, :, None] * hat, axis=1)  # (BLOCK_M, BLOCK_N, NPOS_PAD) -> (BLOCK_M, NPOS_PAD)
+        tl.store(DP_PREFIX + block_rows + n, dp_prefix, mask=has_keys)
+        dg = dp_prefix[:, None] + tl.cumsum(dp, axis=1)  # dL/dg_it = sum_{j <= t} dL/dp_ij
+        dp_prefix += tl.sum(dp, axis=1)
+        ds = tl.where(live, dz + dg * g * (1.0 - g), 0.0)  # dL/ds_it: softmax's and the gates' paths
+        dq += tl.dot(ds, k, input_precision=PRECISION)
+    tl.store(GQ + qkv + rows[:, None] * D + dims[None, :], dq * scale, mask=row_mask)
+    if HAS_TABLE:
+        tl.store(GTABLE + bh.to(tl.int64) * T * NPOS + rows[:, None] * NPOS + bins[None, :], gtable,
+                 mask=row_ok[:, None] & (bins[None, :] < NPOS))
+
+
+@_jit
+def _cope_bwd_key_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, DP_PREFIX, GK, GV,
+                         H, T, D, NPOS, N_KEY_BLOCKS, scale,
+                         HAS_TABLE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         D_PAD: tl.constexpr, PRECISION: tl.constexpr):
+    """dk and dv for one key block (the forward's BLOCK_N), query blocks from the diagonal on."""
+    bh = tl.program_id(0)
+    n = tl.program_id(1)  # the key block
+    cols = n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    dims = tl.arange(0, D_PAD)
+    dim_ok = dims < D
+    kv_mask = (cols[:, None] < T) & dim_ok[None, :]
+    qkv = bh.to(tl.int64) * T * D
+    k = tl.load(K + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)  # (BLOCK_N, D_PAD)
+    v = tl.load(V + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)
+    slope = 0.0
+    if not HAS_TABLE:
+        slope = tl.load(SLOPES + bh % H)
+    stats = bh.to(tl.int64) * T
+
+    dk = tl.zeros([BLOCK_N, D_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, D_PAD], dtype=tl.float32)
+    for m in range((n * BLOCK_N) // BLOCK_M, tl.cdiv(T, BLOCK_M)):  # query rows i >= the block's first key
+        rows = m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+        row_ok = rows < T
+        row_mask = row_ok[:, None] & dim_ok[None, :]
+        q = tl.load(Q + qkv + rows[:, None] * D + dims[None, :], mask=row_mask, other=0.0) * scale
+        gy = tl.load(GY + qkv + rows[:, None] * D + dims[None, :], mask=row_mask, other=0.0)
+        lse = tl.load(LSE + stats + rows, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + stats + rows, mask=row_ok, other=0.0)
+        has_keys = row_ok & (rows >= n * BLOCK_N)
+        block_rows = (stats + rows) * N_KEY_BLOCKS + n
+        gate_suffix = tl.load(GATE_SUFFIX + block_rows, mask=has_keys, other=0.0)
+        dp_prefix = tl.load(DP_PREFIX + block_rows, mask=has_keys, other=0.0)
+        table_rows = TABLE + bh.to(tl.int64) * T * NPOS + rows[:, None] * NPOS
+        live, logits, g, pc, dterm_dp = _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
+                                                      HAS_TABLE, PRECISION)
+        a = tl.exp(logits - lse[:, None])  # (BLOCK_M, BLOCK_N)
+        da = tl.dot(gy, tl.trans(v), input_precision=PRECISION)
+        dz = a * (da - delta[:, None])
+        dg = dp_prefix[:, None] + tl.cumsum(dz * dterm_dp, axis=1)  # as the query kernel: same prefix sums
+        ds = tl.where(live, dz + dg * g * (1.0 - g), 0.0)
+        dv += tl.dot(tl.trans(a), gy, input_precision=PRECISION)  # (BLOCK_N, D_PAD)
+        dk += tl.dot(tl.trans(ds), q, input_precision=PRECISION)  # q carries the scale already
+    tl.store(GK + qkv + cols[:, None] * D + dims[None, :], dk, mask=kv_mask)
+    tl.store(GV + qkv + cols[:, None] * D + dims[None, :], dv, mask=kv_mask)
+
+
+# ---- launch ----
+
+def _pow2(n: int, least: int = 16) -> int:
+    """n rounded up to a power of two, at least ``least`` (tl.dot wants dimensions >= 16)."""
+    return max(least, 1 << (max(n, 1) - 1).bit_length())
+
+
+def block_sizes(device: torch.device, d_pad: int, npos_pad: int) -> dict[str, int]:
+    """Tile sizes: small under the interpreter (numpy per program: small tiles keep the tests
+    fast); on a GPU larger key blocks, and small query blocks for the backward's query kernel,
+    whose table gradient holds a (BLOCK_M, BLOCK_N, NPOS_PAD) tile. Untuned: no GPU was at hand.
+    fwd_m / bwd_query_m / bwd_key_m: the query blocks of the three kernels; block_n: the key
+    block of all three (gate_suffix and dp_prefix are kept per key block)."""
+    if device.type != "cuda":
+        return dict(fwd_m=16, block_n=16, bwd_query_m=16, bwd_key_m=16, num_warps=4, bwd_query_warps=4)
+    wide = d_pad > 64
+    return dict(fwd_m=64 if not wide else 32, block_n=32, bwd_query_m=16 if npos_pad > 32 or wide else 32,
+                bwd_key_m=32, num_warps=4, bwd_query_warps=8 if npos_pad > 32 else 4)
+
+
+def _precision(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "ieee"
+    return {"highest": "ieee", "high": "tf32x3", "medium": "tf32"}[torch.get_float32_matmul_precision()]
+
+
+class CoPEQKVTriton(torch.autograd.Function):
+    """softmax_j(q_i k_j scale + CoPE term_ij) v_j over j <= i by the Triton kernels above; the
+    contract of ``_FusedCoPEQKV`` (q, k, v (B, H, T, d_h); table (B, H, T, npos) or None with
+    slopes (H,)). Returns q's dtype; gradients of q, k, v and the table."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, table, slopes, npos: int, scale: float):
+        B, H, T, D = q.shape
+        ctx.dtypes = (q.dtype, k.dtype, v.dtype, None if table is None else table.dtype)
+        q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
+        table32 = None if table is None else table.float().contiguous()
+        slopes32 = None if slopes is None else slopes.reshape(H).float().contiguous()
+        d_pad, npos_pad = _pow2(D), _pow2(npos)
+        tiles = block_sizes(q.device, d_pad, npos_pad)
+        n_key_blocks = triton.cdiv(T, tiles["block_n"])
+        y = torch.empty_like(q32)
+        lse = q32.new_empty(B, H, T)
+        gate_suffix = q32.new_empty(B, H, T, n_key_blocks)
+        dummy = q32  # the pointer of an absent table / slopes (never read)
+        _cope_fwd_kernel[(B * H, triton.cdiv(T, tiles["fwd_m"]))](
+            q32, k32, v32, dummy if table32 is None else table32, dummy if slopes32 is None else slopes32,
+            y, lse, gate_suffix, H, T, D, npos, n_key_blocks, float(scale),
+            HAS_TABLE=table32 is not None, BLOCK_M=tiles["fwd_m"], BLOCK_N=tiles["block_n"], D_PAD=d_pad,
+            PRECISION=_precision(q.device), num_warps=tiles["num_warps"])
+        ctx.save_for_backward(q32, k32, v32, table32, slopes32, y, lse, gate_suffix)
+        ctx.npos, ctx.scale, ctx.tiles = npos, float(scale), tiles
+        return y.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, gy):
+        q, k, v, table, slopes, y, lse, gate_suffix = ctx.saved_tensors
+        B, H, T, D = q.shape
+        npos, scale, tiles = ctx.npos, ctx.scale, ctx.tiles
+        d_pad, npos_pad = _pow2(D), _pow2(npos)
+        gy = gy.float().contiguous()
+        delta = (gy * y).sum(-1)  # (B, H, T) = sum_j a_ij dL/da_ij
+        gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        gtable = None if table is None else torch.empty_like(table)
+        dp_prefix = torch.empty_like(gate_suffix)
+        dummy = q
+        common = dict(HAS_TABLE=table is not None, BLOCK_N=tiles["block_n"], D_PAD=d_pad,
+                      PRECISION=_precision(q.device), num_warps=tiles["num_warps"])
+        table_arg, slopes_arg = (dummy if table is None else table), (dummy if slopes is None else slopes)
+        _cope_bwd_query_kernel[(B * H, triton.cdiv(T, tiles["bwd_query_m"]))](
+            q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, gq, dummy if gtable is None else gtable,
+            dp_prefix, H, T, D, npos, gate_suffix.shape[-1], scale,
+            BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, **{**common, "num_warps": tiles["bwd_query_warps"]})
+        _cope_bwd_key_kernel[(B * H, gate_suffix.shape[-1])](
+            q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, dp_prefix, gk, gv,
+            H, T, D, npos, gate_suffix.shape[-1], scale, BLOCK_M=tiles["bwd_key_m"], **common)
+        dq_t, dk_t, dv_t, dtab_t = ctx.dtypes
+        return (gq.to(dq_t), gk.to(dk_t), gv.to(dv_t), None if gtable is None else gtable.to(dtab_t),
+                None, None, None)

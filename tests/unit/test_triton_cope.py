@@ -1,0 +1,229 @@
+"""The Triton kernels of CoPE attention (synthlab/model/native/cope_triton.py), run on CPU by
+Triton's interpreter: softmax(q k^T scale + CoPE term) @ v and its gradients (q, k, v, the table)
+equal CoPE's PyTorch path in float64, clamp included, bit-identical run to run; and CoPE.attend
+sends CUDA tensors to them unless SYNTHLAB_COPE_TRITON=0.
+
+The interpreter has to be chosen before triton is first imported (triton.jit reads
+TRITON_INTERPRET when a function is decorated, triton's own library included, and torch /
+Lightning import triton early), and would stay on for the whole process. So the kernel tests
+run in a child pytest process of this file with TRITON_INTERPRET=1
+(``test_kernels_under_the_interpreter``); in the parent they are skipped, and no other test
+module sees the variable."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from synthlab.model.encoders.contextual import CoPE  # noqa: E402
+from synthlab.model.native import cope_triton as ct  # noqa: E402
+
+IN_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(not IN_INTERPRETER, reason="runs in test_kernels_under_the_interpreter's "
+                                                              "TRITON_INTERPRET=1 child process")
+
+
+@pytest.mark.skipif(IN_INTERPRETER, reason="the parent of the interpreter run")
+def test_kernels_under_the_interpreter():
+    """This file's @interpreted tests in a child process with TRITON_INTERPRET=1: all must pass."""
+    here = Path(__file__).resolve()
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(here), "-q", "-p", "no:cacheprovider", "-x"],
+                          cwd=here.parents[2], env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    summary = out.strip().splitlines()[-1] if out.strip() else ""
+    passed = re.search(r"(\d+) passed", summary)
+    n_interpreted = sum(1 for line in here.read_text().splitlines() if line.strip() == "@interpreted")
+    assert proc.returncode == 0 and passed and int(passed.group(1)) >= n_interpreted, out[-6000:]
+
+
+def _cope(H, d_h, npos, alibi, sep_keys=False):
+    """A CoPE module whose table is not zero (it starts at zero), so positions matter."""
+    torch.manual_seed(H * 100 + d_h * 10 + npos)
+    cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, alibi=alibi, sep_keys=sep_keys)
+    if not alibi:
+        with torch.no_grad():
+            cope.pos_emb.normal_()
+    return cope
+
+
+def _by_pytorch(cope, q_raw, q, k, v):
+    """softmax(masked(q k^T scale + CoPE term)) @ v by CoPE's PyTorch path (its reference)."""
+    T = q.shape[-2]
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    S = (q * cope.scale) @ k.transpose(-2, -1)
+    att = torch.softmax((S + cope(q_raw, S, None, future)).masked_fill(future, float("-inf")), dim=-1)
+    return att @ v
+
+
+def _by_triton(cope, q_raw, q, k, v):
+    table = None if cope.alibi else q_raw @ cope.pos_emb  # (B, H, T, npos)
+    return ct.CoPEQKVTriton.apply(q, k, v, table, cope.slopes if cope.alibi else None, cope.npos, cope.scale)
+
+
+def _run(fn, cope, q_raw, q, k, v, w, dtype=torch.float32, same_query=True):
+    """fn(cope, q_raw, q, k, v) on fresh leaves of ``dtype`` (q_raw is q itself when same_query)
+    and the gradients of sum(out * w) for the leaves and the CoPE parameters."""
+    leaves = [t.detach().to(dtype).clone().requires_grad_() for t in ([q, k, v] if same_query else [q_raw, q, k, v])]
+    out = fn(cope, *([leaves[0], *leaves] if same_query else leaves))
+    grads = torch.autograd.grad((out * w.to(dtype)).sum(), [*leaves, *cope.parameters()], allow_unused=True)
+    return out.detach(), grads
+
+
+def _check_against_float64(cope, q_raw, q, k, v, same_query=True):
+    """The Triton kernels against the PyTorch path in float64, within max(5e-5 of the tensor's
+    scale, 4 x the PyTorch path's own float32 error) (test_native_cope.py's rule)."""
+    w = torch.randn(q.shape)
+    args = (q_raw, q, k, v, w)
+    fast, fast_grads = _run(_by_triton, cope, *args, same_query=same_query)
+    ref_cope = CoPE(d_model=cope.n_heads * cope.head_dim, n_heads=cope.n_heads, npos=cope.npos,
+                    alibi=cope.alibi).double()
+    ref_cope.load_state_dict(cope.state_dict())
+    ref, ref_grads = _run(_by_pytorch, ref_cope, *args, dtype=torch.float64, same_query=same_query)
+    cope32 = CoPE(d_model=cope.n_heads * cope.head_dim, n_heads=cope.n_heads, npos=cope.npos, alibi=cope.alibi)
+    cope32.load_state_dict(cope.state_dict())
+    cope32._native = lambda G: False  # the PyTorch path in float32: the scale of float32's own error
+    ref32, ref32_grads = _run(_by_pytorch, cope32, *args, same_query=same_query)
+
+    def close(x, want, x32):
+        err, err32 = (x.double() - want).abs().max(), (x32.double() - want).abs().max()
+        return err <= max(5e-5 * want.abs().max().clamp_min(1.0), 4 * err32)
+
+    assert fast.dtype == q.dtype and fast.shape == q.shape
+    assert close(fast, ref, ref32), "output differs"
+    names = (["q", "k", "v"] if same_query else ["q_raw", "q", "k", "v"]) + ["table"]
+    for name, x, want, x32 in zip(names, fast_grads, ref_grads, ref32_grads):
+        assert (x is None) == (want is None), name
+        assert x is None or close(x, want, x32), f"gradient of {name} differs"
+
+
+def _qkv(B, H, T, d_h, seed):
+    # q, k spread so that gates reach both ends (0 and 1) and positions cross integer cells
+    torch.manual_seed(seed)
+    return tuple(s * torch.randn(B, H, T, d_h) for s in (2.0, 2.0, 1.0))
+
+
+@interpreted
+def test_kernels_are_interpreted():
+    assert ct.INTERPRETED and ct.triton_available("cpu")
+
+
+@interpreted
+@pytest.mark.parametrize("B,H,T,d_h,npos,alibi", [
+    (2, 2, 1, 16, 64, False),
+    (2, 2, 5, 7, 4, False),  # d_h 7: padded with masks; npos 4 < T: clamping
+    (2, 2, 17, 8, 8, False),  # most positions clamp
+    (2, 3, 17, 16, 64, True),  # CoPE-ALiBi, npos > T: no clamp
+    (1, 2, 40, 24, 5, True),  # CoPE-ALiBi clamped, d_h 24
+    (1, 2, 64, 32, 16, False),  # T a multiple of the tiles
+    (1, 1, 33, 64, 64, False),
+    (1, 1, 130, 16, 64, False),  # T past npos: clamped far from the diagonal only
+])
+def test_equals_pytorch_path_in_float64(B, H, T, d_h, npos, alibi):
+    q, k, v = _qkv(B, H, T, d_h, seed=T + d_h)
+    _check_against_float64(_cope(H, d_h, npos, alibi), q, q, k, v)
+
+
+@interpreted
+@pytest.mark.parametrize("alibi", [False, True])
+def test_gpu_tile_sizes(alibi, monkeypatch):
+    """The tile sizes chosen for a CUDA device (query blocks other than key blocks, a query
+    block spanning several key blocks), run here by the interpreter."""
+    gpu_tiles = ct.block_sizes(torch.device("cuda"), 16, 64)
+    assert gpu_tiles["fwd_m"] != gpu_tiles["block_n"]
+    monkeypatch.setattr(ct, "block_sizes", lambda device, d_pad, npos_pad: gpu_tiles)
+    q, k, v = _qkv(1, 2, 70, 16, seed=70)
+    _check_against_float64(_cope(2, 16, 8, alibi), q, q, k, v)
+
+
+@interpreted
+def test_table_query_apart_from_attention_query():
+    """q_raw (the table's query) other than q (rotary's output): the table's gradient reaches q_raw."""
+    cope = _cope(2, 8, 6, False)
+    q, k, v = _qkv(2, 2, 21, 8, seed=3)
+    _check_against_float64(cope, torch.randn_like(q), q, k, v, same_query=False)
+
+
+@interpreted
+@pytest.mark.parametrize("alibi", [False, True])
+def test_clamp_boundary_by_hand(alibi):
+    """q = 0: every gate is 0.5, so p_ij = (i - j + 1) / 2 exactly, and p = npos - 1 = 3 is hit
+    exactly (i - j + 1 = 6): the clamp's gradient there and past it as the PyTorch path's."""
+    cope = _cope(1, 8, 4, alibi)
+    _, k, v = _qkv(1, 1, 20, 8, seed=5)
+    q_raw = torch.randn(1, 1, 20, 8)
+    _check_against_float64(cope, q_raw, torch.zeros_like(q_raw), k, v, same_query=False)
+
+
+@interpreted
+def test_half_precision_inputs():
+    """bfloat16 / float16 in: float32 inside, q's dtype out, gradients in the inputs' dtypes."""
+    cope = _cope(2, 16, 8, False)
+    q, k, v = _qkv(1, 2, 17, 16, seed=9)
+    want = _by_pytorch(cope, q, q, k, v)
+    for dtype in (torch.bfloat16, torch.float16):
+        q16, k16, v16 = (t.to(dtype).requires_grad_() for t in (q, k, v))
+        table = (q16 @ cope.pos_emb.to(dtype)).detach().requires_grad_()  # as under autocast
+        y = ct.CoPEQKVTriton.apply(q16, k16, v16, table, None, cope.npos, cope.scale)
+        assert y.dtype == dtype
+        y.float().square().sum().backward()
+        assert all(t.grad is not None and t.grad.dtype == dtype for t in (q16, k16, v16, table))
+        assert (y.float() - want).abs().max() < 0.1  # the inputs' rounding only
+
+
+@interpreted
+def test_deterministic():
+    """No atomics: output and every gradient bit-identical across calls."""
+    cope = _cope(2, 16, 8, False)
+    q, k, v = _qkv(2, 2, 37, 16, seed=11)
+    w = torch.randn(q.shape)
+    (y1, g1), (y2, g2) = (_run(_by_triton, cope, q, q, k, v, w) for _ in range(2))
+    assert torch.equal(y1, y2) and all(torch.equal(a, b) for a, b in zip(g1, g2))
+
+
+class _LooksCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: what CoPE.attend checks to choose the Triton path."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def test_attend_sends_cuda_tensors_to_triton(monkeypatch):
+    """CoPE.attend's choice (no kernel runs: the Function is replaced by a recorder that returns
+    the PyTorch path's result), here in the parent process too."""
+    calls = []
+
+    def recorder(q, k, v, table, slopes, npos, scale):
+        calls.append((table.shape, slopes, npos, scale))
+        plain = [t.as_subclass(torch.Tensor) for t in (q, k, v)]
+        return _by_pytorch(cope, plain[0], *plain)
+
+    monkeypatch.setattr(ct.CoPEQKVTriton, "apply", recorder)
+    monkeypatch.setattr(ct, "triton_available", lambda device: True)  # no GPU here
+    monkeypatch.setenv("SYNTHLAB_NATIVE", "0")  # else the C++ kernel takes the (CPU-resident) tensors first
+    monkeypatch.delenv("SYNTHLAB_COPE_TRITON", raising=False)
+    cope = _cope(2, 8, 8, False)
+    q, k, v = _qkv(1, 2, 12, 8, seed=1)
+    gpu = [t.as_subclass(_LooksCuda) for t in (q, k, v)]
+    assert cope.attend(gpu[0], *gpu, cope.scale) is not None
+    assert calls == [((1, 2, 12, 8), None, 8, cope.scale)]
+
+    assert cope.attend(q, q, k, v, cope.scale) is None  # CPU tensors: not the Triton path
+    assert cope.attend(*(t.double().as_subclass(_LooksCuda) for t in (q, q, k, v)), cope.scale) is None  # float64
+    assert _cope(2, 8, 8, False, sep_keys=True).attend(gpu[0], *gpu, cope.scale) is None  # sep_keys
+    assert len(calls) == 1
+    monkeypatch.setenv("SYNTHLAB_COPE_TRITON", "0")  # the switch, read at call time
+    assert cope.attend(gpu[0], *gpu, cope.scale) is None and len(calls) == 1
+    monkeypatch.setenv("SYNTHLAB_COPE_TRITON", "1")
+    assert cope.attend(gpu[0], *gpu, cope.scale) is not None and len(calls) == 2
+    monkeypatch.setattr(ct, "triton_available", lambda device: False)  # triton missing
+    assert cope.attend(gpu[0], *gpu, cope.scale) is None and len(calls) == 2
