@@ -32,135 +32,39 @@ trainer's ``report`` hook) is :mod:`synthlab.dashboard`'s; none of it decides an
 So a finished cell (ok or failed) is never trained again, and a cell recorded twice (several
 machines' files joined) counts once (:func:`synthlab.records.latest_records`).
 
-This module owns the liveness rules, the heartbeat and :class:`Runner`, one worker's loop.
+This module owns the liveness rules and :class:`Runner`, one worker's loop; how a process is
+read (pid, heartbeat thread) is :mod:`synthlab.liveness`'s, taking a cell's seeds together
+(``batch_seeds``) :mod:`synthlab.seedgroups`'.
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import socket
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from synthlab.cells import Cell
 from synthlab.dashboard import AxisParams, Intermediate, TrialPlan, metric_attrs
+from synthlab.liveness import Heartbeat, claim_key, is_live, pid_alive, stale_reason, worker_id
 from synthlab.progress import QUIET, LiveTrial, SweepProgress
-from synthlab.trialhooks import trial_report
 from synthlab.records import append_record, clean, failed_record, scan_records, with_cell
+from synthlab.seedgroups import SCRATCH as _SCRATCH  # OUT/runs/.record-<trial>-<pid>.jsonl
+from synthlab.seedgroups import SeedGroups, seed_group
 from synthlab.sweepfile import SweepSpec, objective
+from synthlab.trialhooks import trial_report
 
-_SCRATCH = ".record-"  # OUT/runs/.record-<trial>-<pid>.jsonl: the trainer's own record of a run
-
-def _proc_start(pid: int) -> str | None:
-    """The kernel's start time of process ``pid`` (Linux), to tell a reused pid apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode(errors="replace")
-        return data.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _pid_alive(pid: int, start: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if start is not None and Path("/proc").is_dir():
-        now = _proc_start(pid)
-        if now is None or now != start:
-            return False
-    return True
-
-
-def _worker_id() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _proc_start(os.getpid())}
-
-
-def _started_at(t) -> float:
-    return t.datetime_start.timestamp() if t.datetime_start is not None else time.time()
-
-
-def _claim_key(me: dict[str, Any]) -> str:
-    return f"claim:{me['pid']}@{me['host']}"
-
-
-def _stale_reason(t, grace_period: float, me: dict[str, Any]) -> str | None:
-    """Why RUNNING trial ``t`` is dead, or None if it may still be alive."""
-    w = t.user_attrs.get("worker")
-    last = t.user_attrs.get("heartbeat", _started_at(t))
-    if not isinstance(w, dict):  # taken, its owner not written yet: the owner is one of the claimants
-        claims = [c for k, c in t.user_attrs.items() if k.startswith("claim:") and isinstance(c, dict)]
-        if claims and all(c.get("host") == me["host"] and (c.get("pid"), c.get("start")) != (me["pid"], me["start"])
-                          and not _pid_alive(int(c["pid"]), c.get("start")) for c in claims):
-            return f"worker process {claims[0]['pid']} on {claims[0]['host']} is gone"
-    if isinstance(w, dict) and w.get("host") == me["host"]:
-        if w.get("pid") == me["pid"] and w.get("start") == me["start"]:
-            return None  # our own trial
-        if not _pid_alive(int(w["pid"]), w.get("start")):
-            return f"worker process {w['pid']} on {w['host']} is gone"
-        # alive here but silent: paused (SIGSTOP, a suspended batch job, a sleeping laptop),
-        # not dead; its heartbeat resumes with it. The grace period judges other machines only.
-        return None
-    if time.time() - float(last) > grace_period:
-        return f"no heartbeat for {time.time() - float(last):.0f} s (grace period {grace_period:.0f} s)"
-    return None
-
-
-def _is_live(t, retried: set[int]) -> bool:
-    """Whether trial ``t`` holds (or will hold) its cell's result. A failed run does, until a
-    --retry-failed sweep sets it aside (its number in ``retried``)."""
-    from optuna.trial import TrialState
-
-    if t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE):
-        return True
-    return t.state == TrialState.FAIL and "record" in t.user_attrs and t.number not in retried
-
-
-class _Heartbeat:
-    """A thread that writes ``heartbeat = time.time()`` on a running trial every ``interval`` s,
-    and ``progress`` (step, steps, loss: ``live.snapshot()``) when it has moved on, for the main
-    process's progress view of a helper's cell (:mod:`synthlab.progress`)."""
-
-    def __init__(self, storage, trial_id: int, interval: float, live: LiveTrial | None = None) -> None:
-        self.storage, self.trial_id, self.interval, self.live = storage, trial_id, interval, live
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="synthlab-heartbeat")
-
-    def _run(self) -> None:
-        written = None
-        while not self._stop.wait(self.interval):
-            try:
-                self.storage.set_trial_user_attr(self.trial_id, "heartbeat", time.time())
-                snap = self.live.snapshot() if self.live is not None else None
-                if snap is not None and snap != written:
-                    self.storage.set_trial_user_attr(self.trial_id, "progress", snap)
-                    written = snap
-            except Exception:  # a finished trial or a storage hiccup: the next beat retries
-                pass
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-class Runner:
+class Runner(SeedGroups):
     """One worker's loop over a grid's cells in a study (see the module docstring)."""
 
     def __init__(self, spec: SweepSpec, preset: str, cells: list[Cell], storage, study, out: Path,
                  quiet: bool, heartbeat_interval: float, grace_period: float, poll: float, *,
                  progress: SweepProgress | None = None, plans: dict[str, TrialPlan] | None = None,
-                 logger: str | None = None) -> None:
+                 logger: str | None = None, batch_seeds: bool = False) -> None:
         """``quiet``: the trainer's (no per-run bar); ``progress``: where lines go (none: quiet);
+        ``batch_seeds``: a taken cell's sibling seeds still waiting are taken too and trained
+        with it as one stacked model (:mod:`synthlab.seedbatch`);
         ``plans``: each cell's steps and intermediate values (:func:`synthlab.dashboard.plan`;
         none: the loss, steps unknown); ``logger``: the trainer's ``logger`` (None: its default)."""
         self.spec, self.preset, self.cells, self.storage, self.study = spec, preset, cells, storage, study
@@ -170,9 +74,11 @@ class Runner:
         self.params = AxisParams(cells)
         self.results = out / "results.jsonl"
         self.heartbeat_interval, self.grace_period, self.poll = heartbeat_interval, grace_period, poll
-        self.me = _worker_id()
+        self.me = worker_id()
         self.ran = 0
         self.retried: set[int] = set()
+        self.batch_seeds = batch_seeds
+        self.unbatchable: set[str] = set()  # seed groups found not batchable: one by one from then on
         # this study's records in results.jsonl: by cell key, by trial number (records without
         # a cell key), and how far the file has been read
         self._recorded: dict[str, dict[str, Any]] = {}
@@ -196,7 +102,7 @@ class Runner:
         from optuna.trial import TrialState
 
         mine = [t for t in trials if t.user_attrs.get("cell_key") in self.by_key]
-        finished = [t for t in mine if t.state.is_finished() and _is_live(t, retried)]
+        finished = [t for t in mine if t.state.is_finished() and is_live(t, retried)]
         return finished, [t for t in mine if t.state == TrialState.RUNNING]
 
     def snapshot(self) -> tuple[list, list]:
@@ -254,7 +160,7 @@ class Runner:
                 pid = int(p.stem.rsplit("-", 1)[1])
             except (IndexError, ValueError):
                 continue
-            if pid != os.getpid() and not _pid_alive(pid, None):
+            if pid != os.getpid() and not pid_alive(pid, None):
                 p.unlink(missing_ok=True)
 
     # ---- the trials
@@ -292,7 +198,7 @@ class Runner:
         for t in trials:
             if t.state != TrialState.RUNNING or "cell_key" not in t.user_attrs:
                 continue
-            reason = _stale_reason(t, self.grace_period, self.me)
+            reason = stale_reason(t, self.grace_period, self.me)
             if reason is None:
                 continue
             cell = self.by_key.get(t.user_attrs["cell_key"])
@@ -323,7 +229,7 @@ class Runner:
         again."""
         groups = self.by_cell(trials)
         for c in self.cells:
-            live = [t for t in groups.get(c.key, []) if _is_live(t, self.retried)]
+            live = [t for t in groups.get(c.key, []) if is_live(t, self.retried)]
             failed = [t for t in live if "record" in t.user_attrs and t.user_attrs["record"].get("status") != "ok"]
             if failed and len(failed) == len(live):
                 for t in failed:
@@ -335,7 +241,7 @@ class Runner:
         """Enqueue a WAITING trial, holding the cell's axes as params, for each cell of the
         grid with no live trial."""
         groups = self.by_cell(trials)
-        missing = [c for c in self.cells if not any(_is_live(t, self.retried) for t in groups.get(c.key, []))]
+        missing = [c for c in self.cells if not any(is_live(t, self.retried) for t in groups.get(c.key, []))]
         if not missing:
             return
         self.params.learn(trials)
@@ -354,7 +260,7 @@ class Runner:
         for t in waiting:
             try:
                 # a claim before the take: a kill between the take and ``worker`` leaves a pid to check
-                self.storage.set_trial_user_attr(t._trial_id, _claim_key(self.me), self.me)
+                self.storage.set_trial_user_attr(t._trial_id, claim_key(self.me), self.me)
                 if self.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
                     return t
             except UpdateFinishedTrialError:
@@ -362,18 +268,45 @@ class Runner:
         return None
 
     def run_trial(self, t) -> None:
-        from optuna.exceptions import UpdateFinishedTrialError
+        cell = self._begin(t)
+        if cell is not None:
+            self._train_one(t, cell)
+
+    def _train_one(self, t, cell: Cell) -> None:
+        plan = self.plans.get(cell.key, TrialPlan(0, "loss"))
+        live = LiveTrial(t.number, cell.label(), plan.steps or None)
+        self.progress.started(live)
+        try:
+            with Heartbeat(self.storage, t._trial_id, self.heartbeat_interval, live):
+                record = self._train(cell, t.number, trial_report(live.update, Intermediate(self.storage, t._trial_id,
+                                                                                              plan)))
+        except (KeyboardInterrupt, OSError):  # Ctrl-C, or the disk (full, read-only): no record, so the
+            self._give_back([t])              # cell runs again
+            raise
+        finally:
+            self.progress.ended(t.number)
+        self._record(t, cell, record)
+
+    def _give_back(self, ts) -> None:
+        from optuna.trial import TrialState
+
+        for t in ts:
+            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+
+    def _begin(self, t) -> Cell | None:
+        """A taken trial's cell to train, or None where the trial is closed here instead (a
+        duplicate of a lower trial, or a cell already in results.jsonl)."""
         from optuna.trial import TrialState
 
         sid = t._trial_id
         self.storage.set_trial_user_attr(sid, "worker", self.me)
         key = t.user_attrs["cell_key"]
         trials = self.trials()
-        lower = [u for u in self.by_cell(trials).get(key, []) if u.number < t.number and _is_live(u, self.retried)]
+        lower = [u for u in self.by_cell(trials).get(key, []) if u.number < t.number and is_live(u, self.retried)]
         if lower:  # a duplicate enqueue (two workers started together): the lowest trial runs
             self.storage.set_trial_user_attr(sid, "duplicate_of", min(u.number for u in lower))
             self.study.tell(t.number, state=TrialState.PRUNED, skip_if_finished=True)
-            return
+            return None
         cell = self.by_key[key]
         if not set(cell.axes) <= set(t.params):  # enqueued before trials carried their cell's params
             self.params.learn(trials)
@@ -386,18 +319,15 @@ class Runner:
             self._close(sid, t.number, done)
             self.log(f"[sweep] trial {t.number}: {cell.label()} is in results.jsonl already (trial "
                      f"{done.get('trial')}): closed from that record, not trained again")
-            return
-        plan = self.plans.get(key, TrialPlan(0, "loss"))
-        live = LiveTrial(t.number, cell.label(), plan.steps or None)
-        self.progress.started(live)
-        try:
-            with _Heartbeat(self.storage, sid, self.heartbeat_interval, live):
-                record = self._train(cell, t.number, trial_report(live.update, Intermediate(self.storage, sid, plan)))
-        except (KeyboardInterrupt, OSError):  # Ctrl-C, or the disk (full, read-only): no record, so the
-            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)  # cell runs again
-            raise
-        finally:
-            self.progress.ended(t.number)
+            return None
+        return cell
+
+    def _record(self, t, cell: Cell, record: dict[str, Any]) -> None:
+        """A trained cell's record onto its trial (first: from then on a kill cannot lose the
+        run), into results.jsonl, and the trial closed."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        sid, key = t._trial_id, cell.key
         record = with_cell(clean(record), key)
         try:
             self.storage.set_trial_user_attr(sid, "record", record)  # first: from here on a kill cannot lose the run
@@ -454,7 +384,12 @@ class Runner:
             t = self.pop(self.trials())
             if t is not None:
                 waited = False
-                self.run_trial(t)
+                group = seed_group(self.by_key[t.user_attrs["cell_key"]])
+                if self.batch_seeds and group not in self.unbatchable:
+                    room = None if max_trials is None else max_trials - self.ran - 1
+                    self.run_group([t, *self.pop_siblings(t, self.trials(), room)])
+                else:
+                    self.run_trial(t)
                 continue
             mine = {c.key for c in self.cells}
             running = [u for u in self.trials()

@@ -114,7 +114,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           out: str | os.PathLike | None = None, quiet: bool = True, *, grids: bool = True,
           retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
           poll: float = 2.0, workers: int | str = 1, logger: str | None = None,
-          progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None) -> list[dict]:
+          progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
+          batch_seeds: bool = False) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -130,6 +131,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     (:mod:`synthlab.progress`). ``settings`` (``--set``: key -> value) go into every cell on top
     of the preset's tables; they are part of each cell's identity, and the default study name
     carries them (``flipflop-quick-steps=500``), so a grid never pools runs of other settings.
+    ``batch_seeds`` trains the seeds of a cell together as one stacked model where they can be
+    (:mod:`synthlab.seedbatch`; one by one where not), each still its own run and record.
     Everything is validated before anything is written.
     """
     workers = workers_mod.parse_workers(workers)
@@ -164,7 +167,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
         return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
                     dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, heartbeat_interval=heartbeat_interval,
-                         grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every),
+                         grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every,
+                         batch_seeds=bool(batch_seeds)),
                     plans)
 
 
@@ -187,7 +191,8 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
                                       more["progress_every"])
     # the trainer's own per-run bar only under the sweep's bar (a log file gets no bar)
     runner = Runner(spec, preset, cells, store, st, out_dir, mode != progress_mod.BAR, more["heartbeat_interval"],
-                    more["grace_period"], more["poll"], progress=view, plans=plans, logger=more["logger"])
+                    more["grace_period"], more["poll"], progress=view, plans=plans, logger=more["logger"],
+                    batch_seeds=more["batch_seeds"])
     helpers = []
     try:
         if retry_failed:  # before any helper starts, so none takes a failed cell for finished

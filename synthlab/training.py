@@ -242,6 +242,42 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
 # the run
 
 
+def new_record(cfg: RunConfig, spec: PESpec, run_id: str, model: dict[str, Any], train_len: int,
+               study: str | None, trial: int | None) -> dict[str, Any]:
+    """A run's result record before training (docs/interfaces.md): the one place its fields
+    are laid out, for single runs and batched seeds alike."""
+    tc = cfg.train
+    return {
+        "schema": SCHEMA, "run_id": run_id, "task": cfg.task, "task_params": cfg.task_params,
+        "pe": spec.name, "pe_params": spec.params, "positions": cfg.positions, "rope_scaling": cfg.rope_scaling,
+        "preset": cfg.preset, "model": model,
+        "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len,
+                  "precision": tc.precision, "compile": tc.compile},
+        "metrics": {}, "by_length": None, "curve": [] if tc.eval_every else None, "logs": None,
+        "wall_s": None, "device": None, "synthlab": __version__, "git": rundir.git_hash(),
+        "study": study, "trial": trial, "status": "ok",
+    }
+
+
+def run_config(cfg: RunConfig, run_id: str, max_len: int, rope_factor: float | None, train_len: int,
+               named: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a run directory's config.json holds (``load_run`` rebuilds the model from it)."""
+    return {**cfg.to_dict(), "max_len": max_len, "run_id": run_id, "rotary_pairs": CURRENT_PAIRS,
+            "rope_factor": rope_factor, "train_len": train_len, "pe_revision": PE_REVISION, **(named or {})}
+
+
+def evaluate_into(record: dict[str, Any], lines: list[dict[str, Any]], model: torch.nn.Module,
+                  sets: dict[str, Any], ctx: Any, task: Any) -> None:
+    """Evaluate a trained model on every split into its record (metrics, by_length) and its
+    metrics.jsonl lines (per group, then per split)."""
+    metrics, groups = evaluate(model, sets, ctx)
+    record["metrics"] = metrics
+    record["by_length"] = by_length(task, groups)
+    for split, per in groups.items():
+        lines += [{"split": split, "group": k, **v} for k, v in per.items()]
+    lines += [{"split": split, **v} for split, v in metrics.items()]
+
+
 def train(task: str, pe: str, preset: str = "quick", seed: int = 0, out: str | os.PathLike | None = None,
           positions: str | None = None, rope_scaling: str | None = None, quiet: bool = True,
           results: str | os.PathLike | None = None, study: str | None = None, trial: int | None = None,
@@ -329,16 +365,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     run_id = ck.run_id if again else rundir.make_run_id(cfg.task, spec.name, tc.seed)
     run_dir = Path(out) / run_id if out is not None else None
     results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
-    record: dict[str, Any] = {
-        "schema": SCHEMA, "run_id": run_id, "task": cfg.task, "task_params": cfg.task_params,
-        "pe": spec.name, "pe_params": spec.params, "positions": cfg.positions, "rope_scaling": cfg.rope_scaling,
-        "preset": cfg.preset, "model": {**described, "params": n_params},
-        "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len,
-                  "precision": tc.precision, "compile": tc.compile},
-        "metrics": {}, "by_length": None, "curve": [] if tc.eval_every else None, "logs": None,
-        "wall_s": None, "device": None, "synthlab": __version__, "git": rundir.git_hash(),
-        "study": study, "trial": trial, "status": "ok",
-    }
+    record = new_record(cfg, spec, run_id, {**described, "params": n_params}, train_len, study, trial)
     lines: list[dict[str, Any]] = []
     if ck is not None:
         ck.begin(run_id)
@@ -348,8 +375,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
         rundir.remove(run_dir)  # what a killed attempt left (its checkpoint is elsewhere)
     created: list[Path] = []  # the parents of the run directory it made (removed with it)
     if run_dir is not None:  # everything is validated and built: now the run directory
-        created = rundir.make(run_dir, {**cfg.to_dict(), "max_len": max_len, "run_id": run_id, "rotary_pairs": CURRENT_PAIRS,
-                              "rope_factor": rope_factor, "train_len": train_len, "pe_revision": PE_REVISION, **named})
+        created = rundir.make(run_dir, run_config(cfg, run_id, max_len, rope_factor, train_len, named))
 
     def context() -> Any:  # the evaluation context now: for the curve's points and the final evaluation alike
         return eval_context(cfg, task, spec, scheme, dm.pad_id, next(model.parameters()).device, rope_factor,
@@ -384,13 +410,8 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
                 # Lightning's teardown moved the model to the CPU: evaluate on the device it
                 # trained on (as the curve's points were), then keep the CPU copy for saving
                 model.to(info["root_device"])
-                metrics, groups = evaluate(model, sets, context())
+                evaluate_into(record, lines, model, sets, context(), task)
                 model.cpu()
-                record["metrics"] = metrics
-                record["by_length"] = by_length(task, groups)
-                for split, per in groups.items():
-                    lines += [{"split": split, "group": k, **v} for k, v in per.items()]
-                lines += [{"split": split, **v} for split, v in metrics.items()]
             else:
                 record["status"] = "failed"
                 record["error"] = failure

@@ -54,6 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--progress-every", type=float, default=HEARTBEAT_EVERY, metavar="SECONDS",
                    help="seconds between two heartbeat lines of a running cell when stderr is not a terminal "
                    f"(default {HEARTBEAT_EVERY:g})")
+    p.add_argument("--batch-seeds", action="store_true",
+                   help="train the seeds of a cell together as one stacked model (torch.func.vmap; each seed still "
+                        "its own run and record): fills a GPU that one small model leaves idle. Cells whose "
+                        "seeds cannot stack (lengths varying per batch, dropout, --positions) train one by one")
     p.add_argument("--quiet", action="store_true", help="no progress output: nothing on stderr but errors")
     p.add_argument("--yes", action="store_true",
                    help=f"run a grid of more than {MAX_CELLS:,} cells (refused without it)")
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
                     study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
                     workers=workers, logger=args.logger, progress_every=args.progress_every,
-                    settings=settings)
+                    settings=settings, batch_seeds=args.batch_seeds)
     return 0 if records is not None else 1
 
 

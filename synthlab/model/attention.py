@@ -7,13 +7,16 @@ additive mask = bias + causal -inf) whenever nothing needs materialised logits. 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .batched import is_batched
 from .cache import TensorCache
 from .encoders.bias import ALiBi
 from .encoders.contextual import CoPE
@@ -76,6 +79,15 @@ class PositionContext:
         return bias.masked_fill(self.future, float("-inf")) if self.causal else bias
 
 
+def _sdpa_backend(q: torch.Tensor) -> Any:
+    """SDPA's math backend under vmap (batched seeds, ``stacked.py``), its own choice otherwise.
+    The fused kernels have no batching rule: the CPU flash kernel runs seed by seed (and has no
+    gradient for a learned bias, one per seed, which reads requires_grad False inside vmap), and
+    vmap over the CUDA flash kernel failed on an H100 ("LSE is not correctly aligned"); the math
+    backend is matmuls and a softmax, which batch."""
+    return sdpa_kernel(SDPBackend.MATH) if is_batched(q) else contextlib.nullcontext()
+
+
 class Attention(nn.Module):
     """Self-attention with pluggable position components (built by the transformer)."""
 
@@ -126,13 +138,15 @@ class Attention(nn.Module):
         if not (return_attention or self.cope is not None or self.dape is not None or self._query_bias):
             p = self.dropout if self.training else 0.0
             if not self.biases:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+                with _sdpa_backend(q):
+                    y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
             else:
                 if len(self.biases) == 1 and isinstance(self.biases[0], ALiBi):
                     mask = self.biases[0].masked(ctx)  # cached bias + causal mask
                 else:
                     mask = ctx.apply_mask(self._bias(ctx, q_raw))
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
+                with _sdpa_backend(q):
+                    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
         elif (self.cope is not None and not self.biases and self.dape is None and not return_attention
               and (y := self._cope_attend(q_raw, q, k, v)) is not None):
             pass  # CoPE alone, by the native kernel from q, k, v: no (T, T) tensor either way

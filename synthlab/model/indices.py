@@ -28,15 +28,21 @@ def bipe_segments(
     segment-start token BEGINS a new one (flip-flop's ``w``). Causal: ids at t depend on
     tokens <= t only.
     """
-    B, T = tokens.shape
-    new = torch.zeros(B, T, dtype=torch.bool, device=tokens.device)
+    # zeros_like, not zeros(B, T): under vmap (batched seeds) the in-place |= below writes batched values
+    new = torch.zeros_like(tokens, dtype=torch.bool)
     if len(separator_ids):
-        sep = torch.isin(tokens, torch.as_tensor(list(separator_ids), device=tokens.device))
+        sep = _isin(tokens, separator_ids)
         new[:, 1:] |= sep[:, :-1]
     if len(segment_start_ids):
-        start = torch.isin(tokens, torch.as_tensor(list(segment_start_ids), device=tokens.device))
+        start = _isin(tokens, segment_start_ids)
         new[:, 1:] |= start[:, 1:]
     return _ids_from_boundaries(new)
+
+
+def _isin(tokens: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+    """torch.isin(tokens, ids) by comparison: the same booleans, and vmap (batched seeds) has a
+    batching rule for it (isin has none: a per-slice loop)."""
+    return (tokens.unsqueeze(-1) == torch.as_tensor(list(ids), device=tokens.device)).any(-1)
 
 
 def intra_from_segments(segments: torch.Tensor) -> torch.Tensor:

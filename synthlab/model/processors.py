@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .batched import fold_vmap
 from .cache import TensorCache
 from .native import dape_kernel, ptr
 from .registry import BuildConfig
@@ -62,15 +63,25 @@ def _hidden_pad_index(T: int, c: int, B: int, device: torch.device) -> torch.Ten
     return _PACK_CACHE.get(("hidden_pad", T, c, B, device), make)
 
 
+# The autograd Functions below are written in the setup_context style (forward without ctx) and
+# have a ``vmap`` rule, so that they run under torch.func.vmap over stacked seeds (batched seeds,
+# issue 12; synthlab/model/stacked.py). The PyTorch path's helpers move the vmapped dim into a
+# dim they treat alike; the native kernels fold it into their batch (batched.fold_vmap).
+
+
 class _Shifts(torch.autograd.Function):
     """(C, ..., W + 2c) -> (C, k, ..., W): the k = 2c + 1 windows X[..., s : s + W] (im2col along
     the key axis). Hand-written backward: one buffer instead of k zero-filled slices."""
 
     @staticmethod
-    def forward(ctx, X: torch.Tensor, k: int) -> torch.Tensor:
+    def forward(X: torch.Tensor, k: int) -> torch.Tensor:
         W = X.shape[-1] - (k - 1)
-        ctx.k, ctx.shape = k, X.shape
         return torch.stack([X[..., s: s + W] for s in range(k)], dim=1)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        X, k = inputs
+        ctx.k, ctx.shape = k, X.shape
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
@@ -81,16 +92,19 @@ class _Shifts(torch.autograd.Function):
             gX[..., s: s + W] += g[:, s]
         return gX, None
 
+    @staticmethod
+    def vmap(info, in_dims, X, k):  # the vmapped dim as one of the "..." dims: (C, V, ...) -> (C, k, V, ...)
+        return _Shifts.apply(X.movedim(in_dims[0], 1), k), 2
+
 
 class _ShiftSum(torch.autograd.Function):
     """Y (k, ..., W) -> out (..., W) with out[..., w] = sum_s Y[s, ..., w + s - c] (zero outside
     [0, W)), c = k // 2: the key-axis shifts of a (1 x k) convolution after its GEMM."""
 
     @staticmethod
-    def forward(ctx, Y: torch.Tensor) -> torch.Tensor:
+    def forward(Y: torch.Tensor) -> torch.Tensor:
         k, W = Y.shape[0], Y.shape[-1]
         c = k // 2
-        ctx.k = k
         out = Y[c].clone()
         for s in range(k):
             off = s - c
@@ -99,6 +113,10 @@ class _ShiftSum(torch.autograd.Function):
             elif off < 0:
                 out[..., -off:] += Y[s, ..., : W + off]
         return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.k = inputs[0].shape[0]
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
@@ -118,24 +136,37 @@ class _ShiftSum(torch.autograd.Function):
                 gY[s, ..., W + off:] = 0
         return gY
 
+    @staticmethod
+    def vmap(info, in_dims, Y):  # the vmapped dim as one of the "..." dims: (k, V, ...) -> (V, ...)
+        return _ShiftSum.apply(Y.movedim(in_dims[0], 1)), 0
+
 
 class _PaddedLeakyReLU(torch.autograd.Function):
     """In place on P (D, N): LeakyReLU, then zeros at the columns ``pad`` (conv2's padding on the
     full map). One hidden-sized buffer in backward instead of two."""
 
     @staticmethod
-    def forward(ctx, P: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+    def forward(P: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         F.leaky_relu_(P)
-        P.index_fill_(1, pad, 0.0)
+        return P.index_fill_(-1, pad, 0.0)  # the last dim: P may carry a vmapped dim in front (vmap below)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        P, pad = inputs
         ctx.mark_dirty(P)
-        ctx.save_for_backward(P, pad)
-        return P
+        ctx.save_for_backward(output, pad)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         h, pad = ctx.saved_tensors
         gi = torch.ops.aten.leaky_relu_backward(g, h, 0.01, True)
-        return gi.index_fill_(1, pad, 0.0), None
+        return gi.index_fill_(-1, pad, 0.0), None
+
+    @staticmethod
+    def vmap(info, in_dims, P, pad):  # in place on the vmapped P itself: elementwise, then the last dim
+        if in_dims[1] is not None or in_dims[0] == P.dim() - 1:
+            raise NotImplementedError("_PaddedLeakyReLU under vmap: pad must be shared and P vmapped off its last dim")
+        return _PaddedLeakyReLU.apply(P, pad), in_dims[0]
 
 
 class _FusedDAPE(torch.autograd.Function):
@@ -145,15 +176,21 @@ class _FusedDAPE(torch.autograd.Function):
     ``DAPE.forward_full`` followed by the causal mask."""
 
     @staticmethod
-    def forward(ctx, S, bias, w1, b1, w2, b2, causal: bool):
-        out, saved = _dape_forward(ctx, S, bias, w1, b1, w2, b2, causal)
-        ctx.save_for_backward(*saved)
-        return out
+    def forward(S, bias, w1, b1, w2, b2, causal: bool):
+        return _dape_forward(S, bias, w1, b1, w2, b2, causal)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*_dape_saved(ctx, *inputs))
 
     @staticmethod
     def backward(ctx, g):
         S, b_in, w1c, b1, w2c = ctx.saved_tensors
         return _dape_backward(ctx, g, None, S, b_in, w1c, b1, w2c)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return fold_vmap(_FusedDAPE.apply, info, in_dims, args, _DAPE_ROLES)
 
 
 class _FusedDAPESoftmax(torch.autograd.Function):
@@ -162,34 +199,56 @@ class _FusedDAPESoftmax(torch.autograd.Function):
     one pass over B x H x T^2 instead of three). What the attention of a DAPE layer uses."""
 
     @staticmethod
-    def forward(ctx, S, bias, w1, b1, w2, b2, causal: bool):
-        A, saved = _dape_forward(ctx, S, bias, w1, b1, w2, b2, causal)
-        P = torch.softmax(A, dim=-1)
-        del A
-        ctx.save_for_backward(*saved, P)
-        return P
+    def forward(S, bias, w1, b1, w2, b2, causal: bool):
+        return torch.softmax(_dape_forward(S, bias, w1, b1, w2, b2, causal), dim=-1)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*_dape_saved(ctx, *inputs), output)
 
     @staticmethod
     def backward(ctx, g):
         S, b_in, w1c, b1, w2c, P = ctx.saved_tensors
         return _dape_backward(ctx, g, P, S, b_in, w1c, b1, w2c)
 
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return fold_vmap(_FusedDAPESoftmax.apply, info, in_dims, args, _DAPE_ROLES)
 
-def _dape_forward(ctx, S, bias, w1, b1, w2, b2, causal: bool):
-    """The kernel's forward for both Functions -> (A, tensors the backward needs)."""
+
+# S and the bias per batch element (the bias also once for the batch); the weights shared by the
+# batch, so seeds with their own weights run one kernel call each
+_DAPE_ROLES = ("batch", "batch|1", "shared", "shared", "shared", "shared", None)
+
+
+def _dape_operands(S, bias, w1, w2):
+    """The kernel's dense operands: (S, b_in, shared, w1c, w2c); b_in is one (1, H, T, T) map
+    for the whole batch where the bias is (``shared``)."""
+    H = S.shape[1]
+    D, C, _, k = w1.shape
+    shared = bias is not None and (bias.shape[0] == 1 or bias.stride(0) == 0)
+    b_in = None if bias is None else (bias[:1].contiguous() if shared else bias.contiguous())
+    return S.contiguous(), b_in, shared, w1.reshape(D, C, k).contiguous(), w2.reshape(H, D, k).contiguous()
+
+
+def _dape_forward(S, bias, w1, b1, w2, b2, causal: bool):
+    """The kernel's forward for both Functions -> A."""
     lib = dape_kernel()
     B, H, T, _ = S.shape
     D, C, _, k = w1.shape
-    S = S.contiguous()
-    shared = bias is not None and (bias.shape[0] == 1 or bias.stride(0) == 0)
-    b_in = None if bias is None else (bias[:1].contiguous() if shared else bias.contiguous())
-    w1c, w2c = w1.reshape(D, C, k).contiguous(), w2.reshape(H, D, k).contiguous()
+    S, b_in, shared, w1c, w2c = _dape_operands(S, bias, w1, w2)
     out = torch.empty_like(S)
     lib.dape_forward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(out), ptr(w1c), ptr(b1),
                      ptr(w2c), ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
-    ctx.meta = (causal, shared, None if bias is None else bias.shape, w1.shape, w2.shape)
-    return out, (S, b_in, w1c, b1, w2c)
+    return out
 
+
+def _dape_saved(ctx, S, bias, w1, b1, w2, b2, causal: bool):
+    """Both Functions' setup_context: ctx.meta and the tensors the backward needs (the forward's
+    operands again: views or the same tensors, no copy where they were dense already)."""
+    S, b_in, shared, w1c, w2c = _dape_operands(S, bias, w1, w2)
+    ctx.meta = (causal, shared, None if bias is None else bias.shape, w1.shape, w2.shape)
+    return S, b_in, w1c, b1, w2c
 
 def _dape_backward(ctx, g, P, S, b_in, w1c, b1, w2c):
     """The kernel's backward for both Functions (g is dA, or dP when P is given)."""
@@ -209,6 +268,7 @@ def _dape_backward(ctx, g, P, S, b_in, w1c, b1, w2c):
     if g_bias_rows is not None:
         g_bias = g_bias_rows.sum(0, keepdim=True) if bias_shape[0] == 1 else g_bias_rows
     return gS, g_bias, gw1.view(w1_shape), gb1, gw2.view(w2_shape), gb2, None
+
 
 
 class DAPE(nn.Module):

@@ -246,22 +246,22 @@ def test_a_paused_worker_on_this_machine_is_not_reaped():
     """A live worker process on this host whose heartbeat is long silent is paused (SIGSTOP, a
     suspended batch job), not dead: its trial is not reaped (it was, after the grace period, and
     the resumed worker then crashed recording a finished trial). Gone, it is."""
-    from synthlab import scheduler
+    from synthlab import liveness
 
     paused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         paused.send_signal(signal.SIGSTOP)
-        me = scheduler._worker_id()
-        worker = {"host": me["host"], "pid": paused.pid, "start": scheduler._proc_start(paused.pid)}
+        me = liveness.worker_id()
+        worker = {"host": me["host"], "pid": paused.pid, "start": liveness.proc_start(paused.pid)}
 
         class Trial:  # what _stale_reason reads of a RUNNING trial
             user_attrs = {"worker": worker, "heartbeat": time.time() - 10_000}
             datetime_start = None
 
-        assert scheduler._stale_reason(Trial, grace_period=60, me=me) is None
+        assert liveness.stale_reason(Trial, grace_period=60, me=me) is None
         paused.kill()
         paused.wait()
-        assert "is gone" in scheduler._stale_reason(Trial, grace_period=60, me=me)
+        assert "is gone" in liveness.stale_reason(Trial, grace_period=60, me=me)
     finally:
         if paused.poll() is None:
             paused.kill()

@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
+from ..batched import plain
 from ..registry import BuildConfig
 
 
@@ -61,7 +62,7 @@ class Learned(nn.Module):
         self.what = what
 
     def forward(self, index: torch.Tensor) -> torch.Tensor:
-        hi = int(index.max()) if index.numel() else 0
+        hi = int(plain(index).max()) if index.numel() else 0  # plain(): under vmap, every slice's indices
         if hi >= self.rows:
             raise ValueError(
                 f"learned {self.what} table has {self.rows} rows (max_len) but {self.what} {hi} was requested; "

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..batched import plain
 from ..registry import BuildConfig
 
 
@@ -144,12 +145,14 @@ class Kerple(nn.Module):
         """Clamp the parameter values into their domain (after an optimiser step, before use).
         On ``.data``, as the reference does: no autograd version bump, so a graph that already
         holds the values (two forwards before one backward) stays valid."""
+        # plain(): under vmap (batched seeds, stacked.py) the parameters are BatchedTensors, whose
+        # .data is refused; the stacked tensor they wrap is clamped instead, every seed's at once
         if self.kind == "log":
-            self.r1.data.clamp_(min=self.eps)
-            self.r2.data.clamp_(min=self.eps)
+            plain(self.r1).data.clamp_(min=self.eps)
+            plain(self.r2).data.clamp_(min=self.eps)
         else:
-            self.a.data.clamp_(min=self.eps)
-            self.p.data.clamp_(self.eps, 2.0)
+            plain(self.a).data.clamp_(min=self.eps)
+            plain(self.p).data.clamp_(self.eps, 2.0)
 
     def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
         self.project_()
@@ -204,7 +207,8 @@ class FIRE(nn.Module):
     def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
         c, L = self.c.abs(), self.threshold
         T = ctx.T
-        if ctx.cacheable("token") and T - 1 <= float(L.detach()):
+        # plain(): under vmap (batched seeds) L' is one per seed; the shortcut then needs it for all
+        if ctx.cacheable("token") and T - 1 <= float(plain(L.detach()).min()):
             # every query i <= L': psi(max(L', i)) = psi(L'), so b depends on |i - j| alone: run the
             # MLP on the T distances and look the (T, T) map up (same function, T instead of T^2 rows)
             d = torch.arange(T, device=c.device, dtype=c.dtype)

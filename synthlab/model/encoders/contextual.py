@@ -7,9 +7,20 @@ import math
 import torch
 import torch.nn as nn
 
+from ..batched import fold_vmap, is_batched
 from ..native import cope_kernel, ptr
 from ..registry import COMPONENTS, BuildConfig
 from .bias import alibi_slopes
+
+
+def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.contiguous()  # the same tensor where it is contiguous already
+
+
+# The native Functions below are written in the setup_context style (forward without ctx) and
+# have a ``vmap`` rule, so that they run under torch.func.vmap over stacked seeds (batched seeds,
+# issue 12; synthlab/model/stacked.py): the kernels treat each batch element independently, so the
+# rule folds the vmapped dim into the batch, (S, B, ...) -> (S*B, ...) (batched.fold_vmap).
 
 
 class _FusedCoPE(torch.autograd.Function):
@@ -20,17 +31,21 @@ class _FusedCoPE(torch.autograd.Function):
     0 above the diagonal."""
 
     @staticmethod
-    def forward(ctx, gates, table, slopes, npos: int):
+    def forward(gates, table, slopes, npos: int):
         lib = cope_kernel()
         B, H, T, _ = gates.shape
-        gates = gates.contiguous()
-        table = None if table is None else table.contiguous()
+        gates, table = gates.contiguous(), _dense(table)
         slopes = None if slopes is None else slopes.reshape(H).contiguous()
         out = torch.empty_like(gates)
         lib.cope_forward(ptr(gates), ptr(table), ptr(slopes), ptr(out), B, H, T, npos, torch.get_num_threads())
-        ctx.save_for_backward(gates, table, slopes)
-        ctx.npos = npos
         return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        gates, table, slopes, npos = inputs
+        slopes = None if slopes is None else slopes.reshape(gates.shape[1]).contiguous()
+        ctx.save_for_backward(gates.contiguous(), _dense(table), slopes)
+        ctx.npos = npos
 
     @staticmethod
     def backward(ctx, g):
@@ -44,6 +59,10 @@ class _FusedCoPE(torch.autograd.Function):
                           torch.get_num_threads())
         return g_gates, g_table, None, None
 
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return fold_vmap(_FusedCoPE.apply, info, in_dims, args, ("batch", "batch", "shared", None))
+
 
 class _FusedCoPEAttention(torch.autograd.Function):
     """The attention weights softmax_j(S_ij + CoPE term_ij) over j <= i (0 above the diagonal)
@@ -52,19 +71,22 @@ class _FusedCoPEAttention(torch.autograd.Function):
     layer whose only position term is CoPE; equal to the PyTorch path within float rounding."""
 
     @staticmethod
-    def forward(ctx, S, G, table, slopes, npos: int):
+    def forward(S, G, table, slopes, npos: int):
         lib = cope_kernel()
         B, H, T, _ = S.shape
-        S = S.contiguous()
-        G = None if G is None else G.contiguous()
-        table = None if table is None else table.contiguous()
+        S, G, table = S.contiguous(), _dense(G), _dense(table)
         slopes = None if slopes is None else slopes.reshape(H).contiguous()
         att = torch.empty_like(S)
         lib.cope_attention_forward(ptr(S), ptr(G), ptr(table), ptr(slopes), ptr(att), B, H, T, npos,
                                    torch.get_num_threads())
-        ctx.save_for_backward(S if G is None else None, G, table, slopes, att)
-        ctx.npos = npos
         return att
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        S, G, table, slopes, npos = inputs
+        slopes = None if slopes is None else slopes.reshape(S.shape[1]).contiguous()
+        ctx.save_for_backward(S.contiguous() if G is None else None, _dense(G), _dense(table), slopes, output)
+        ctx.npos = npos
 
     @staticmethod
     def backward(ctx, g):
@@ -79,32 +101,38 @@ class _FusedCoPEAttention(torch.autograd.Function):
                                     ptr(g_table), B, H, T, ctx.npos, torch.get_num_threads())
         return gS, gG, g_table, None, None
 
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return fold_vmap(_FusedCoPEAttention.apply, info, in_dims, args, ("batch", "batch", "batch", "shared", None))
 
-class _FusedCoPEQKV(torch.autograd.Function):
-    """The whole causal attention softmax_j(q_i k_j scale + CoPE term_ij) v_j of a layer whose
-    only position term is CoPE (gates from the attention logits), from q, k, v (B, H, T, d_h)
-    by the native CPU kernel, flash-attention style: no (B, H, T, T) tensor is made either way
-    (the backward recomputes each row from its saved log-sum-exp). table = q_raw . pos_emb
-    (B, H, T, npos), or None with ``slopes`` (H,) for CoPE-ALiBi. Equal to the PyTorch path
-    within float rounding."""
+
+class _CoPEQKVKernel(torch.autograd.Function):
+    """The kernel Function behind :class:`_FusedCoPEQKV`: returns (y, lse), the log-sum-exp
+    (B, H, T) of each row an output only so that ``setup_context`` can save it for the backward
+    (not differentiable)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, slopes, npos: int, scale: float):
+    def forward(q, k, v, table, slopes, npos: int, scale: float):
         lib = cope_kernel()
         B, H, T, D = q.shape
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        table = None if table is None else table.contiguous()
+        q, k, v, table = q.contiguous(), k.contiguous(), v.contiguous(), _dense(table)
         slopes = None if slopes is None else slopes.reshape(H).contiguous()
         y = torch.empty_like(q)
         lse = q.new_empty(B, H, T)
         lib.cope_qkv_forward(ptr(q), ptr(k), ptr(v), ptr(table), ptr(slopes), ptr(y), ptr(lse), B, H, T, D, npos,
                              scale, torch.get_num_threads())
-        ctx.save_for_backward(q, k, v, table, slopes, lse)
-        ctx.npos, ctx.scale = npos, scale
-        return y
+        return y, lse
 
     @staticmethod
-    def backward(ctx, gy):
+    def setup_context(ctx, inputs, output):
+        q, k, v, table, slopes, npos, scale = inputs
+        slopes = None if slopes is None else slopes.reshape(q.shape[1]).contiguous()
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(table), slopes, output[1])
+        ctx.npos, ctx.scale = npos, scale
+
+    @staticmethod
+    def backward(ctx, gy, _g_lse):
         lib = cope_kernel()
         q, k, v, table, slopes, lse = ctx.saved_tensors
         B, H, T, D = q.shape
@@ -114,6 +142,25 @@ class _FusedCoPEQKV(torch.autograd.Function):
         lib.cope_qkv_backward(ptr(q), ptr(k), ptr(v), ptr(table), ptr(slopes), ptr(lse), ptr(gy), ptr(gq), ptr(gk),
                               ptr(gv), ptr(g_table), B, H, T, D, ctx.npos, ctx.scale, torch.get_num_threads())
         return gq, gk, gv, g_table, None, None, None
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return fold_vmap(_CoPEQKVKernel.apply, info, in_dims, args,
+                         ("batch", "batch", "batch", "batch", "shared", None, None))
+
+
+class _FusedCoPEQKV:
+    """The whole causal attention softmax_j(q_i k_j scale + CoPE term_ij) v_j of a layer whose
+    only position term is CoPE (gates from the attention logits), from q, k, v (B, H, T, d_h)
+    by the native CPU kernel, flash-attention style: no (B, H, T, T) tensor is made either way
+    (the backward recomputes each row from its saved log-sum-exp). table = q_raw . pos_emb
+    (B, H, T, npos), or None with ``slopes`` (H,) for CoPE-ALiBi. Equal to the PyTorch path
+    within float rounding. ``apply`` returns y (B, H, T, d_h) (:class:`_CoPEQKVKernel`)."""
+
+    @staticmethod
+    def apply(q, k, v, table, slopes, npos: int, scale: float) -> torch.Tensor:
+        # q, k, v made dense here, in the graph: setup_context then saves the forward's very operands
+        return _CoPEQKVKernel.apply(q.contiguous(), k.contiguous(), v.contiguous(), table, slopes, npos, scale)[0]
 
 
 def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
@@ -200,7 +247,7 @@ class CoPE(nn.Module):
             return None
         if self._native(q):
             fused = _FusedCoPEQKV
-        elif self._triton(q):
+        elif self._triton(q) and not is_batched(q):  # the Triton Function has no vmap rule (batched seeds): PyTorch path
             from ..native import cope_triton  # here: CPU-only runs never import triton
 
             fused = cope_triton.CoPEQKVTriton

@@ -1,0 +1,134 @@
+"""Batched seeds (synthlab.seedbatch, ``sweep --batch-seeds``): the seeds of a cell trained as
+one stacked model give what separate runs give (within float rounding), each its own run,
+record and trial; seeds that cannot stack are refused before anything is written, and a
+sweep then trains them one by one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import synthlab
+from synthlab import seedbatch, sweeping
+from synthlab.seedbatch import NotBatchable, train_seeds
+
+SEEDS = [0, 1, 2]
+TINY = {"steps": 30, "eval_samples": 32}
+
+
+def _weights(out: Path, rec: dict) -> dict[str, torch.Tensor]:
+    return load_file(out / rec["run_id"] / "model.safetensors")
+
+
+@pytest.mark.parametrize("pe", ["rope", "cope", "kerple+dape:k=3"])
+def test_batched_seeds_equal_separate_runs(pe, tmp_path):
+    batched = train_seeds("flipflop", pe, SEEDS, preset="smoke", overrides=TINY, out=tmp_path / "b")
+    for seed, rec in zip(SEEDS, batched):
+        alone = synthlab.train("flipflop", pe, preset="smoke", seed=seed, overrides=TINY, out=tmp_path / "s")
+        assert rec["status"] == "ok" and rec["train"]["seed"] == seed and rec["train"]["batched"] == 3
+        for split, m in alone["metrics"].items():
+            assert rec["metrics"][split]["token_acc"] == pytest.approx(m["token_acc"], abs=0.02), (seed, split)
+        a, b = _weights(tmp_path / "b", rec), _weights(tmp_path / "s", alone)
+        assert a.keys() == b.keys()
+        for k in a:  # float rounding differs (vmap's batched kernels), nothing else
+            assert torch.allclose(a[k], b[k], atol=2e-3), (seed, k, (a[k] - b[k]).abs().max())
+    lines = (tmp_path / "b" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(x)["train"]["seed"] for x in lines] == SEEDS
+    run = synthlab.load_run(tmp_path / "b" / batched[1]["run_id"])  # each seed is a run load_run rebuilds
+    assert run.model is not None
+
+
+def test_each_seed_is_clipped_by_its_own_gradient_norm(tmp_path):
+    # a tiny clip threshold clips every step: global clipping over the stacked tensors would
+    # scale each seed by the norm of all three, and the runs would part
+    ov = {**TINY, "grad_clip": 0.05, "steps": 15}
+    batched = train_seeds("flipflop", "rope", SEEDS, preset="smoke", overrides=ov, out=tmp_path / "b")
+    for seed, rec in zip(SEEDS, batched):
+        alone = synthlab.train("flipflop", "rope", preset="smoke", seed=seed, overrides=ov, out=tmp_path / "s")
+        a, b = _weights(tmp_path / "b", rec), _weights(tmp_path / "s", alone)
+        assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
+
+
+@pytest.mark.parametrize("task, overrides, match", [
+    ("flipflop", {"dropout": 0.1}, "dropout"),
+    ("flipflop", {"eval_every": 10}, "eval_every"),
+    ("even_pairs", {"warmup": 0}, "one length per batch"),
+])
+def test_seeds_that_cannot_stack_are_refused_before_writing(task, overrides, match, tmp_path):
+    with pytest.raises(NotBatchable, match=match):
+        train_seeds(task, "rope", SEEDS, preset="smoke" if task == "flipflop" else "quick",
+                    overrides={**TINY, **overrides}, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_diverged_batch_records_each_seed_as_failed(tmp_path):
+    recs = train_seeds("flipflop", "rope", SEEDS, preset="smoke", overrides={**TINY, "lr": 1e9, "grad_clip": 0},
+                       out=tmp_path)
+    assert [r["status"] for r in recs] == ["failed"] * 3
+    assert all(r["error"].startswith("diverged") for r in recs)
+
+
+SWEEP = """
+[sweep]
+task = "flipflop"
+default_preset = "smoke"
+metric = "token_acc"
+show = "error"
+ood = ["ood-sparse"]
+
+[axes]
+pe = ["rope", "cope"]
+seed = [0, 1, 2]
+
+[presets.smoke]
+task = { n_pairs = 8 }
+model = { d_model = 16, n_layers = 1, n_heads = 2 }
+train = { steps = 20, batch_size = 8, lr = 3e-3, eval_samples = 16, warmup = 0 }
+
+[presets.quick]
+[presets.paper]
+"""
+
+
+def test_sweep_batch_seeds_records_every_cell_as_separate_runs_do(tmp_path, capsys):
+    (tmp_path / "s.toml").write_text(SWEEP)
+    plain = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "plain", grids=False)
+    batched = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "batched", grids=False, batch_seeds=True)
+    assert len(plain) == len(batched) == 6
+    by_cell = {(r["pe"], r["train"]["seed"]): r for r in plain}
+    for r in batched:
+        assert r["status"] == "ok" and r["train"]["batched"] == 3
+        other = by_cell[(r["pe"], r["train"]["seed"])]
+        assert r["metrics"]["ood-sparse"]["token_acc"] == pytest.approx(other["metrics"]["ood-sparse"]["token_acc"],
+                                                                        abs=0.02)
+    # a rerun finds every cell finished and trains nothing
+    again = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "batched", grids=False, batch_seeds=True)
+    assert sorted(r["run_id"] for r in again) == sorted(r["run_id"] for r in batched)
+
+
+def test_ctrl_c_in_a_batch_gives_every_taken_cell_back(tmp_path, monkeypatch):
+    (tmp_path / "s.toml").write_text(SWEEP)
+    calls = []
+
+    def interrupted(*a, **kw):
+        calls.append(kw.get("trials"))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(seedbatch, "train_seeds", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "o", grids=False, batch_seeds=True)
+    assert len(calls) == 1 and len(calls[0]) == 3  # one cell's three seeds were taken together
+    monkeypatch.undo()
+    recs = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "o", grids=False, batch_seeds=True)
+    assert len(recs) == 6 and all(r["status"] == "ok" for r in recs)
+
+
+def test_a_sweep_trains_seeds_that_cannot_stack_one_by_one(tmp_path, capsys):
+    (tmp_path / "s.toml").write_text(SWEEP.replace('model = { d_model = 16', 'model = { dropout = 0.1, d_model = 16'))
+    recs = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "o", grids=False, batch_seeds=True, quiet=False)
+    assert len(recs) == 6 and all(r["status"] == "ok" and "batched" not in r["train"] for r in recs)
+    assert capsys.readouterr().err.count("train one by one") == 2  # once per cell, not per seed
