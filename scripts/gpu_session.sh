@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One command for a lent GPU machine: the GPU tests, then issue 12's measurements, each step
+# bounded so the whole stays under the device tool's 10-minute call (about 9 minutes); the
+# outputs land in $OUT (the device tool brings them back) or in gpu-results/.
+#   bash scripts/gpu_wheels.sh                       # here, once: the wheels the machine lacks
+#   run(command="bash scripts/gpu_session.sh", carry=[".whl"])
+#   run(command="bash scripts/gpu_session.sh sweep", carry=[".whl"])   # the second part
+# Part "quick" (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's
+# Triton kernels on and off). Part "sweep": the main command's wall time with 1..8 workers,
+# with and without --batch-seeds, and the paper preset's CoPE / RoPE cells.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+part=${1:-quick}
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+if [[ -d .whl ]] && ! python3 -c "import optuna, jsonlines" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+step() {  # step NAME SECONDS COMMAND...: run, keep the output, never stop the session
+    local name=$1 limit=$2; shift 2
+    echo "== $name ($(date +%T))" | tee -a "$out/summary.txt"
+    timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+    echo "   exit $? ; $(tail -n 12 "$out/$name.txt" | tr '\n' ' ' | cut -c1-600)" | tee -a "$out/summary.txt"
+}
+python3 -c "import torch, lightning, triton; print('torch', torch.__version__, 'lightning', lightning.__version__,
+'triton', triton.__version__, torch.cuda.get_device_name())" >> "$out/summary.txt" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$out/summary.txt" 2>&1
+if [[ $part == quick ]]; then
+    step tests 150 python3 -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py
+    step train-quick 90 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
+        --encodings rope,nope,alibi,cope,kerple+dape:k=3
+    step train-paper 120 python3 benchmarks/training.py --device cuda --steps 40 --skip-mfu --size paper \
+        --encodings rope,alibi,cope,kerple+dape:k=3
+    step train-paper-bf16 90 python3 benchmarks/training.py --device cuda --steps 40 --skip-mfu --size paper \
+        --precision bf16-mixed --encodings rope,cope,kerple+dape:k=3
+    SYNTHLAB_COPE_TRITON=0 step train-paper-cope-pytorch 60 python3 benchmarks/training.py --device cuda --steps 40 \
+        --skip-mfu --size paper --encodings rope,cope
+elif [[ $part == sweep ]]; then
+    step sweep-quick 330 python3 benchmarks/sweep_workers.py --preset quick --pe cope,rope --workers 1,4,8 \
+        --batch-seeds both
+    step main-command 200 python3 -m synthlab.cli sweep flipflop --pe cope,rope --out /tmp/main --quiet
+fi
+exit 0  # at most 8 files come back from $OUT: this part writes 6 or 3
