@@ -4,6 +4,8 @@ The public API (what notebooks and tests use; the CLI is a thin layer over it):
 
 - ``synthlab.build_model(pe="rope", vocab_size=..., d_model=..., ...)`` -> ``torch.nn.Module``
 - ``synthlab.train(task, pe, preset="quick", **overrides)`` -> result record (dict)
+- ``synthlab.train_seeds(task, pe, seeds=[0, 1, 2])`` -> one record per seed, trained as one
+  stacked model (batched seeds; :mod:`synthlab.seedbatch`)
 - ``synthlab.sweep(task_or_file, pe=..., preset=...)`` -> list of result records
 - ``synthlab.grid(results, kind="ood")`` -> tidy table + heatmaps
 - ``synthlab.results(path_or_dir)`` -> a flat DataFrame, one row per run x split (docs/results.md)
@@ -26,6 +28,7 @@ _LAZY = {
     "build_model": ("synthlab.model", "build_model"),
     "parse_pe": ("synthlab.model", "parse_pe"),
     "train": ("synthlab.training", "train"),
+    "train_seeds": ("synthlab.seedbatch", "train_seeds"),
     "sweep": ("synthlab.sweeping", "sweep"),
     "grid": ("synthlab.grids", "grid"),
     "tidy": ("synthlab.grids", "tidy"),
