@@ -15,8 +15,9 @@ Where it applies (ValueError naming the reason otherwise, before anything is wri
 config but the seed; every seed's batch of one shape at each step (fixed-length tasks such as
 flip-flop, not tasks that draw a length per batch or pad to each batch's longest); dropout 0
 (vmap draws masks unlike separate runs); no training-time position scheme, learning curve,
-``train.compile`` or user model. Batched runs keep no resumable checkpoint: a killed batch
-loses its progress and runs again (a sweep's cells go back to the queue).
+``train.compile`` or user model. A batch checkpoints as a single run does
+(:mod:`synthlab.checkpoints`, keyed by the config and the seeds): killed, the same call (or the
+same sweep cells) resumes it with every seed's run id.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from synthlab import rundir
+from synthlab import __version__, rundir
+from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig
 from synthlab.curves import Report, check_report, eval_context
 from synthlab.data import DataModule, StepLoader, has_batch_overrides
 from synthlab.fitting import deterministic, fit, threads
+from synthlab.model.registry import PE_REVISION
 from synthlab.records import clean
 from synthlab.sizing import check_run_fits
 
@@ -75,9 +78,9 @@ def check_batchable(cfgs: Sequence[RunConfig]) -> None:
 class StackedBatches(torch.utils.data.IterableDataset):
     """Step s of every seed's stream, stacked: (ids, targets), each (S, B, T)."""
 
-    def __init__(self, streams: list[Any], seeds: list[int], steps: int) -> None:
+    def __init__(self, streams: list[Any], seeds: list[int], steps: int, start: int = 0) -> None:
         super().__init__()
-        self.streams, self.seeds, self.steps = streams, seeds, int(steps)
+        self.streams, self.seeds, self.steps, self.start = streams, seeds, int(steps), int(start)
 
     def __len__(self) -> int:
         return self.steps
@@ -92,7 +95,7 @@ class StackedBatches(torch.utils.data.IterableDataset):
         return torch.stack([b.ids for b in batches]), torch.stack([b.targets for b in batches])
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for s in range(self.steps):
+        for s in range(self.start, self.steps):
             yield self.batch(s)
 
 
@@ -163,6 +166,14 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
                         report(step, {"loss": values[i]})
             return losses.sum()
 
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            checkpoint["synthlab_losses"] = [[int(st), [float(x) for x in v]] for st, v in self.losses]
+            checkpoint["synthlab_failures"] = [[int(i), r, int(st)] for i, (r, st) in self.failures.items()]
+
+        def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            self.losses = [(int(st), torch.tensor(v)) for st, v in checkpoint.get("synthlab_losses", [])]
+            self.failures = {int(i): (str(r), int(st)) for i, r, st in checkpoint.get("synthlab_failures", [])}
+
         def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
                                         gradient_clip_algorithm: str | None = None) -> None:
             """Each seed's gradient clipped by its own norm (torch's clip_grad_norm_ formula)."""
@@ -199,7 +210,8 @@ class _StackedData:
 
         class StackedDataModule(L.LightningDataModule):
             def train_dataloader(self) -> torch.utils.data.DataLoader:
-                return StepLoader(StackedBatches(streams, seeds, steps), batch_size=None, num_workers=0)
+                start = int(self.trainer.global_step) if self.trainer is not None else 0  # a resumed batch
+                return StepLoader(StackedBatches(streams, seeds, steps, start), batch_size=None, num_workers=0)
 
         return StackedDataModule()
 
@@ -281,15 +293,26 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
     described = {"d_model": cfg0.model.d_model, "n_layers": cfg0.model.n_layers, "n_heads": cfg0.model.n_heads,
                  "params": n_params}
     results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
+    # a batch killed after a checkpoint resumes from it, under its seeds' run ids ("|"-joined:
+    # a run id has no "|")
+    ck = RunCheckpoints.open(out, cfg0, {"pe_revision": PE_REVISION, "synthlab": __version__, "batched_seeds": seeds})
+    earlier = ck.run_id.split("|") if ck is not None and ck.run_id is not None else []
+    again = len(earlier) == S
     runs = []
-    for c, trial in zip(cfgs, trials):
-        run_id = rundir.make_run_id(c.task, spec.name, c.train.seed)
+    for i, (c, trial) in enumerate(zip(cfgs, trials)):
+        run_id = earlier[i] if again else rundir.make_run_id(c.task, spec.name, c.train.seed)
         record = training.new_record(c, spec, run_id, described, train_len, study, trial)
         record["train"]["batched"] = S
         runs.append({"cfg": c, "run_id": run_id, "record": record, "lines": [], "created": [],
                      "dir": Path(out) / run_id if out is not None else None})
+    if ck is not None:
+        ck.begin("|".join(r["run_id"] for r in runs))
+        if ck.resuming and not quiet:
+            print(f"resuming {S} seeds at step {ck.resume_step} from {ck.path}", file=sys.stderr)
     try:
         for r in runs:  # everything is validated and built: now the run directories
+            if again:
+                rundir.remove(r["dir"])  # what a killed attempt left (its checkpoint is elsewhere)
             if r["dir"] is not None:
                 r["created"] = rundir.make(r["dir"], training.run_config(r["cfg"], r["run_id"], max_len, None,
                                                                           train_len, {"batched": S}))
@@ -298,7 +321,8 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
                 r["record"]["train"]["threads"] = torch.get_num_threads()
                 r["record"]["train"]["deterministic"] = tc.deterministic
             progress = (not quiet) and sys.stdout.isatty()
-            info = fit(module, data, cfg0, progress=progress, desc=f"{cfg0.task} {spec.name} x{S} seeds")
+            info = fit(module, data, cfg0, progress=progress, desc=f"{cfg0.task} {spec.name} x{S} seeds",
+                       **({"checkpoints": ck} if ck is not None else {}))
             trained = stack_back(module, stacked)
             for i, (r, model, dm) in enumerate(zip(runs, trained, dms)):
                 record, lines = r["record"], r["lines"]
@@ -322,6 +346,8 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
     except (KeyboardInterrupt, OSError):  # not the runs' failure: no records, no run directories
         for r in runs:
             rundir.remove(r["dir"], r["created"])
+        if ck is not None:
+            ck.release()  # its checkpoint stays: the next attempt resumes
         raise
     except BaseException as e:  # every seed's record says why, then the caller sees it
         for r in runs:
@@ -330,12 +356,16 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
             if r["dir"] is not None and not r["dir"].exists():
                 r["dir"] = None  # failed before its directory was made
             rundir.finish(r["dir"], results_path, r["record"], r["lines"], created=r["created"])
+        if ck is not None:
+            ck.finish()
         raise
     wall = round(time.perf_counter() - t0, 3)  # the batch's wall time: every seed waited for all of it
     for r in runs:
         r["record"]["wall_s"] = wall
         rundir.finish(r["dir"], results_path, r["record"], r["lines"], r.get("model"), save_model,
                       created=r["created"])
+    if ck is not None:
+        ck.finish()  # every seed has its record
     return [clean(r["record"]) for r in runs]
 
 

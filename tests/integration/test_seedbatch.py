@@ -132,3 +132,41 @@ def test_a_sweep_trains_seeds_that_cannot_stack_one_by_one(tmp_path, capsys):
     recs = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "o", grids=False, batch_seeds=True, quiet=False)
     assert len(recs) == 6 and all(r["status"] == "ok" and "batched" not in r["train"] for r in recs)
     assert capsys.readouterr().err.count("train one by one") == 2  # once per cell, not per seed
+
+
+def test_a_killed_batch_resumes_from_its_checkpoint_with_the_same_results(tmp_path, monkeypatch):
+    from synthlab import checkpoints
+
+    ov = {**TINY, "checkpoint_every": 5, "threads": 1}
+    whole = train_seeds("flipflop", "cope", SEEDS, preset="smoke", overrides=ov, out=tmp_path / "whole")
+    orig = checkpoints._callback
+
+    def stop_at_12(ck):  # a Ctrl-C after step 12: the checkpoint of step 10 stays
+        cb = orig(ck)
+        end = cb.on_train_batch_end
+
+        def on_end(trainer, pl_module, *args):
+            end(trainer, pl_module, *args)
+            if trainer.global_step == 12:
+                raise KeyboardInterrupt
+
+        cb.on_train_batch_end = on_end
+        return cb
+
+    with monkeypatch.context() as mp:
+        mp.setattr(checkpoints, "_callback", stop_at_12)
+        with pytest.raises(KeyboardInterrupt):
+            train_seeds("flipflop", "cope", SEEDS, preset="smoke", overrides=ov, out=tmp_path / "cut")
+    (ckdir,) = (tmp_path / "cut" / checkpoints.DIRNAME).iterdir()
+    ids = json.loads((ckdir / "run.json").read_text())["run_id"].split("|")
+    assert len(ids) == 3 and not (tmp_path / "cut" / "results.jsonl").exists()
+    again = train_seeds("flipflop", "cope", SEEDS, preset="smoke", overrides=ov, out=tmp_path / "cut")
+    assert [r["run_id"] for r in again] == ids  # every seed keeps its run id
+    for a, b in zip(whole, again):
+        assert a["metrics"] == b["metrics"]
+        wa, wb = _weights(tmp_path / "whole", a), _weights(tmp_path / "cut", b)
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+        la = (tmp_path / "whole" / a["run_id"] / "metrics.jsonl").read_text()
+        lb = (tmp_path / "cut" / b["run_id"] / "metrics.jsonl").read_text()
+        assert la == lb  # the loss curve restored from the checkpoint
+    assert not (tmp_path / "cut" / checkpoints.DIRNAME).exists()
