@@ -458,3 +458,34 @@ def test_two_workers_sigterm_and_sigkill_of_the_main_process(tmp_path):
             assert trials[helper.number].state == TrialState.FAIL and "record" not in trials[helper.number].user_attrs
     print("\n[fault-injection] --workers 2: SIGTERM -> 130 with both cells re-queued; SIGKILL of the main "
           "process -> its helper stopped and re-queued its cell")
+
+
+def test_sigkill_at_random_moments_with_batched_seeds(driver, setup, tmp_path):
+    """--batch-seeds takes a cell's two seeds together: kills mid-batch, mid-record of one seed
+    of the pair, between the pair's records, still leave every cell trained exactly once."""
+    path, cells, _, span = setup
+    rng = random.Random(SEED + 1)
+    kills, finished_first, rounds = 0, 0, [tmp_path / "round0"]
+    for _ in range(40):
+        if kills == 10:
+            break
+        driver.spawn(rounds[-1], "--batch-seeds", sweep=path)
+        time.sleep(rng.uniform(0, span))
+        driver.kill(signal.SIGKILL)
+        code, so, se = driver.wait()
+        if code == 0:
+            finished_first += 1
+            rounds.append(tmp_path / f"round{len(rounds)}")
+            continue
+        assert code == -signal.SIGKILL, se
+        kills += 1
+    retrained, batched = 0, 0
+    for out in rounds:
+        code, so, se = driver.run(out, "--batch-seeds", sweep=path)
+        assert code == 0 and "4/4 cells finished" in so, se
+        retrained += check_exactly_once(out, cells)
+        batched += sum(1 for r in _lines(out) if r["status"] == "ok" and r["train"].get("batched"))
+    print(f"\n[fault-injection] --batch-seeds, SIGKILL at random moments: {kills} kills, {finished_first} runs "
+          f"finished first, over {len(rounds)} grids; cells trained in a batch: {batched}; finished cells trained "
+          f"again: {retrained}")
+    assert kills == 10 and retrained == 0 and batched > 0
