@@ -117,7 +117,7 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
     """The LightningModule training a :class:`~synthlab.model.stacked.StackedModels`."""
     import lightning as L
 
-    from synthlab.training import lr_factor
+    from synthlab.training import optimizer_and_schedule
 
     class StackedModule(L.LightningModule):
         """Sum over seeds of each seed's own loss on its loss positions; per-seed clipping."""
@@ -192,11 +192,7 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
             base = dict(self.template.named_parameters())
             decay = [self.stacked_params[n.replace(".", "__")] for n in self.names if base[n].dim() >= 2]
             other = [self.stacked_params[n.replace(".", "__")] for n in self.names if base[n].dim() < 2]
-            groups = [{"params": decay, "weight_decay": self.tc.weight_decay}, {"params": other, "weight_decay": 0.0}]
-            opt = torch.optim.AdamW(groups, lr=self.tc.lr, betas=(0.9, 0.999), eps=1e-8)
-            tc = self.tc
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
-            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+            return optimizer_and_schedule(decay, other, self.tc)
 
     return StackedModule()
 

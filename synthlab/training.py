@@ -162,6 +162,15 @@ def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
     return 1.0 - progress
 
 
+def optimizer_and_schedule(decay: list[torch.Tensor], other: list[torch.Tensor], tc: Any) -> dict[str, Any]:
+    """A run's optimiser for Lightning: AdamW with weight decay on ``decay`` (the matrices) only,
+    stepped per step through :func:`lr_factor`'s warmup and decay."""
+    groups = [{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.999), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
+    return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
 def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, report: Report | None = None) -> Any:
     """The LightningModule training ``model`` with ``cfg.train``. Every ``log_every`` steps it
     keeps the loss (metrics.jsonl), hands it to ``report`` and logs ``train/loss`` and ``lr``
@@ -229,11 +238,7 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
         def configure_optimizers(self) -> dict[str, Any]:
             decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
             other = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
-            groups = [{"params": decay, "weight_decay": self.tc.weight_decay}, {"params": other, "weight_decay": 0.0}]
-            opt = torch.optim.AdamW(groups, lr=self.tc.lr, betas=(0.9, 0.999), eps=1e-8)
-            tc = self.tc
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
-            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+            return optimizer_and_schedule(decay, other, self.tc)
 
     return SynthModule()
 
