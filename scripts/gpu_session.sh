@@ -7,7 +7,9 @@
 #   run(command="bash scripts/gpu_session.sh sweep", carry=[".whl"])   # the second part
 # Part "quick" (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's
 # Triton kernels on and off). Part "sweep": the main command's wall time with 1..8 workers,
-# with and without --batch-seeds, and the paper preset's CoPE / RoPE cells.
+# with and without --batch-seeds. Part "paper": the paper preset's CoPE / RoPE cells (issue 15),
+# stacked seeds, for 9 minutes; its results.jsonl comes back (a later call on the same warm
+# machine resumes the study in /tmp/paper).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-quick}
@@ -38,6 +40,10 @@ if [[ $part == quick ]]; then
         --precision bf16-mixed --encodings rope,cope,kerple+dape:k=3
     SYNTHLAB_COPE_TRITON=0 step train-paper-cope-pytorch 60 python3 benchmarks/training.py --device cuda --steps 40 \
         --skip-mfu --size paper --encodings rope,cope
+elif [[ $part == paper ]]; then  # issue 15: CoPE vs RoPE at the paper's scale, as many cells as 9 minutes give
+    step paper-sweep 540 python3 -m synthlab.cli sweep flipflop --preset paper --pe cope,rope --batch-seeds \
+        --workers 1 --out /tmp/paper
+    cp /tmp/paper/results.jsonl "$out/paper-results.jsonl" 2>/dev/null
 elif [[ $part == sweep ]]; then
     step sweep-quick 330 python3 benchmarks/sweep_workers.py --preset quick --pe cope,rope --workers 1,4,8 \
         --batch-seeds both
