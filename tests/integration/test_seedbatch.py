@@ -170,3 +170,10 @@ def test_a_killed_batch_resumes_from_its_checkpoint_with_the_same_results(tmp_pa
         lb = (tmp_path / "cut" / b["run_id"] / "metrics.jsonl").read_text()
         assert la == lb  # the loss curve restored from the checkpoint
     assert not (tmp_path / "cut" / checkpoints.DIRNAME).exists()
+
+
+@pytest.mark.parametrize("task", ["arithmetic", "counting", "binfa", "nfa"])
+def test_tasks_that_pad_per_batch_are_refused(task, tmp_path):
+    with pytest.raises(NotBatchable, match="differ in shape"):
+        train_seeds(task, "rope", SEEDS, preset="smoke", overrides={"steps": 5}, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
