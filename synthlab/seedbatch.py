@@ -115,6 +115,12 @@ def _check_shapes(task: Any, dms: list[DataModule], seeds: list[int], probe: int
         raise NotBatchable(str(e)) from None
 
 
+def _lengths(dm: DataModule, sets: dict[str, Any]) -> tuple[int, int]:
+    """A seed's longest training and evaluation sequence, as its own run measures them."""
+    train_len = max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1])
+    return train_len, max((len(x) for parts in sets.values() for _, _, xs in parts for x in xs), default=0)
+
+
 def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_every: int,
                         reports: list[Report | None]) -> Any:
     """The LightningModule training a :class:`~synthlab.model.stacked.StackedModels`."""
@@ -267,17 +273,13 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
     dms = [DataModule(task, c.train.seed, tc.batch_size, tc.steps, tc.n_train, None, tc.eval_samples) for c in cfgs]
     sets = [dm.eval_sets() for dm in dms]
     _check_shapes(task, dms, seeds)
-    train_len = max(max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1]) for dm in dms)
-    eval_len = max((len(x) for st in sets for parts in st.values() for _, _, xs in parts for x in xs), default=0)
+    lengths = [_lengths(dm, st) for dm, st in zip(dms, sets)]  # (train, eval) of each seed
+    train_len, eval_len = max(t for t, _ in lengths), max(e for _, e in lengths)
     max_len = training._validate_combination(cfg0, spec, None, train_len, training._eval_extent(task, eval_len))
-    if cfg0.model.max_len is None:  # each seed alone sizes its model by its own sets: they must agree
-        own = {training._max_len(cfg0, None, max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1]),
-                                 training._eval_extent(task, max((len(x) for parts in st.values() for _, _, xs in parts
-                                                                  for x in xs), default=0)))
-               for dm, st in zip(dms, sets)}
-        if len(own) > 1:
-            raise NotBatchable(f"batched seeds: the seeds' sequences differ in length (model sizes {sorted(own)}); "
-                             "set model.max_len or train these seeds separately")
+    own = {training._max_len(cfg0, None, t, training._eval_extent(task, e)) for t, e in lengths}
+    if len(own) > 1:  # each seed alone sizes its model (position tables) by its own sets: they must agree
+        raise NotBatchable(f"batched seeds: the seeds' sequences differ in length (model sizes {sorted(own)}); "
+                           "set model.max_len or train these seeds separately")
 
     models = []
     for c in cfgs:  # each seed's initial weights exactly as its own run draws them
