@@ -163,10 +163,15 @@ class _PaddedLeakyReLU(torch.autograd.Function):
         return gi.index_fill_(-1, pad, 0.0), None
 
     @staticmethod
-    def vmap(info, in_dims, P, pad):  # in place on the vmapped P itself: elementwise, then the last dim
-        if in_dims[1] is not None or in_dims[0] == P.dim() - 1:
-            raise NotImplementedError("_PaddedLeakyReLU under vmap: pad must be shared and P vmapped off its last dim")
-        return _PaddedLeakyReLU.apply(P, pad), in_dims[0]
+    def vmap(info, in_dims, P, pad):
+        """The vmapped dim moved to the front keeps P's own last dim last, where ``pad`` indexes:
+        in place on (a view of) the vmapped P. A vmapped ``pad`` (its own columns per slice)
+        goes slice by slice on copies, out of place (the callers use the result, not P)."""
+        if in_dims[1] is None:
+            return _PaddedLeakyReLU.apply(P.movedim(in_dims[0], 0), pad), 0
+        pads = pad.movedim(in_dims[1], 0)
+        Ps = P.movedim(in_dims[0], 0) if in_dims[0] is not None else P.expand(info.batch_size, *P.shape)
+        return torch.stack([_PaddedLeakyReLU.apply(Ps[i].clone(), pads[i]) for i in range(info.batch_size)]), 0
 
 
 class _FusedDAPE(torch.autograd.Function):

@@ -53,13 +53,6 @@ class StackedModels:
         """The stacked parameters, for an optimiser."""
         return iter(self.params.values())
 
-    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
-        return iter(self.params.items())
-
-    @property
-    def training(self) -> bool:
-        return self.base.training
-
     def train(self, mode: bool = True) -> "StackedModels":
         self.base.train(mode)
         return self

@@ -180,3 +180,34 @@ def test_dape_kernel_vmapped_over_inputs_only(causal, bias_rows):
     want = torch.autograd.grad((ref.masked_fill(torch.isinf(ref), 0.0) * g).sum(), inputs)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("p_dim, pad_dim", [(0, None), (1, None), (2, None), (0, 0), (None, 0)])
+def test_padded_leaky_relu_vmap_rule_equals_a_loop(p_dim, pad_dim):
+    # DAPE V2's in-place LeakyReLU + column zeroing, vmapped over any dim of P and of pad
+    from synthlab.model.processors import _PaddedLeakyReLU
+
+    torch.manual_seed(0)
+    V, D, N = 3, 4, 7
+    P = torch.randn(V, D, N)
+    pads = torch.tensor([[0, 6], [1, 3], [2, 5]])
+    pad = pads if pad_dim is not None else pads[0]
+    want = []
+    for i in range(V):
+        x = (P[i] if p_dim is not None else P[0]).clone().requires_grad_()
+        y = _PaddedLeakyReLU.apply(x * 1.0, pad[i] if pad_dim is not None else pad)
+        (g,) = torch.autograd.grad((y * torch.arange(N)).sum(), x)
+        want.append((y.detach(), g))
+    base = (P.movedim(0, p_dim) if p_dim is not None else P[0]).clone().requires_grad_()
+
+    def f(x, q):
+        return _PaddedLeakyReLU.apply(x * 1.0, q)
+
+    out = torch.func.vmap(f, in_dims=(p_dim, pad_dim))(base, pad)
+    (grad,) = torch.autograd.grad((out * torch.arange(N)).sum(), base)
+    for i in range(V):
+        assert torch.equal(out[i].detach(), want[i][0])
+    if p_dim is not None:
+        assert torch.allclose(grad.movedim(p_dim, 0), torch.stack([g for _, g in want]))
+    else:
+        assert torch.allclose(grad, sum(g for _, g in want))
