@@ -195,13 +195,13 @@ def test_padded_leaky_relu_vmap_rule_equals_a_loop(p_dim, pad_dim):
     want = []
     for i in range(V):
         x = (P[i] if p_dim is not None else P[0]).clone().requires_grad_()
-        y = _PaddedLeakyReLU.apply(x * 1.0, pad[i] if pad_dim is not None else pad)
+        y = _PaddedLeakyReLU.apply(x.clone(), pad[i] if pad_dim is not None else pad)
         (g,) = torch.autograd.grad((y * torch.arange(N)).sum(), x)
         want.append((y.detach(), g))
     base = (P.movedim(0, p_dim) if p_dim is not None else P[0]).clone().requires_grad_()
 
     def f(x, q):
-        return _PaddedLeakyReLU.apply(x * 1.0, q)
+        return _PaddedLeakyReLU.apply(x.clone(), q)  # clone keeps the vmapped dim where it is
 
     out = torch.func.vmap(f, in_dims=(p_dim, pad_dim))(base, pad)
     (grad,) = torch.autograd.grad((out * torch.arange(N)).sum(), base)
