@@ -39,7 +39,7 @@ from synthlab.curves import Report, check_report, eval_context
 from synthlab.data import DataModule, StepLoader, has_batch_overrides
 from synthlab.fitting import deterministic, fit, threads
 from synthlab.model.registry import PE_REVISION
-from synthlab.records import clean
+from synthlab.records import append_record, clean
 from synthlab.sizing import check_run_fits
 
 
@@ -206,19 +206,16 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
     return StackedModule()
 
 
-class _StackedData:
-    """The LightningDataModule of the stacked streams (built lazily: lightning imports here)."""
+def stacked_datamodule(streams: list[Any], seeds: list[int], steps: int) -> Any:
+    """The LightningDataModule of the stacked streams (a resumed batch starts at its step)."""
+    import lightning as L
 
-    @staticmethod
-    def make(streams: list[Any], seeds: list[int], steps: int) -> Any:
-        import lightning as L
+    class StackedDataModule(L.LightningDataModule):
+        def train_dataloader(self) -> torch.utils.data.DataLoader:
+            start = int(self.trainer.global_step) if self.trainer is not None else 0
+            return StepLoader(StackedBatches(streams, seeds, steps, start), batch_size=None, num_workers=0)
 
-        class StackedDataModule(L.LightningDataModule):
-            def train_dataloader(self) -> torch.utils.data.DataLoader:
-                start = int(self.trainer.global_step) if self.trainer is not None else 0  # a resumed batch
-                return StepLoader(StackedBatches(streams, seeds, steps, start), batch_size=None, num_workers=0)
-
-        return StackedDataModule()
+    return StackedDataModule()
 
 
 def train_seeds(task: str, pe: str, seeds: Sequence[int], preset: str = "quick", out: str | os.PathLike | None = None,
@@ -289,7 +286,7 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
     stacked = stack_models(models)
     log_every = max(1, tc.steps // 200)
     module = make_stacked_module(stacked, cfg0, seeds, log_every, hooks)
-    data = _StackedData.make([dm.stream for dm in dms], seeds, tc.steps)
+    data = stacked_datamodule([dm.stream for dm in dms], seeds, tc.steps)
 
     described = {"d_model": cfg0.model.d_model, "n_layers": cfg0.model.n_layers, "n_heads": cfg0.model.n_heads,
                  "params": n_params}
@@ -361,10 +358,21 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
             ck.finish()
         raise
     wall = round(time.perf_counter() - t0, 3)  # the batch's wall time: every seed waited for all of it
+    # every seed's files first, then the records: a full disk while writing them leaves no seed
+    # recorded and no run directory, and the checkpoint to resume from (as for one run)
+    try:
+        for r in runs:
+            r["record"]["wall_s"] = wall
+            rundir.finish(r["dir"], None, r["record"], r["lines"], r.get("model"), save_model, created=r["created"])
+    except BaseException:
+        for r in runs:
+            rundir.remove(r["dir"], r["created"])
+        if ck is not None:
+            ck.release()
+        raise
     for r in runs:
-        r["record"]["wall_s"] = wall
-        rundir.finish(r["dir"], results_path, r["record"], r["lines"], r.get("model"), save_model,
-                      created=r["created"])
+        if results_path is not None:
+            append_record(results_path, r["record"])
     if ck is not None:
         ck.finish()  # every seed has its record
     return [clean(r["record"]) for r in runs]

@@ -16,6 +16,8 @@ import synthlab
 from synthlab import seedbatch, sweeping
 from synthlab.seedbatch import NotBatchable, train_seeds
 
+from test_sweep import TINY as TINY_SWEEP
+
 SEEDS = [0, 1, 2]
 TINY = {"steps": 30, "eval_samples": 32}
 
@@ -72,26 +74,10 @@ def test_a_diverged_batch_records_each_seed_as_failed(tmp_path):
     assert all(r["error"].startswith("diverged") for r in recs)
 
 
-SWEEP = """
-[sweep]
-task = "flipflop"
-default_preset = "smoke"
-metric = "token_acc"
-show = "error"
-ood = ["ood-sparse"]
-
-[axes]
-pe = ["rope", "cope"]
-seed = [0, 1, 2]
-
-[presets.smoke]
-task = { n_pairs = 8 }
-model = { d_model = 16, n_layers = 1, n_heads = 2 }
-train = { steps = 20, batch_size = 8, lr = 3e-3, eval_samples = 16, warmup = 0 }
-
-[presets.quick]
-[presets.paper]
-"""
+# test_sweep's tiny flip-flop sweep with three seeds a cell and CoPE beside RoPE
+SWEEP = (TINY_SWEEP.replace('pe = ["rope", "nope"]', 'pe = ["rope", "cope"]').replace("seed = [0, 1]", "seed = [0, 1, 2]")
+         .replace("steps = 10,", "steps = 20, lr = 3e-3,"))
+assert SWEEP.count("seed = [0, 1, 2]") == 1 and "cope" in SWEEP and "steps = 20" in SWEEP
 
 
 def test_sweep_batch_seeds_records_every_cell_as_separate_runs_do(tmp_path, capsys):
@@ -128,7 +114,7 @@ def test_ctrl_c_in_a_batch_gives_every_taken_cell_back(tmp_path, monkeypatch):
 
 
 def test_a_sweep_trains_seeds_that_cannot_stack_one_by_one(tmp_path, capsys):
-    (tmp_path / "s.toml").write_text(SWEEP.replace('model = { d_model = 16', 'model = { dropout = 0.1, d_model = 16'))
+    (tmp_path / "s.toml").write_text(SWEEP.replace('model = {', 'model = { dropout = 0.1,'))
     recs = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "o", grids=False, batch_seeds=True, quiet=False)
     assert len(recs) == 6 and all(r["status"] == "ok" and "batched" not in r["train"] for r in recs)
     assert capsys.readouterr().err.count("train one by one") == 2  # once per cell, not per seed
@@ -177,3 +163,27 @@ def test_tasks_that_pad_per_batch_are_refused(task, tmp_path):
     with pytest.raises(NotBatchable, match="differ in shape"):
         train_seeds(task, "rope", SEEDS, preset="smoke", overrides={"steps": 5}, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["make", "_save"])
+def test_a_full_disk_leaves_no_seed_recorded_and_no_run_directory(where, tmp_path, monkeypatch):
+    import errno
+
+    from synthlab import rundir
+
+    orig, calls = getattr(rundir, where), []
+
+    def full_on_the_second(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:  # the second seed's directory / weights
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return orig(*a, **kw)
+
+    monkeypatch.setattr(rundir, where, full_on_the_second)
+    with pytest.raises(OSError, match="No space"):
+        train_seeds("flipflop", "rope", SEEDS, preset="smoke", overrides=TINY, out=tmp_path)
+    assert not (tmp_path / "results.jsonl").exists()
+    assert [p.name for p in tmp_path.iterdir()] == []  # not even the first seed's directory
+    monkeypatch.undo()
+    recs = train_seeds("flipflop", "rope", SEEDS, preset="smoke", overrides=TINY, out=tmp_path)
+    assert [r["status"] for r in recs] == ["ok"] * 3
