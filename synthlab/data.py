@@ -261,12 +261,23 @@ class DataModule(L.LightningDataModule):
         # step its checkpoint restored (the trainer's global step).
         start = int(self.trainer.global_step) if self.trainer is not None else 0
         ds = TrainBatches(self.stream, self.steps, self.positions, start=start)
-        return StepLoader(ds, batch_size=None, num_workers=0)
+        return StepLoader.for_trainer(ds, self.trainer)
 
 
 class StepLoader(torch.utils.data.DataLoader):
     """A DataLoader that Lightning treats as resumable: its position is the step the trainer
     restores, so it has no state of its own."""
+
+    @classmethod
+    def for_trainer(cls, dataset: torch.utils.data.IterableDataset, trainer: Any) -> "StepLoader":
+        """The batches of ``dataset`` as they come (in-process, ``batch_size=None``), in pinned
+        memory when the trainer runs on a CUDA device. Lightning copies a batch to the device
+        with ``non_blocking=True``; from pageable memory the driver stages that copy through its
+        own buffer and may hold the host (CUDA's "API synchronization behavior"; PyTorch's guide
+        to non_blocking and pin_memory), from pinned memory it is queued on the stream and the
+        host goes on to build the next batch while the GPU trains on this one."""
+        device = getattr(getattr(trainer, "strategy", None), "root_device", None)
+        return cls(dataset, batch_size=None, num_workers=0, pin_memory=getattr(device, "type", None) == "cuda")
 
     def state_dict(self) -> dict[str, Any]:
         return {}

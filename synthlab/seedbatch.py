@@ -213,7 +213,7 @@ def stacked_datamodule(streams: list[Any], seeds: list[int], steps: int) -> Any:
     class StackedDataModule(L.LightningDataModule):
         def train_dataloader(self) -> torch.utils.data.DataLoader:
             start = int(self.trainer.global_step) if self.trainer is not None else 0
-            return StepLoader(StackedBatches(streams, seeds, steps, start), batch_size=None, num_workers=0)
+            return StepLoader.for_trainer(StackedBatches(streams, seeds, steps, start), self.trainer)
 
     return StackedDataModule()
 

@@ -1,6 +1,7 @@
 """The GPU paths, where a CUDA GPU is visible (skipped everywhere else, CI included): CoPE's
 Triton kernels against the PyTorch path on the device, bf16 autocast, ``train.compile``,
-``train.deterministic`` (two runs of one seed agree), batched seeds against separate runs.
+``train.deterministic`` (two runs of one seed agree), batched seeds against separate runs, no
+host synchronisation in the steps between checks, pinned training batches.
 
 Run on a lent GPU with ``bash scripts/gpu_session.sh`` (which also times the benchmarks)."""
 
@@ -95,3 +96,41 @@ def test_batched_seeds_on_the_gpu_equal_separate_runs():
             assert rec["status"] == "ok" and rec["device"] == "cuda"
             for split, m in alone["metrics"].items():
                 assert rec["metrics"][split]["token_acc"] == pytest.approx(m["token_acc"], abs=0.03), (pe, seed, split)
+
+
+def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
+    # torch's sync debug mode raises at any call that makes the host wait for the device
+    # (.item(), a blocking copy, nonzero, ...): armed for the steps that do not check the loss
+    # for a NaN (every 16th), a run without a logger or a report hook (synthlab.train's default;
+    # those read the loss at their steps) passes only if those steps run ahead
+    import lightning as L
+
+    import synthlab
+    import synthlab.training as training
+
+    class Watch(L.Callback):
+        armed: list[int] = []
+        pinned: list[bool] = []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            step = trainer.global_step
+            assert pl_module.report is None and pl_module.logger is None
+            if step % 16:
+                Watch.armed.append(step)
+                torch.cuda.set_sync_debug_mode("error")
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            torch.cuda.set_sync_debug_mode("default")
+
+        def on_train_start(self, trainer, pl_module):
+            Watch.pinned.append(bool(getattr(trainer.train_dataloader, "pin_memory", False)))
+
+    fit = training.fit
+    monkeypatch.setattr(training, "fit", lambda *a, callbacks=(), **k: fit(*a, callbacks=[*callbacks, Watch()], **k))
+    try:
+        for pe in ("rope", "cope", "alibi"):
+            rec = synthlab.train("flipflop", pe, preset="smoke", overrides={"steps": 40})
+            assert rec["status"] == "ok", (pe, rec.get("error"))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(Watch.armed) > 30 and all(Watch.pinned)

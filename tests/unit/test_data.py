@@ -130,3 +130,18 @@ def test_batches_fit_the_vocab(name):
     b = collate(task.sample("test", 4, seed=0), pad_id=len(task.vocab))
     assert int(b.ids.max()) <= len(task.vocab)
     assert int(b.targets.max()) < len(task.vocab)
+
+
+def test_the_training_loader_pins_batches_only_for_a_cuda_trainer():
+    # a pageable batch's copy to the GPU may hold the host (see StepLoader.for_trainer)
+    from types import SimpleNamespace
+
+    from synthlab.data import StepLoader
+
+    def trainer(kind):
+        return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(kind)))
+
+    ds = torch.utils.data.TensorDataset(torch.zeros(2))
+    assert StepLoader.for_trainer(ds, trainer("cuda")).pin_memory
+    assert not StepLoader.for_trainer(ds, trainer("cpu")).pin_memory
+    assert not StepLoader.for_trainer(ds, None).pin_memory
