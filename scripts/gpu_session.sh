@@ -5,11 +5,13 @@
 #   bash scripts/gpu_wheels.sh                       # here, once: the wheels the machine lacks
 #   run(command="bash scripts/gpu_session.sh", carry=[".whl"])
 #   run(command="bash scripts/gpu_session.sh sweep", carry=[".whl"])   # the second part
+#   run(command="bash scripts/gpu_session.sh flex", carry=[".whl"])    # FlexAttention vs float mask
 # Part "quick" (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's
 # Triton kernels on and off). Part "sweep": the main command's wall time with 1..8 workers,
 # with and without --batch-seeds. Part "paper": the paper preset's CoPE / RoPE cells (issue 15),
 # stacked seeds, for 9 minutes; its results.jsonl comes back (a later call on the same warm
-# machine resumes the study in /tmp/paper).
+# machine resumes the study in /tmp/paper). Part "flex": the additive biases through compiled
+# FlexAttention (SYNTHLAB_FLEX_ATTENTION=1) against the float mask, tests and per-step times.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-quick}
@@ -32,7 +34,8 @@ python3 -c "import torch, lightning, triton; print('torch', torch.__version__, '
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$out/summary.txt" 2>&1
 if [[ $part == quick ]]; then
     # cuBLAS reads its workspace setting when its handle is made: before the first matmul of pytest
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests 150 python3 -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests 150 python3 -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
+        -k "not flex"
     step train-quick 90 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
         --encodings rope,nope,alibi,cope,kerple+dape:k=3
     step train-paper 120 python3 benchmarks/training.py --device cuda --steps 40 --skip-mfu --size paper \
@@ -45,9 +48,16 @@ elif [[ $part == paper ]]; then  # issue 15: CoPE vs RoPE at the paper's scale, 
     step paper-sweep 540 python3 -m synthlab.cli sweep flipflop --preset paper --pe cope,rope --batch-seeds \
         --workers 1 --out /tmp/paper
     cp /tmp/paper/results.jsonl "$out/paper-results.jsonl" 2>/dev/null
+elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off by default until it does)
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests-flex 240 python3 -m pytest -q -p no:cacheprovider \
+        tests/integration/test_cuda.py -k flex
+    for on in 0 1; do
+        SYNTHLAB_FLEX_ATTENTION=$on step train-paper-flex$on 130 python3 benchmarks/training.py --device cuda \
+            --steps 40 --skip-mfu --size paper --encodings rope,alibi,t5,kerple,fire
+    done
 elif [[ $part == sweep ]]; then
     step sweep-quick 330 python3 benchmarks/sweep_workers.py --preset quick --pe cope,rope --workers 1,4,8 \
         --batch-seeds both
     step main-command 200 python3 -m synthlab.cli sweep flipflop --pe cope,rope --out /tmp/main --quiet
 fi
-exit 0  # at most 8 files come back from $OUT: this part writes 6 or 3
+exit 0  # at most 8 files come back from $OUT: a part writes 6 at most

@@ -1,8 +1,9 @@
 """Multi-head self-attention that applies indices -> encoders -> processors.
 
 Fast path: ``F.scaled_dot_product_attention`` (is_causal=True with no bias, or a float
-additive mask = bias + causal -inf) whenever nothing needs materialised logits. CoPE, DAPE and
-``return_attention`` materialise S = q k^T / sqrt(d_h).
+additive mask = bias + causal -inf) whenever nothing needs materialised logits; additive biases
+through FlexAttention instead where switched on (``flex.py``, CUDA). CoPE, DAPE and
+``return_attention`` materialise S = q k^T / sqrt(d_h) (CoPE alone: its fused kernels).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import flex
 from .batched import is_batched
 from .cache import TensorCache
 from .encoders.bias import ALiBi
@@ -140,6 +142,8 @@ class Attention(nn.Module):
             if not self.biases:
                 with _sdpa_backend(q):
                     y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+            elif flex.usable(q, training_dropout=p > 0) and (mod := self._score_mod(ctx)) is not None:
+                y = flex.attend(q, k, v, mod, self.causal)
             else:
                 if len(self.biases) == 1 and isinstance(self.biases[0], ALiBi):
                     mask = self.biases[0].masked(ctx)  # cached bias + causal mask
@@ -175,6 +179,11 @@ class Attention(nn.Module):
         if self.training and self.dropout > 0:  # attention dropout needs the weights
             return None
         return self.cope.attend(q_raw, q, k, v, self.scale)
+
+    def _score_mod(self, ctx: PositionContext) -> flex.ScoreMod | None:
+        """The layer's biases as one FlexAttention score_mod, or None if one of them has none."""
+        mods = [b.score_mod(ctx) if hasattr(b, "score_mod") else None for b in self.biases]
+        return None if any(m is None for m in mods) else flex.total_score_mod(mods)
 
     def _bias(self, ctx: PositionContext, q: torch.Tensor) -> torch.Tensor:
         total = None

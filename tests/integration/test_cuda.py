@@ -1,7 +1,8 @@
 """The GPU paths, where a CUDA GPU is visible (skipped everywhere else, CI included): CoPE's
 Triton kernels against the PyTorch path on the device, bf16 autocast, ``train.compile``,
 ``train.deterministic`` (two runs of one seed agree), batched seeds against separate runs, no
-host synchronisation in the steps between checks, pinned training batches.
+host synchronisation in the steps between checks, pinned training batches, the additive biases
+through compiled FlexAttention against the float mask (outputs and gradients).
 
 Run on a lent GPU with ``bash scripts/gpu_session.sh`` (which also times the benchmarks)."""
 
@@ -134,3 +135,31 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert len(Watch.armed) > 30 and all(Watch.pinned)
+
+
+@pytest.mark.parametrize("pe", ["alibi", "t5", "kerple", "fire", "alibi+t5"])
+def test_flex_attention_biases_match_the_float_mask_on_the_gpu(pe, monkeypatch):
+    from synthlab.model import build_model
+    from synthlab.model import flex
+
+    torch.manual_seed(0)
+    model = build_model(pe=pe, vocab_size=11, d_model=64, n_layers=2, n_heads=4, max_len=512).to(CUDA).train()
+    tokens = torch.randint(0, 11, (4, 300), device=CUDA)
+    calls = []
+    attend = flex.attend
+    monkeypatch.setattr(flex, "attend", lambda *a, **k: calls.append(1) or attend(*a, **k))
+
+    def run(on: bool):
+        monkeypatch.setenv("SYNTHLAB_FLEX_ATTENTION", "1" if on else "0")
+        model.zero_grad()
+        out = model(tokens)
+        out.float().square().mean().backward()
+        return out.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    got, g_got = run(True)  # float32 matmuls at torch's default "highest" precision on both paths
+    assert len(calls) == 2
+    want, g_want = run(False)
+    assert (got - want).abs().max() < 1e-4 * max(1.0, want.abs().max().item())
+    assert g_got.keys() == g_want.keys()
+    for n in g_want:  # the bias parameters' gradients come back through flex's captured tensors
+        assert (g_got[n] - g_want[n]).abs().max() < 1e-3 * max(1e-3, g_want[n].abs().max().item()), n

@@ -162,3 +162,13 @@ def test_the_model_imports_no_training_sweeping_or_plotting():
         if mod == "synthlab.model" or mod.startswith("synthlab.model."):
             outside = {d for d in deps if not (d == "synthlab.model" or d.startswith("synthlab.model."))}
             assert outside <= {"synthlab.config"}, f"{mod} imports {outside}"
+
+
+def test_every_environment_variable_the_code_reads_is_in_interfaces_md():
+    import re
+
+    code = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    used = set(re.findall(r"SYNTHLAB_[A-Z_]+", code))
+    doc = (PACKAGE.parent / "docs" / "interfaces.md").read_text()
+    section = doc.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    assert used and used <= set(re.findall(r"`(SYNTHLAB_[A-Z_]+)`", section)), used

@@ -56,6 +56,17 @@ class ALiBi(nn.Module):
         bias = -self.slopes.to(dist).view(-1, 1, 1) * dist.unsqueeze(-3)  # (1|B, H, T, T)
         return bias if bias.dim() == 4 else bias.unsqueeze(0)
 
+    def score_mod(self, ctx):
+        """The bias as a FlexAttention score_mod (``model/flex.py``): token positions 0..T-1 only."""
+        if self.index != "token" or not ctx.cacheable("token"):
+            return None
+        slopes = self.slopes.to(ctx.dtype)
+
+        def alibi(score, b, h, q_idx, kv_idx):
+            return score - slopes[h] * (q_idx - kv_idx).abs()
+
+        return alibi
+
     def masked(self, ctx) -> torch.Tensor:
         """bias + causal -inf mask, the float attn_mask for scaled_dot_product_attention (cached)."""
         key = ("alibi-masked", self.index, self.scale, self.n_heads)
@@ -113,6 +124,22 @@ class T5Bias(nn.Module):
         # (.., T, T, H) -> (1|B, H, T, T), contiguous for the attention kernels
         return (bias.movedim(-1, -3) if bias.dim() == 4 else bias.permute(2, 0, 1).unsqueeze(0)).contiguous()
 
+    def score_mod(self, ctx):
+        """The bias as a FlexAttention score_mod (``model/flex.py``): token positions 0..T-1 only;
+        the bucket of each i - j in -(T-1)..T-1 is looked up in a (2T - 1,) tensor."""
+        if not ctx.cacheable("token"):
+            return None
+        T = ctx.T
+        key = ("t5-buckets-by-rel", self.buckets, self.max_distance)
+        by_rel = ctx.memoize(key, "token", lambda: t5_buckets(torch.arange(1 - T, T, device=ctx.device), ctx.causal,
+                                                            self.buckets, self.max_distance))
+        table = self.table.weight  # (buckets, H)
+
+        def t5(score, b, h, q_idx, kv_idx):
+            return score + table[by_rel[q_idx - kv_idx + T - 1], h]
+
+        return t5
+
 
 class Kerple(nn.Module):
     """KERPLE (Chi et al. 2022). log: b = -r1_h log(1 + r2_h |i - j|); power: b = -a_h |i - j|^p_h.
@@ -162,6 +189,25 @@ class Kerple(nn.Module):
         else:
             bias = -self.a.view(-1, 1, 1) * dist.pow(self.p.view(-1, 1, 1))
         return bias if bias.dim() == 4 else bias.unsqueeze(0)
+
+    def score_mod(self, ctx):
+        """The bias as a FlexAttention score_mod (``model/flex.py``): token positions 0..T-1 only."""
+        if not ctx.cacheable("token"):
+            return None
+        self.project_()
+        if self.kind == "log":
+            r1, r2 = self.r1, self.r2
+
+            def kerple_log(score, b, h, q_idx, kv_idx):
+                return score - r1[h] * torch.log1p(r2[h] * (q_idx - kv_idx).abs())
+
+            return kerple_log
+        a, p = self.a, self.p
+
+        def kerple_power(score, b, h, q_idx, kv_idx):
+            return score - a[h] * (q_idx - kv_idx).abs().to(a.dtype).pow(p[h])
+
+        return kerple_power
 
 
 class FIRE(nn.Module):
@@ -222,6 +268,27 @@ class FIRE(nn.Module):
         bias = self.mlp((num / den).unsqueeze(-1))  # (.., T, T, H)
         # (.., T, T, H) -> (1|B, H, T, T), contiguous for the attention kernels
         return (bias.movedim(-1, -3) if bias.dim() == 4 else bias.permute(2, 0, 1).unsqueeze(0)).contiguous()
+
+    def score_mod(self, ctx):
+        """The bias as a FlexAttention score_mod (``model/flex.py``): token positions 0..T-1 only.
+        The general form (no shortcut, so no host read of L'), the MLP written out per element:
+        f(x)_h = b2_h + sum_k W2_hk relu(W1_k x + b1_k), a sum over ``width`` terms."""
+        if not ctx.cacheable("token"):
+            return None
+        c, L, eps = self.c.abs(), self.threshold, self.eps
+        first, second = self.mlp[0], self.mlp[2]
+        w1, b1 = first.weight[:, 0], first.bias  # (width,)
+        w2, b2 = second.weight, second.bias  # (H, width), (H,)
+        width = w1.shape[0]
+
+        def fire(score, b, h, q_idx, kv_idx):
+            x = torch.log1p(c * (q_idx - kv_idx).abs()) / (torch.log1p(c * torch.maximum(L, q_idx.to(L.dtype))) + eps)
+            out = b2[h]
+            for k in range(width):
+                out = out + w2[h, k] * torch.relu(w1[k] * x + b1[k])
+            return score + out
+
+        return fire
 
 
 class Relative(nn.Module):
