@@ -1,7 +1,9 @@
 """The Triton kernels of CoPE attention (synthlab/model/native/cope_triton.py), run on CPU by
 Triton's interpreter: softmax(q k^T scale + CoPE term) @ v and its gradients (q, k, v, the table)
 equal CoPE's PyTorch path in float64, clamp included, bit-identical run to run; and CoPE.attend
-sends CUDA tensors to them unless SYNTHLAB_COPE_TRITON=0.
+sends CUDA tensors to them unless SYNTHLAB_COPE_TRITON=0. Under torch.func.vmap (batched seeds)
+the Function's vmap rule gives a loop of separate calls' outputs and gradients with one kernel
+call for all the slices, and CoPE.attend takes the kernels there too.
 
 The interpreter has to be chosen before triton is first imported (triton.jit reads
 TRITON_INTERPRET when a function is decorated, triton's own library included, and torch /
@@ -23,7 +25,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from synthlab.model.encoders.contextual import CoPE  # noqa: E402
+from synthlab.model.batched import is_batched, plain  # noqa: E402
+from synthlab.model.encoders.contextual import CoPE, cope_alibi_slopes  # noqa: E402
 from synthlab.model.native import cope_triton as ct  # noqa: E402
 
 IN_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
@@ -227,3 +230,167 @@ def test_attend_sends_cuda_tensors_to_triton(monkeypatch):
     assert cope.attend(gpu[0], *gpu, cope.scale) is not None and len(calls) == 2
     monkeypatch.setattr(ct, "triton_available", lambda device: False)  # triton missing
     assert cope.attend(gpu[0], *gpu, cope.scale) is None and len(calls) == 2
+
+
+# ---- under torch.func.vmap (batched seeds: model/stacked.py) ----
+
+def _fake_cuda(monkeypatch):
+    """Tensors that are a _LooksCuda, or under vmap wrap one (a vmapped tensor does not see the
+    subclass's property), say they are on CUDA; every other tensor tells the truth."""
+    real = torch.Tensor.is_cuda
+    monkeypatch.setattr(torch.Tensor, "is_cuda",
+                        property(lambda t: real.__get__(t) or isinstance(plain(t), _LooksCuda)))
+
+
+def _kernel_batches(monkeypatch):
+    """The batch sizes the kernel Function's forward is called with, recorded call by call."""
+    batches = []
+    forward = ct._CoPEQKVTritonKernel.forward
+
+    def spy(q, *rest):
+        batches.append(q.shape[0])
+        return forward(q, *rest)
+
+    monkeypatch.setattr(ct._CoPEQKVTritonKernel, "forward", staticmethod(spy))
+    return batches
+
+
+# q, k, v, table in_dims (None: one tensor shared by the slices; the table None: CoPE-ALiBi) and
+# the slopes' (None: the same (H,) for all slices, a buffer under batched seeds)
+VMAP_CASES = {
+    "table": (False, (0, 0, 0, 0), None),
+    "alibi": (True, (0, 0, 0, None), None),
+    "dims moved, v shared": (False, (0, 2, None, 4), None),  # k vmapped at dim 2, the table at its last dim
+    "alibi, slopes vmapped": (True, (0, 0, 0, None), 0),  # fold_vmap's loop over the slices
+}
+
+
+@interpreted
+@pytest.mark.parametrize("case", list(VMAP_CASES))
+def test_vmap_equals_a_loop_of_calls(case, monkeypatch):
+    """CoPEQKVTriton.apply under torch.func.vmap over V = 3 stacked sets (B = 2: a rule that
+    mixes the two up fails) gives the separate calls' outputs and gradients (autograd on the
+    stacked leaves, as batched seeds train), with one kernel call on the V * B batch where the
+    slopes are shared."""
+    alibi, dims, slopes_dim = VMAP_CASES[case]
+    V, B, H, T, d_h, npos = 3, 2, 2, 19, 8, 6  # T: two key blocks of the interpreter's tiles; npos < T: clamps
+    torch.manual_seed(21)
+    stacks = [s * torch.randn(V, B, H, T, d_h) for s in (2.0, 2.0, 1.0)] + [torch.randn(V, B, H, T, npos)]
+    leaves = [None if alibi and i == 3 else (x[0] if d is None else x.movedim(0, d).contiguous()).requires_grad_()
+              for i, (x, d) in enumerate(zip(stacks, dims))]
+    base = torch.tensor(cope_alibi_slopes(H, 0.25)) if alibi else None
+    slopes = base if slopes_dim is None or not alibi else torch.stack([base * f for f in (1.0, 3.0, 0.5)])
+    in_dims = (*(None if t is None else d for t, d in zip(leaves, dims)), None if slopes_dim is None or not alibi
+               else slopes_dim)
+    scale = 0.35
+
+    batches = _kernel_batches(monkeypatch)
+    out = torch.func.vmap(lambda q, k, v, table, s: ct.CoPEQKVTriton.apply(q, k, v, table, s, npos, scale),
+                          in_dims=in_dims)(*leaves, slopes)
+    assert batches == ([B] * V if in_dims[4] is not None else [V * B])  # folded: one call for all the slices
+    w = torch.randn(V, B, H, T, d_h)
+    grads = torch.autograd.grad((out * w).sum(), [t for t in leaves if t is not None])
+
+    def part(t, d, i):
+        return None if t is None else (t if d is None else t.select(d, i))
+
+    ref = torch.stack([ct.CoPEQKVTriton.apply(*(part(t, d, i) for t, d in zip([*leaves, slopes], in_dims)), npos, scale)
+                       for i in range(V)])
+    ref_grads = torch.autograd.grad((ref * w).sum(), [t for t in leaves if t is not None])
+    assert out.shape == (V, B, H, T, d_h)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    for name, g, want in zip([n for n, t in zip("q k v table".split(), leaves) if t is not None], grads, ref_grads):
+        assert g.shape == want.shape
+        torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"gradient of {name}: {m}")
+
+
+class _Attend(torch.nn.Module):
+    """CoPE.attend as a module's forward, for torch.func.functional_call over stacked tables."""
+
+    def __init__(self, cope):
+        super().__init__()
+        self.cope = cope
+
+    def forward(self, q, k, v):
+        y = self.cope.attend(q, q, k, v, self.cope.scale)
+        assert y is not None, "CoPE.attend did not take a kernel"
+        return y
+
+
+@interpreted
+@pytest.mark.parametrize("alibi", [False, True])
+def test_attend_under_vmap_runs_the_kernels(alibi, monkeypatch):
+    """Batched seeds' shape of it: CoPE.attend vmapped over 3 seeds, each with its own table
+    (functional_call over the stacked tables, as model/stacked.py), on "CUDA" tensors: the Triton
+    kernels run once on the folded batch, and outputs and gradients (q, k, v, the tables) equal
+    a loop over the seeds and the float64 PyTorch path."""
+    _fake_cuda(monkeypatch)
+    monkeypatch.setenv("SYNTHLAB_NATIVE", "0")
+    monkeypatch.delenv("SYNTHLAB_COPE_TRITON", raising=False)
+    batches = _kernel_batches(monkeypatch)
+    S, B, H, T, d_h, npos = 3, 2, 2, 23, 8, 6
+    cope = _cope(H, d_h, npos, alibi)
+    module = _Attend(cope)
+    torch.manual_seed(5)
+    qkv = [(s * torch.randn(S, B, H, T, d_h)).as_subclass(_LooksCuda).requires_grad_() for s in (2.0, 2.0, 1.0)]
+    params = {} if alibi else {"cope.pos_emb": torch.randn(S, d_h, npos).requires_grad_()}
+    leaves = [*qkv, *params.values()]
+    w = torch.randn(S, B, H, T, d_h)
+
+    out = torch.func.vmap(lambda p, q, k, v: torch.func.functional_call(module, p, (q, k, v)))(params, *qkv)
+    assert batches == [S * B]
+    grads = torch.autograd.grad((out * w).sum(), leaves)
+
+    ref = torch.stack([torch.func.functional_call(module, {n: p[s] for n, p in params.items()},
+                                                  tuple(t[s] for t in qkv)) for s in range(S)])
+    assert batches == [S * B] + [B] * S
+    ref_grads = torch.autograd.grad((ref * w).sum(), leaves)
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), ref.as_subclass(torch.Tensor), rtol=1e-5, atol=1e-6)
+    for g, want in zip(grads, ref_grads):
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor), rtol=1e-5, atol=1e-6)
+
+    plain_qkv = [t.detach().as_subclass(torch.Tensor) for t in qkv]
+    for s in range(S):  # and the PyTorch path in float64
+        ref_cope = _cope(H, d_h, npos, alibi).double()
+        if not alibi:
+            with torch.no_grad():
+                ref_cope.pos_emb.copy_(params["cope.pos_emb"][s])
+        want = _by_pytorch(ref_cope, *(t[s].double() for t in (plain_qkv[0], *plain_qkv)))
+        assert (out[s].detach().double() - want).abs().max() < 1e-4
+
+
+def test_attend_sends_cuda_tensors_to_triton_under_vmap(monkeypatch):
+    """CoPE.attend under vmap (batched seeds) takes the Triton Function for CUDA tensors, as
+    without (no kernel runs: a recorder as above); the switch still turns it off, CPU tensors
+    still do not take it."""
+    calls = []
+
+    def recorder(q, k, v, table, slopes, npos, scale):
+        calls.append((is_batched(q), is_batched(table)))
+        return _by_pytorch(cope, q, q, k, v)
+
+    monkeypatch.setattr(ct.CoPEQKVTriton, "apply", recorder)
+    monkeypatch.setattr(ct, "triton_available", lambda device: True)  # no GPU here
+    monkeypatch.setenv("SYNTHLAB_NATIVE", "0")
+    monkeypatch.delenv("SYNTHLAB_COPE_TRITON", raising=False)
+    _fake_cuda(monkeypatch)
+    cope = _cope(2, 8, 8, False)
+    taken = []
+
+    def attend(q, k, v):
+        y = cope.attend(q, q, k, v, cope.scale)
+        taken.append(y is not None)
+        return q if y is None else y
+
+    torch.manual_seed(2)
+    stacks = [torch.randn(3, 2, 2, 12, 8) for _ in range(3)]
+    gpu = [t.as_subclass(_LooksCuda) for t in stacks]
+    out = torch.func.vmap(attend)(*gpu)
+    assert taken == [True] and calls == [(True, True)]
+    want = torch.stack([_by_pytorch(cope, *(t[s] for t in (stacks[0], *stacks))) for s in range(3)])
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), want)
+
+    torch.func.vmap(attend)(*stacks)  # CPU tensors (the C++ kernel off): the PyTorch path
+    monkeypatch.setenv("SYNTHLAB_COPE_TRITON", "0")
+    torch.func.vmap(attend)(*gpu)
+    assert taken == [True, False, False] and len(calls) == 1

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ..batched import fold_vmap, is_batched
+from ..batched import fold_vmap
 from ..native import cope_kernel, ptr
 from ..registry import COMPONENTS, BuildConfig
 from .bias import alibi_slopes
@@ -20,7 +20,8 @@ def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
 # The native Functions below are written in the setup_context style (forward without ctx) and
 # have a ``vmap`` rule, so that they run under torch.func.vmap over stacked seeds (batched seeds,
 # issue 12; synthlab/model/stacked.py): the kernels treat each batch element independently, so the
-# rule folds the vmapped dim into the batch, (S, B, ...) -> (S*B, ...) (batched.fold_vmap).
+# rule folds the vmapped dim into the batch, (S, B, ...) -> (S*B, ...) (batched.fold_vmap). So
+# does the Triton kernels' Function (native/cope_triton.py), which CoPE.attend takes on CUDA.
 
 
 class _FusedCoPE(torch.autograd.Function):
@@ -242,12 +243,14 @@ class CoPE(nn.Module):
         gates from the attention logits (not ``sep_keys``); q_raw is the content query of the
         table term. None where the kernel does not apply: the caller then goes through
         ``attention`` or ``forward``. CUDA tensors go to the Triton kernels
-        (``native/cope_triton.py``) where triton imports and SYNTHLAB_COPE_TRITON is not 0."""
+        (``native/cope_triton.py``) where triton imports and SYNTHLAB_COPE_TRITON is not 0. Both
+        kernels' Functions have vmap rules: under vmap (batched seeds) they run as well, the
+        seeds folded into the batch."""
         if self.gate_key is not None:
             return None
         if self._native(q):
             fused = _FusedCoPEQKV
-        elif self._triton(q) and not is_batched(q):  # the Triton Function has no vmap rule (batched seeds): PyTorch path
+        elif self._triton(q):  # under vmap too (batched seeds): the Function has a vmap rule
             from ..native import cope_triton  # here: CPU-only runs never import triton
 
             fused = cope_triton.CoPEQKVTriton

@@ -15,6 +15,9 @@ b, head h, query row i and keys j <= i:
 table = q_raw . pos_emb (B, H, T, npos) or None with slopes (H,). float32 inside (bfloat16 /
 float16 inputs are converted, the output comes back in q's dtype); no (B, H, T, T) tensor is
 made either way. The PyTorch path of ``CoPE.forward`` is the reference the tests compare with.
+Like the CPU kernel's, the autograd Function has a vmap rule, so the kernels also run under
+torch.func.vmap over stacked seeds (batched seeds, ``model/stacked.py``): the seeds are folded
+into the batch, one launch per kernel for all of them (``_CoPEQKVTritonKernel``).
 
 Design (flash-attention style; key blocks of BLOCK_N keys, query blocks of BLOCK_M rows):
 
@@ -56,6 +59,7 @@ import os
 import torch
 
 from synthlab.config import FALSE_WORDS
+from synthlab.model.batched import fold_vmap
 
 try:  # optional: Linux only (the `gpu` extra); the package imports fine without it
     import triton
@@ -301,36 +305,59 @@ def _precision(device: torch.device) -> str:
     return {"highest": "ieee", "high": "tf32x3", "medium": "tf32"}[torch.get_float32_matmul_precision()]
 
 
-class CoPEQKVTriton(torch.autograd.Function):
-    """softmax_j(q_i k_j scale + CoPE term_ij) v_j over j <= i by the Triton kernels above; the
-    contract of ``_FusedCoPEQKV`` (q, k, v (B, H, T, d_h); table (B, H, T, npos) or None with
-    slopes (H,)). Returns q's dtype; gradients of q, k, v and the table."""
+def _dense32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """float32 and contiguous: the same tensor where it is so already."""
+    return None if t is None else t.float().contiguous()
+
+
+def _slopes32(slopes: torch.Tensor | None, H: int) -> torch.Tensor | None:
+    return None if slopes is None else slopes.reshape(H).float().contiguous()
+
+
+class _CoPEQKVTritonKernel(torch.autograd.Function):
+    """The kernel Function behind :class:`CoPEQKVTriton`, on float32 operands (the wrapper
+    converts): returns (y, lse, gate_suffix), the log-sum-exp (B, H, T) and the gates' suffix
+    sums (B, H, T, key blocks) outputs only so that ``setup_context`` can save them for the
+    backward (not differentiable).
+
+    Written in the setup_context style (forward without ctx) with a ``vmap`` rule, as the CPU
+    kernels' Functions (``encoders/contextual.py``), so that it runs under torch.func.vmap over
+    stacked seeds (batched seeds, issue 12; ``model/stacked.py``): each (b, h) is computed
+    independently, so the rule folds the vmapped dim into the batch, (S, B, ...) -> (S*B, ...),
+    one launch of each kernel, and unfolds the outputs (``batched.fold_vmap``); the backward then
+    runs once on the folded tensors too. ``slopes`` (CoPE-ALiBi) is shared by the batch: a
+    buffer, so not vmapped under batched seeds; a vmapped one would give one call per slice."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, slopes, npos: int, scale: float):
+    def forward(q, k, v, table, slopes, npos: int, scale: float):
         B, H, T, D = q.shape
-        ctx.dtypes = (q.dtype, k.dtype, v.dtype, None if table is None else table.dtype)
-        q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
-        table32 = None if table is None else table.float().contiguous()
-        slopes32 = None if slopes is None else slopes.reshape(H).float().contiguous()
-        d_pad, npos_pad = _pow2(D), _pow2(npos)
-        tiles = block_sizes(q.device, d_pad, npos_pad)
+        q, k, v, table, slopes = _dense32(q), _dense32(k), _dense32(v), _dense32(table), _slopes32(slopes, H)
+        d_pad = _pow2(D)
+        tiles = block_sizes(q.device, d_pad, _pow2(npos))
         n_key_blocks = triton.cdiv(T, tiles["block_n"])
-        y = torch.empty_like(q32)
-        lse = q32.new_empty(B, H, T)
-        gate_suffix = q32.new_empty(B, H, T, n_key_blocks)
-        dummy = q32  # the pointer of an absent table / slopes (never read)
+        y = torch.empty_like(q)
+        lse = q.new_empty(B, H, T)
+        gate_suffix = q.new_empty(B, H, T, n_key_blocks)
+        dummy = q  # the pointer of an absent table / slopes (never read)
         _cope_fwd_kernel[(B * H, triton.cdiv(T, tiles["fwd_m"]))](
-            q32, k32, v32, dummy if table32 is None else table32, dummy if slopes32 is None else slopes32,
+            q, k, v, dummy if table is None else table, dummy if slopes is None else slopes,
             y, lse, gate_suffix, H, T, D, npos, n_key_blocks, float(scale),
-            HAS_TABLE=table32 is not None, BLOCK_M=tiles["fwd_m"], BLOCK_N=tiles["block_n"], D_PAD=d_pad,
+            HAS_TABLE=table is not None, BLOCK_M=tiles["fwd_m"], BLOCK_N=tiles["block_n"], D_PAD=d_pad,
             PRECISION=_precision(q.device), num_warps=tiles["num_warps"])
-        ctx.save_for_backward(q32, k32, v32, table32, slopes32, y, lse, gate_suffix)
-        ctx.npos, ctx.scale, ctx.tiles = npos, float(scale), tiles
-        return y.to(q.dtype)
+        return y, lse, gate_suffix
 
     @staticmethod
-    def backward(ctx, gy):
+    def setup_context(ctx, inputs, output):
+        q, k, v, table, slopes, npos, scale = inputs
+        y, lse, gate_suffix = output
+        ctx.mark_non_differentiable(lse, gate_suffix)
+        ctx.save_for_backward(_dense32(q), _dense32(k), _dense32(v), _dense32(table), _slopes32(slopes, q.shape[1]),
+                              y, lse, gate_suffix)
+        ctx.npos, ctx.scale = npos, float(scale)
+        ctx.tiles = block_sizes(q.device, _pow2(q.shape[-1]), _pow2(npos))  # the forward's
+
+    @staticmethod
+    def backward(ctx, gy, _g_lse, _g_gate_suffix):
         q, k, v, table, slopes, y, lse, gate_suffix = ctx.saved_tensors
         B, H, T, D = q.shape
         npos, scale, tiles = ctx.npos, ctx.scale, ctx.tiles
@@ -351,6 +378,23 @@ class CoPEQKVTriton(torch.autograd.Function):
         _cope_bwd_key_kernel[(B * H, gate_suffix.shape[-1])](
             q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, dp_prefix, gk, gv,
             H, T, D, npos, gate_suffix.shape[-1], scale, BLOCK_M=tiles["bwd_key_m"], **common)
-        dq_t, dk_t, dv_t, dtab_t = ctx.dtypes
-        return (gq.to(dq_t), gk.to(dk_t), gv.to(dv_t), None if gtable is None else gtable.to(dtab_t),
-                None, None, None)
+        return gq, gk, gv, gtable, None, None, None
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return fold_vmap(_CoPEQKVTritonKernel.apply, info, in_dims, args,
+                         ("batch", "batch", "batch", "batch", "shared", None, None))
+
+
+class CoPEQKVTriton:
+    """softmax_j(q_i k_j scale + CoPE term_ij) v_j over j <= i by the Triton kernels above; the
+    contract of ``_FusedCoPEQKV`` (q, k, v (B, H, T, d_h); table (B, H, T, npos) or None with
+    slopes (H,)). Returns q's dtype; gradients of q, k, v and the table (in their dtypes).
+    ``apply`` converts the operands to float32 in the graph (autograd brings the gradients back
+    to the inputs' dtypes) and runs :class:`_CoPEQKVTritonKernel`, which has a vmap rule: it runs
+    under torch.func.vmap (batched seeds) with one launch per kernel for all the slices."""
+
+    @staticmethod
+    def apply(q, k, v, table, slopes, npos: int, scale: float) -> torch.Tensor:
+        y = _CoPEQKVTritonKernel.apply(_dense32(q), _dense32(k), _dense32(v), _dense32(table), slopes, npos, scale)[0]
+        return y.to(q.dtype)
