@@ -55,10 +55,10 @@ def _make_packing(T: int, c: int, device: torch.device):
 def _hidden_pad_index(T: int, c: int, B: int, device: torch.device) -> torch.Tensor:
     """Flat positions (in the packed hidden map, B*R*W) that are conv2's zero padding on the
     full map (see ``_packing``), for B batch elements (cached)."""
-    def make() -> torch.Tensor:
-        pad = _packing(T, c, device)[3]  # (R*W,)
+    def make() -> torch.Tensor:  # on the CPU, then moved: nonzero on a GPU would wait for the device
+        pad = _packing(T, c, torch.device("cpu"))[3]  # (R*W,)
         per = pad.nonzero().flatten()
-        return (torch.arange(B, device=device).unsqueeze(1) * pad.numel() + per).flatten()
+        return (torch.arange(B).unsqueeze(1) * pad.numel() + per).flatten().to(device)
 
     return _PACK_CACHE.get(("hidden_pad", T, c, B, device), make)
 

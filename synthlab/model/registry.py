@@ -13,7 +13,9 @@ their checks; and its builder. A composite (``bipe-rope``, ``bipe-alibi``) adds 
 module (``also``). The transformer builds whatever the rows say; it tests no names.
 
 What each kind's module provides (see the classes named in ``_ROWS``): absolute
-``forward(index) -> (.., T, d)`` and ``scales_tokens``; rotary ``forward(q, k, pos, cacheable)
+``forward(index) -> (.., T, d)`` and ``scales_tokens`` (and, optionally, ``takes_bound``:
+then the model passes ``bound=T - 1`` where it knows the index is below T, so the module need
+not read the index on the host); rotary ``forward(q, k, pos, cacheable)
 -> (q, k)``, ``index`` and ``set_scaling``; bias ``forward(ctx, q) -> (1|B, H, T, T)``;
 contextual ``forward(q, S, x, future) -> (B, H, T, T)``; processor ``attention(S, bias,
 future) -> softmax weights``. An optional ``build_shared(cfg)`` makes one object that every

@@ -180,7 +180,12 @@ class Transformer(nn.Module):
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
         if self.abs_enc is not None:
-            x = x + self.abs_enc(ctx.pos(self.abs_index)).to(x.dtype)  # token index, or intra-segment (BiPE)
+            idx = self.abs_index  # token index, or intra-segment (BiPE)
+            if getattr(self.abs_enc, "takes_bound", False) and (ctx.cacheable(idx) or idx == "intra"):
+                pe = self.abs_enc(ctx.pos(idx), bound=ctx.T - 1)  # 0..T-1, or within a segment: < T
+            else:
+                pe = self.abs_enc(ctx.pos(idx))
+            x = x + pe.to(x.dtype)
         x = self.drop(x)
         atts = []
         for block in self.blocks:

@@ -49,6 +49,7 @@ class Learned(nn.Module):
     token embeddings are not rescaled (GPT-2 / nanoGPT add ``wte + wpe`` as is)."""
 
     scales_tokens = False
+    takes_bound = True  # forward(index, bound=...): the model passes an upper bound when it knows one
 
     @classmethod
     def build(cls, cfg: BuildConfig) -> "Learned":
@@ -61,7 +62,12 @@ class Learned(nn.Module):
         self.rows = rows
         self.what = what
 
-    def forward(self, index: torch.Tensor) -> torch.Tensor:
+    def forward(self, index: torch.Tensor, bound: int | None = None) -> torch.Tensor:
+        """index (T,) or (B, T) -> (T, d) or (B, T, d). ``bound``: an upper bound of the index
+        when the model knows one (T - 1 for positions 0..T-1 and for BiPE's intra-segment
+        index); inside the table, the index itself is not read (a host sync on a GPU)."""
+        if bound is not None and bound < self.rows:
+            return self.table(index)
         hi = int(plain(index).max()) if index.numel() else 0  # plain(): under vmap, every slice's indices
         if hi >= self.rows:
             raise ValueError(

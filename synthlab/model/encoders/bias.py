@@ -253,8 +253,10 @@ class FIRE(nn.Module):
     def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
         c, L = self.c.abs(), self.threshold
         T = ctx.T
-        # plain(): under vmap (batched seeds) L' is one per seed; the shortcut then needs it for all
-        if ctx.cacheable("token") and T - 1 <= float(plain(L.detach()).min()):
+        # The shortcut reads L' on the host: free on CPU, a sync per layer and step on a GPU, where
+        # the general form (T^2 MLP rows, no read) runs instead. plain(): under vmap (batched
+        # seeds) L' is one per seed; the shortcut then needs it for all
+        if ctx.cacheable("token") and c.device.type == "cpu" and T - 1 <= float(plain(L.detach()).min()):
             # every query i <= L': psi(max(L', i)) = psi(L'), so b depends on |i - j| alone: run the
             # MLP on the T distances and look the (T, T) map up (same function, T instead of T^2 rows)
             d = torch.arange(T, device=c.device, dtype=c.dtype)
