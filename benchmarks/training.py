@@ -102,12 +102,12 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
     cfg, task, model = make(task_name, pe, overrides)
     tc = cfg.train
     stream = TrainStream(task, 0, tc.batch_size)
+    model.to(DEVICE).train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}],
-                            lr=tc.lr, betas=(0.9, 0.999), eps=1e-8)
+                            lr=tc.lr, betas=(0.9, 0.999), eps=1e-8, fused=DEVICE.type == "cuda" or None)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
-    model.to(DEVICE).train()
     net = torch.compile(model) if tc.compile else model
     bf16 = tc.precision == "bf16-mixed"
     times = []

@@ -1,8 +1,8 @@
 """The GPU paths, where a CUDA GPU is visible (skipped everywhere else, CI included): CoPE's
 Triton kernels against the PyTorch path on the device, bf16 autocast, ``train.compile``,
 ``train.deterministic`` (two runs of one seed agree), batched seeds against separate runs, no
-host synchronisation in the steps between checks, pinned training batches, the additive biases
-through compiled FlexAttention against the float mask (outputs and gradients).
+host synchronisation in the steps between checks, pinned training batches and fused AdamW, the
+additive biases through compiled FlexAttention against the float mask (outputs and gradients).
 
 Run on a lent GPU with ``bash scripts/gpu_session.sh`` (which also times the benchmarks)."""
 
@@ -111,7 +111,7 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
 
     class Watch(L.Callback):
         armed: list[int] = []
-        pinned: list[bool] = []
+        setup: list[tuple[bool, bool]] = []
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             step = trainer.global_step
@@ -124,7 +124,8 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
             torch.cuda.set_sync_debug_mode("default")
 
         def on_train_start(self, trainer, pl_module):
-            Watch.pinned.append(bool(getattr(trainer.train_dataloader, "pin_memory", False)))
+            Watch.setup.append((bool(getattr(trainer.train_dataloader, "pin_memory", False)),  # pinned batches
+                                bool(trainer.optimizers[0].defaults.get("fused"))))  # fused AdamW
 
     fit = training.fit
     monkeypatch.setattr(training, "fit", lambda *a, callbacks=(), **k: fit(*a, callbacks=[*callbacks, Watch()], **k))
@@ -134,7 +135,7 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
             assert rec["status"] == "ok", (pe, rec.get("error"))
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert len(Watch.armed) > 6 * 30 and all(Watch.pinned)
+    assert len(Watch.armed) > 6 * 30 and Watch.setup == [(True, True)] * 6
 
 
 @pytest.mark.parametrize("pe", ["alibi", "t5", "kerple", "fire", "alibi+t5"])
