@@ -37,7 +37,7 @@ from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig
 from synthlab.curves import Report, check_report, eval_context
 from synthlab.data import DataModule, StepLoader, has_batch_overrides
-from synthlab.fitting import deterministic, fit, threads
+from synthlab.fitting import QuickHookName, deterministic, fit, threads
 from synthlab.model.registry import PE_REVISION
 from synthlab.records import append_record, clean
 from synthlab.sizing import check_run_fits
@@ -128,7 +128,7 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
 
     from synthlab.training import optimizer_and_schedule
 
-    class StackedModule(L.LightningModule):
+    class StackedModule(QuickHookName, L.LightningModule):
         """Sum over seeds of each seed's own loss on its loss positions; per-seed clipping."""
 
         def __init__(self) -> None:

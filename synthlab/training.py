@@ -33,7 +33,7 @@ from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.curves import Report, check_report, curve_callback, eval_context
 from synthlab.errors import check_seed
 from synthlab.evaluation import by_length, check_metrics, decode_width, evaluate
-from synthlab.fitting import deterministic, fit, threads
+from synthlab.fitting import QuickHookName, deterministic, fit, threads
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
 from synthlab.model.registry import PE_REVISION, PESpec
 from synthlab.presets import build_config
@@ -180,7 +180,7 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
     to the trainer's logger when it has one."""
     import lightning as L
 
-    class SynthModule(L.LightningModule):
+    class SynthModule(QuickHookName, L.LightningModule):
         """Next-token / placeholder loss on the task's loss positions (targets = IGNORE elsewhere)."""
 
         def __init__(self) -> None:
