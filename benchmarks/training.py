@@ -14,6 +14,7 @@
     python benchmarks/training.py --threads 1 --clock cpu   # on a shared / loaded machine
     python benchmarks/training.py --device cuda --size paper --encodings rope,alibi,cope,kerple+dape:k=3
     python benchmarks/training.py --device cuda --precision bf16-mixed --compile   # both loops alike
+    python benchmarks/training.py --device cuda --compile --compile-mode reduce-overhead   # CUDA graphs
 
 ``--device cuda`` times both loops on the GPU, each as the mean step between two synchronized
 clock readings (after the warm-up, after the last step), so the host may queue a step while the
@@ -50,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 import generators
-from synthlab.config import apply_overrides
+from synthlab.config import COMPILE_MODES, apply_overrides
 from synthlab.presets import build_config
 from synthlab.data import DataModule, TrainStream
 from synthlab.model import build_model
@@ -128,7 +129,7 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}],
                             lr=tc.lr, betas=(0.9, 0.999), eps=1e-8, fused=DEVICE.type == "cuda" or None)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
-    net = torch.compile(model) if tc.compile else model
+    net = torch.compile(model, mode=tc.compile_mode) if tc.compile else model
     bf16 = tc.precision == "bf16-mixed"
     times = []
     for s in range(steps):
@@ -215,6 +216,8 @@ def main() -> None:
     ap.add_argument("--encodings", default="rope,nope,alibi", help="comma list (the first is the ratio's reference)")
     ap.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32", help="train.precision, both loops")
     ap.add_argument("--compile", action="store_true", help="train.compile: torch.compile in both loops")
+    ap.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                    help="train.compile_mode (with --compile): reduce-overhead = CUDA graphs on a GPU")
     args = ap.parse_args()
     global CLOCK, DEVICE
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -231,8 +234,9 @@ def main() -> None:
     where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}, lightning {L.__version__}, clock {args.clock}")
     overrides, label = SIZES[args.size]
-    overrides = {**overrides, "train.precision": args.precision, "train.compile": args.compile}
-    print(f"\n{args.size} size ({label}), {args.precision}{', compiled' if args.compile else ''}, steady-state ms/step")
+    overrides = {**overrides, "train.precision": args.precision, "train.compile": args.compile,
+                 "train.compile_mode": args.compile_mode if args.compile else "default"}
+    print(f"\n{args.size} size ({label}), {args.precision}{f', compiled ({args.compile_mode})' if args.compile else ''}, steady-state ms/step")
     print(f"{'pe':16s} {'plain':>8s} {'synthlab':>9s} {'ratio':>6s} {'vs ' + args.encodings.split(',')[0]:>9s}")
     global SKIP
     SKIP = skip = min(20, args.steps // 3)

@@ -11,7 +11,8 @@
 # with and without --batch-seeds. Part "paper": the paper preset's CoPE / RoPE cells (issue 15),
 # stacked seeds, for 9 minutes; its results.jsonl comes back (a later call on the same warm
 # machine resumes the study in /tmp/paper). Part "flex": the additive biases through compiled
-# FlexAttention (SYNTHLAB_FLEX_ATTENTION=1) against the float mask, tests and per-step times.
+# FlexAttention (SYNTHLAB_FLEX_ATTENTION=1) against the float mask, tests and per-step times;
+# then torch.compile's reduce-overhead mode (CUDA graphs) at the quick size.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-quick}
@@ -55,6 +56,8 @@ elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off 
         SYNTHLAB_FLEX_ATTENTION=$on step train-paper-flex$on 130 python3 benchmarks/training.py --device cuda \
             --steps 40 --skip-mfu --size paper --encodings rope,alibi,t5,kerple,fire
     done
+    step train-quick-graphs 150 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
+        --compile --compile-mode reduce-overhead --encodings rope,cope
 elif [[ $part == sweep ]]; then
     step sweep-quick 330 python3 benchmarks/sweep_workers.py --preset quick --pe cope,rope --workers 1,4,8 \
         --batch-seeds both

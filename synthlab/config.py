@@ -38,6 +38,8 @@ ROPE_SCALINGS = ("linear", "ntk", "yarn")
 # train.precision -> Lightning's name for it. bf16-mixed: matmuls under torch.autocast in
 # bfloat16, weights, optimizer state and the position arithmetic (CoPE's gate sums) in float32
 PRECISIONS = {"fp32": "32-true", "bf16-mixed": "bf16-mixed"}
+# torch.compile's modes (train.compile_mode); reduce-overhead replays a step's GPU launches as CUDA graphs
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 MAX_STEPS = 10**9  # a step count needs no memory; past this it is a typo, not a run
 # sanity limits (besides each field's range): a model whose weights, gradients and AdamW state
 # (16 bytes a parameter) exceed any single machine's memory is refused before anything is built
@@ -111,6 +113,9 @@ class TrainConfig:
                                                    "optimizer state in float32; evaluation under the same autocast)")
     compile: bool = _f(False, None, "torch.compile the model for training (the first steps pay the compilation; "
                                     "evaluation runs eagerly)")
+    compile_mode: str = _f("default", _in(*COMPILE_MODES), "torch.compile's mode with train.compile: default, "
+                                                           "reduce-overhead (CUDA graphs on a GPU: a step's launches "
+                                                           "replayed at once; as default on CPU), max-autotune[-no-cudagraphs]")
     deterministic: bool = _f(False, None, "GPU: deterministic algorithms only (cuBLAS workspace, no atomics; slower). "
                                           "CPU runs repeat exactly for a given thread count either way")
     checkpoint_every: int = _f(1000, _ge(0), "save a resumable checkpoint every N steps under OUT/.checkpoints/ "
@@ -292,6 +297,8 @@ def validate_fields(cfg: RunConfig) -> None:
         raise ValueError(f"model.d_model={m.d_model} x model.n_layers={m.n_layers} is about "
                          f"{12 * m.n_layers * m.d_model**2:.1e} parameters, over the limit of {MAX_PARAMS:.0e} "
                          "(16 bytes each to train: more memory than any one machine has)")
+    if cfg.train.compile_mode != "default" and not cfg.train.compile:
+        raise ValueError(f"train.compile_mode={cfg.train.compile_mode} needs train.compile=true")
     if cfg.train.warmup > cfg.train.steps:
         raise ValueError(f"train.warmup must be <= train.steps ({cfg.train.steps}), got {cfg.train.warmup}")
     if cfg.train.eval_every is not None and cfg.train.eval_every > cfg.train.steps:

@@ -36,7 +36,8 @@ RUN_FIELDS = (
     ("steps", ("train", "steps")), ("batch_size", ("train", "batch_size")), ("lr", ("train", "lr")),
     ("train_len", ("train", "train_len")), ("threads", ("train", "threads")),
     ("deterministic", ("train", "deterministic")), ("precision", ("train", "precision")),
-    ("compile", ("train", "compile")), ("status", ("status",)), ("error", ("error",)),
+    ("compile", ("train", "compile")), ("compile_mode", ("train", "compile_mode")), ("status", ("status",)),
+    ("error", ("error",)),
 )
 RUN_COLUMNS = tuple(c for c, _ in RUN_FIELDS) + ("split",)
 TAIL_COLUMNS = ("wall_s", "device", "synthlab", "git", "schema")

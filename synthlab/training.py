@@ -194,7 +194,8 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
             self.last_loss: torch.Tensor | None = None
             # train.compile: the compiled graph trains the same parameters; it is kept off the
             # module tree so that checkpoints and the saved weights keep the model's own names
-            object.__setattr__(self, "step_model", torch.compile(model) if cfg.train.compile else model)
+            step_model = torch.compile(model, mode=cfg.train.compile_mode) if cfg.train.compile else model
+            object.__setattr__(self, "step_model", step_model)
 
         def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
             net = self.step_model if self.training else self.model  # evaluation (varied shapes) runs eagerly
@@ -260,7 +261,7 @@ def new_record(cfg: RunConfig, spec: PESpec, run_id: str, model: dict[str, Any],
         "pe": spec.name, "pe_params": spec.params, "positions": cfg.positions, "rope_scaling": cfg.rope_scaling,
         "preset": cfg.preset, "model": model,
         "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len,
-                  "precision": tc.precision, "compile": tc.compile},
+                  "precision": tc.precision, "compile": tc.compile, "compile_mode": tc.compile_mode},
         "metrics": {}, "by_length": None, "curve": [] if tc.eval_every else None, "logs": None,
         "wall_s": None, "device": None, "synthlab": __version__, "git": rundir.git_hash(),
         "study": study, "trial": trial, "status": "ok",

@@ -106,3 +106,25 @@ def test_compile_trains_the_same_model(tmp_path):
     assert wa.keys() == wb.keys()
     for k in wa:
         assert torch.allclose(wa[k], wb[k], atol=1e-4), k
+
+
+def test_compile_mode_goes_to_torch_compile_and_the_record(monkeypatch):
+    # reduce-overhead (CUDA graphs) only pays on a GPU; here: the mode reaches torch.compile
+    # (stubbed: the compilation itself is the slow test above) and the record says it
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None, **kw: modes.append(mode) or model)
+    rec = train("flipflop", "rope", preset="smoke",
+                overrides={"steps": 3, "train.compile": True, "train.compile_mode": "reduce-overhead"})
+    assert rec["status"] == "ok" and modes == ["reduce-overhead"]
+    assert rec["train"]["compile"] is True and rec["train"]["compile_mode"] == "reduce-overhead"
+    assert train("flipflop", "rope", preset="smoke", overrides={"steps": 3})["train"]["compile_mode"] == "default"
+    assert modes == ["reduce-overhead"]  # not compiled without train.compile
+
+
+def test_a_compile_mode_without_compile_or_unknown_exits_2(tmp_path, capsys):
+    out = tmp_path / "runs"
+    for bad in (["--set", "train.compile_mode=reduce-overhead"],
+                ["--set", "train.compile=true", "--set", "train.compile_mode=fast"]):
+        assert main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--out", str(out), *bad]) == 2
+        err = capsys.readouterr().err
+        assert "train.compile" in err and len(err.strip().splitlines()) == 1 and not out.exists()
