@@ -18,10 +18,12 @@
 
 ``--device cuda`` times both loops on the GPU, each as the mean step between two synchronized
 clock readings (after the warm-up, after the last step), so the host may queue a step while the
-GPU runs the last one, as in a real run; the plain loop then pins its batches, checks the loss
-for a NaN every 16 steps and uses fused AdamW, as synthlab does there (no MFU part on a GPU).
-Issue 12's targets there: synthlab <= 1.2x the plain loop, CoPE and DAPE <= 1.5x RoPE. ``--size paper`` is the CoPE flip-flop paper size (T 512, d 256, 4 layers, 4 heads, batch
-16). The last column compares each encoding's synthlab step with RoPE's.
+GPU runs the last one, as in a real run. There the plain loop builds its batches in one
+DataLoader worker, pinned, checks the loss for a NaN every 16 steps and uses fused AdamW, as
+synthlab does on a GPU (no MFU part on a GPU). Issue 12's targets there: synthlab <= 1.2x the
+plain loop, CoPE and DAPE <= 1.5x RoPE. ``--size paper`` is the CoPE flip-flop paper size (T 512,
+d 256, 4 layers, 4 heads, batch 16). The last column compares each encoding's synthlab step with
+RoPE's.
 
 ``--size host`` (T 16, d 16, 1 layer, batch 4) leaves next to no arithmetic: what remains is
 each loop's host work a step (Python, Lightning, data), what a small model's GPU step costs
@@ -53,7 +55,7 @@ import torch.nn.functional as F
 import generators
 from synthlab.config import COMPILE_MODES, apply_overrides
 from synthlab.presets import build_config
-from synthlab.data import DataModule, TrainStream
+from synthlab.data import DataModule, TrainBatches, TrainStream
 from synthlab.model import build_model
 from synthlab.fitting import fit, quiet_lightning
 from synthlab.training import lr_factor, make_module
@@ -132,11 +134,12 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
     net = torch.compile(model, mode=tc.compile_mode) if tc.compile else model
     bf16 = tc.precision == "bf16-mixed"
     times = []
-    for s in range(steps):
-        b = stream.batch(s)
-        ids, targets = b.ids, b.targets
-        if DEVICE.type == "cuda":  # as synthlab's loader does: pinned, so the copy is queued
-            ids, targets = ids.pin_memory(), targets.pin_memory()
+    # on a GPU the usual loader: one worker process building batches ahead, pinned (as synthlab's)
+    cuda = DEVICE.type == "cuda"
+    workers = int(cuda) if tc.data_workers is None else tc.data_workers
+    loader = torch.utils.data.DataLoader(TrainBatches(stream, steps), batch_size=None, num_workers=workers,
+                                         pin_memory=cuda, prefetch_factor=4 if workers else None)
+    for s, (ids, targets) in enumerate(loader):
         ids, targets = ids.to(DEVICE, non_blocking=True), targets.to(DEVICE, non_blocking=True)
         with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=bf16):
             logits = net(ids)
@@ -156,7 +159,7 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
 def synthlab_path(task_name: str, pe: str, overrides: dict, steps: int) -> list[float]:
     cfg, task, model = make(task_name, pe, {**overrides, "steps": steps})
     tc = cfg.train
-    dm = DataModule(task, tc.seed, tc.batch_size, tc.steps)
+    dm = DataModule(task, tc.seed, tc.batch_size, tc.steps, workers=tc.data_workers)
     module = make_module(model, cfg, log_every=max(1, tc.steps // 200))
     clock = StepClock(steps)
     L_trainer_fit_with_clock(module, dm, cfg, clock)
@@ -216,6 +219,8 @@ def main() -> None:
     ap.add_argument("--encodings", default="rope,nope,alibi", help="comma list (the first is the ratio's reference)")
     ap.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32", help="train.precision, both loops")
     ap.add_argument("--compile", action="store_true", help="train.compile: torch.compile in both loops")
+    ap.add_argument("--data-workers", type=int, default=None,
+                    help="train.data_workers for both loops (default: synthlab's, 1 on a GPU, 0 on CPU)")
     ap.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
                     help="train.compile_mode (with --compile): reduce-overhead = CUDA graphs on a GPU")
     args = ap.parse_args()
@@ -235,7 +240,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {where}, lightning {L.__version__}, clock {args.clock}")
     overrides, label = SIZES[args.size]
     overrides = {**overrides, "train.precision": args.precision, "train.compile": args.compile,
-                 "train.compile_mode": args.compile_mode if args.compile else "default"}
+                 "train.compile_mode": args.compile_mode if args.compile else "default",
+                 "train.data_workers": args.data_workers}
     print(f"\n{args.size} size ({label}), {args.precision}{f', compiled ({args.compile_mode})' if args.compile else ''}, steady-state ms/step")
     print(f"{'pe':16s} {'plain':>8s} {'synthlab':>9s} {'ratio':>6s} {'vs ' + args.encodings.split(',')[0]:>9s}")
     global SKIP

@@ -34,7 +34,7 @@ DIRNAME = ".checkpoints"
 LAST = "last.ckpt"
 STATE = "run.json"
 # settings that do not change what is trained (compile: the same computation, another schedule)
-_SKIP = ("checkpoint_every", "checkpoint_minutes", "check_memory", "compile", "compile_mode")
+_SKIP = ("checkpoint_every", "checkpoint_minutes", "check_memory", "compile", "compile_mode", "data_workers")
 
 
 def run_key(cfg: RunConfig, extra: dict[str, Any] | None = None) -> str:

@@ -36,7 +36,7 @@ from synthlab import __version__, rundir
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig
 from synthlab.curves import Report, check_report, eval_context
-from synthlab.data import DataModule, StepLoader, has_batch_overrides
+from synthlab.data import DataModule, StepLoader, has_batch_overrides, worker_steps
 from synthlab.fitting import QuickHookName, deterministic, fit, threads
 from synthlab.model.registry import PE_REVISION
 from synthlab.records import append_record, clean
@@ -95,7 +95,7 @@ class StackedBatches(torch.utils.data.IterableDataset):
         return torch.stack([b.ids for b in batches]), torch.stack([b.targets for b in batches])
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for s in range(self.start, self.steps):
+        for s in worker_steps(self.start, self.steps):
             yield self.batch(s)
 
 
@@ -206,14 +206,14 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
     return StackedModule()
 
 
-def stacked_datamodule(streams: list[Any], seeds: list[int], steps: int) -> Any:
+def stacked_datamodule(streams: list[Any], seeds: list[int], steps: int, workers: int | None = None) -> Any:
     """The LightningDataModule of the stacked streams (a resumed batch starts at its step)."""
     import lightning as L
 
     class StackedDataModule(L.LightningDataModule):
         def train_dataloader(self) -> torch.utils.data.DataLoader:
             start = int(self.trainer.global_step) if self.trainer is not None else 0
-            return StepLoader.for_trainer(StackedBatches(streams, seeds, steps, start), self.trainer)
+            return StepLoader.for_trainer(StackedBatches(streams, seeds, steps, start), self.trainer, workers, streams)
 
     return StackedDataModule()
 
@@ -286,7 +286,7 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
     stacked = stack_models(models)
     log_every = max(1, tc.steps // 200)
     module = make_stacked_module(stacked, cfg0, seeds, log_every, hooks)
-    data = stacked_datamodule([dm.stream for dm in dms], seeds, tc.steps)
+    data = stacked_datamodule([dm.stream for dm in dms], seeds, tc.steps, tc.data_workers)
 
     described = {"d_model": cfg0.model.d_model, "n_layers": cfg0.model.n_layers, "n_heads": cfg0.model.n_heads,
                  "params": n_params}

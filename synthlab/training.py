@@ -343,7 +343,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     if tc.check_memory and factory is None:  # before any set or batch is built: a few samples give the lengths
         check_run_fits(cfg, spec, scheme, task)
     # data first: the evaluation sets fix the true lengths, validated before anything is written
-    dm = DataModule(task, tc.seed, tc.batch_size, tc.steps, tc.n_train, scheme, tc.eval_samples)
+    dm = DataModule(task, tc.seed, tc.batch_size, tc.steps, tc.n_train, scheme, tc.eval_samples, tc.data_workers)
     sets = dm.eval_sets()
     eval_len = max((len(s) for parts in sets.values() for _, _, ss in parts for s in ss), default=0)
     train_len = max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1])

@@ -107,7 +107,8 @@ def test_record_fields(tmp_path):
     assert rec["model"]["d_model"] == 16 and rec["model"]["params"] > 0
     # the thread count is recorded: CPU results repeat exactly for the same seed and thread count
     assert rec["train"] == {"steps": 5, "batch_size": 16, "lr": 3e-3, "seed": 0, "train_len": 16, "threads": 1,
-                            "deterministic": False, "precision": "fp32", "compile": False}
+                            "deterministic": False, "precision": "fp32", "compile": False,
+                            "compile_mode": "default"}
     assert rec["task_params"]["n_pairs"] == 8
     assert (rec["study"], rec["trial"], rec["schema"], rec["device"]) == ("s", 3, 1, "cpu")
     cfg = json.loads((tmp_path / rec["run_id"] / "config.json").read_text())
@@ -402,3 +403,26 @@ def test_lightnings_hook_name_skips_nn_modules_setattr(monkeypatch):
     recs = train_seeds("flipflop", "rope", [0, 1], preset="smoke", overrides={"steps": 5})
     assert rec["status"] == "ok" and all(r["status"] == "ok" for r in recs)
     assert "_current_fx_name" not in seen and "last_loss" in seen
+
+
+@pytest.mark.parametrize("task", ["arithmetic", "flipflop"])
+def test_data_workers_change_nothing_in_a_run(task, tmp_path):
+    # train.data_workers (on by default on a GPU): batches built in worker processes are the same
+    # batches in the same order, so a CPU run is bit-identical, train_len included
+    from safetensors.torch import load_file
+
+    a = train(task, "rope", preset="smoke", overrides={"steps": 12}, out=tmp_path / "a")
+    b = train(task, "rope", preset="smoke", overrides={"steps": 12, "train.data_workers": 2}, out=tmp_path / "b")
+    assert a["status"] == b["status"] == "ok"
+    assert a["metrics"] == b["metrics"] and a["train"]["train_len"] == b["train"]["train_len"]
+    wa = load_file(tmp_path / "a" / a["run_id"] / "model.safetensors")
+    wb = load_file(tmp_path / "b" / b["run_id"] / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_batched_seeds_with_a_data_worker_equal_in_process():
+    from synthlab.seedbatch import train_seeds
+
+    a = train_seeds("flipflop", "rope", [0, 1], preset="smoke", overrides={"steps": 8})
+    b = train_seeds("flipflop", "rope", [0, 1], preset="smoke", overrides={"steps": 8, "train.data_workers": 1})
+    assert [r["metrics"] for r in a] == [r["metrics"] for r in b]

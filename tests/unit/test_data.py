@@ -145,3 +145,36 @@ def test_the_training_loader_pins_batches_only_for_a_cuda_trainer():
     assert StepLoader.for_trainer(ds, trainer("cuda")).pin_memory
     assert not StepLoader.for_trainer(ds, trainer("cpu")).pin_memory
     assert not StepLoader.for_trainer(ds, None).pin_memory
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_loader_workers_deliver_the_in_process_sequence(workers):
+    # worker w builds steps start + w, start + w + k, ...; the loader takes them in turn: step order
+    from types import SimpleNamespace
+
+    from synthlab.data import StepLoader
+
+    task = generators.get_task("arithmetic")  # lengths vary from batch to batch
+    alone = TrainStream(task, 3, 4)
+    want = [alone.batch(s).ids for s in range(2, 11)]
+    stream = TrainStream(task, 3, 4)
+    cpu = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu")))
+    loader = StepLoader.for_trainer(TrainBatches(stream, 11, start=2), cpu, workers, [stream])
+    got = [ids for ids, _ in loader]
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+    # the longest batch, built in the workers, is noted in this process's stream (the record's train_len)
+    assert stream.max_len == max(int(w.shape[1]) for w in want) and stream.max_len > int(want[0].shape[1])
+
+
+def test_loader_workers_default_to_one_on_a_gpu_and_none_on_cpu():
+    from types import SimpleNamespace
+
+    from synthlab.data import StepLoader
+
+    def trainer(kind):
+        return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(kind)))
+
+    ds = torch.utils.data.TensorDataset(torch.zeros(2))
+    assert StepLoader.for_trainer(ds, trainer("cuda")).num_workers == 1
+    assert StepLoader.for_trainer(ds, trainer("cpu")).num_workers == 0
+    assert StepLoader.for_trainer(ds, trainer("cpu"), 2).num_workers == 2
