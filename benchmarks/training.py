@@ -18,8 +18,8 @@
 
 ``--device cuda`` times both loops on the GPU, each as the mean step between two synchronized
 clock readings (after the warm-up, after the last step), so the host may queue a step while the
-GPU runs the last one, as in a real run. There the plain loop builds its batches in one
-DataLoader worker, pinned, checks the loss for a NaN every 16 steps and uses fused AdamW, as
+GPU runs the last one, as in a real run. There the plain loop builds its batches in two
+DataLoader workers, pinned, checks the loss for a NaN every 16 steps and uses fused AdamW, as
 synthlab does on a GPU (no MFU part on a GPU). Issue 12's targets there: synthlab <= 1.2x the
 plain loop, CoPE and DAPE <= 1.5x RoPE. ``--size paper`` is the CoPE flip-flop paper size (T 512,
 d 256, 4 layers, 4 heads, batch 16). The last column compares each encoding's synthlab step with
@@ -134,9 +134,9 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
     net = torch.compile(model, mode=tc.compile_mode) if tc.compile else model
     bf16 = tc.precision == "bf16-mixed"
     times = []
-    # on a GPU the usual loader: one worker process building batches ahead, pinned (as synthlab's)
+    # on a GPU the usual loader: two worker processes building batches ahead, pinned (as synthlab's)
     cuda = DEVICE.type == "cuda"
-    workers = int(cuda) if tc.data_workers is None else tc.data_workers
+    workers = 2 * int(cuda) if tc.data_workers is None else tc.data_workers
     loader = torch.utils.data.DataLoader(TrainBatches(stream, steps), batch_size=None, num_workers=workers,
                                          pin_memory=cuda, prefetch_factor=4 if workers else None)
     for s, (ids, targets) in enumerate(loader):
@@ -220,7 +220,7 @@ def main() -> None:
     ap.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32", help="train.precision, both loops")
     ap.add_argument("--compile", action="store_true", help="train.compile: torch.compile in both loops")
     ap.add_argument("--data-workers", type=int, default=None,
-                    help="train.data_workers for both loops (default: synthlab's, 1 on a GPU, 0 on CPU)")
+                    help="train.data_workers for both loops (default: synthlab's, 2 on a GPU, 0 on CPU)")
     ap.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
                     help="train.compile_mode (with --compile): reduce-overhead = CUDA graphs on a GPU")
     args = ap.parse_args()

@@ -104,7 +104,7 @@ class TrainConfig:
     n_train: int | None = _f(None, _opt(_range(1, 10**7)), "fixed training set size; none = fresh samples every step")
     eval_samples: int = _f(500, _range(1, 10**6), "evaluation samples per split (per length group)")
     data_workers: int | None = _f(None, _opt(_range(0, 64)), "processes building training batches ahead of the "
-                                  "steps (none = 1 on a GPU, 0 on CPU, whose cores train); the same batches either way")
+                                  "steps (none = 2 on a GPU, 0 on CPU, whose cores train); the same batches either way")
     eval_batch_size: int = _f(64, _range(1, 2**14), "evaluation batch size")
     eval_every: int | None = _f(None, _opt(lambda v: None if v >= 1 else "must be >= 1 (none = off)"),
                                 "learning curve: evaluate the held-out splits every N steps and at the last "

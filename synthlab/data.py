@@ -288,15 +288,17 @@ class StepLoader(torch.utils.data.DataLoader):
         buffer and may hold the host (CUDA's "API synchronization behavior"; PyTorch's guide to
         non_blocking and pin_memory), from pinned memory it is queued on the stream.
 
-        ``workers`` (``train.data_workers``; None: 1 on a CUDA device, 0 on CPU) processes build
-        the batches ahead of the steps: on a GPU the host's time a step is launches plus the
-        batch's generation (1-5 ms at the quick presets), and a worker takes the generation off
-        it; on CPU the cores are training. ``streams``: whose ``max_len`` (the record's
-        train_len) to keep up to date with the batches that arrive, since a worker's copy of
-        the stream is not this process's."""
+        ``workers`` (``train.data_workers``; None: 2 on a CUDA device, 0 on CPU) processes build
+        the batches ahead of the steps. On a GPU the host's time a step is its launches plus the
+        batch: built in-process 1.3-4.1 ms at the quick and paper presets, received from a
+        worker 0.8-0.9 ms whatever its size (the tensors cross in shared memory); a worker
+        spends about that more than the generation, so two keep ahead of steps down to ~2 ms.
+        On CPU the cores are training. ``streams``: whose ``max_len`` (the record's train_len)
+        to keep up to date with the batches that arrive, since a worker's copy of the stream is
+        not this process's."""
         device = getattr(getattr(trainer, "strategy", None), "root_device", None)
         cuda = getattr(device, "type", None) == "cuda"
-        n = (1 if cuda else 0) if workers is None else int(workers)
+        n = (2 if cuda else 0) if workers is None else int(workers)
         loader = cls(dataset, batch_size=None, num_workers=n, pin_memory=cuda, prefetch_factor=4 if n else None)
         loader.streams = list(streams or []) if n else []
         return loader

@@ -166,7 +166,7 @@ def test_loader_workers_deliver_the_in_process_sequence(workers):
     assert stream.max_len == max(int(w.shape[1]) for w in want) and stream.max_len > int(want[0].shape[1])
 
 
-def test_loader_workers_default_to_one_on_a_gpu_and_none_on_cpu():
+def test_loader_workers_default_to_two_on_a_gpu_and_none_on_cpu():
     from types import SimpleNamespace
 
     from synthlab.data import StepLoader
@@ -175,6 +175,6 @@ def test_loader_workers_default_to_one_on_a_gpu_and_none_on_cpu():
         return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(kind)))
 
     ds = torch.utils.data.TensorDataset(torch.zeros(2))
-    assert StepLoader.for_trainer(ds, trainer("cuda")).num_workers == 1
+    assert StepLoader.for_trainer(ds, trainer("cuda")).num_workers == 2
     assert StepLoader.for_trainer(ds, trainer("cpu")).num_workers == 0
     assert StepLoader.for_trainer(ds, trainer("cpu"), 2).num_workers == 2
