@@ -290,9 +290,9 @@ class StepLoader(torch.utils.data.DataLoader):
 
         ``workers`` (``train.data_workers``; None: 2 on a CUDA device, 0 on CPU) processes build
         the batches ahead of the steps. On a GPU the host's time a step is its launches plus the
-        batch: built in-process 1.3-4.1 ms at the quick and paper presets, received from a
-        worker 0.8-0.9 ms whatever its size (the tensors cross in shared memory); a worker
-        spends about that more than the generation, so two keep ahead of steps down to ~2 ms.
+        batch: built in-process 1.6-5.1 ms at the quick presets, received from a worker 0.7-1.0
+        ms whatever its size (the tensors cross in shared memory; ``benchmarks/data_loader.py``);
+        a worker spends about that more than the generation, so two keep ahead of short steps.
         On CPU the cores are training. ``streams``: whose ``max_len`` (the record's train_len)
         to keep up to date with the batches that arrive, since a worker's copy of the stream is
         not this process's."""

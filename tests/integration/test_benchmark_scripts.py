@@ -38,3 +38,10 @@ def test_the_training_benchmark_runs_under_bf16_autocast():
                 "--precision", "bf16-mixed", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "bf16-mixed" in proc.stdout and any(ln.split()[:1] == ["cope"] for ln in proc.stdout.splitlines())
+
+
+def test_the_data_loader_benchmark_runs_in_process_and_with_a_worker():
+    proc = _run("data_loader.py", "--batches", "3", "--workers", "0,1", "--step-ms", "0", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.split()[:1] == ["flipflop"]]
+    assert len(rows) == 2 and all(len(r) == 8 for r in rows)  # task, preset, B, T, 2 x (cpu (wall))
