@@ -674,6 +674,22 @@ def test_rotate_fast_and_real_paths_match_the_formula(dtype):
     assert half.dtype == torch.bfloat16 and torch.allclose(half.to(dtype), hand.detach(), atol=5e-2)
 
 
+def test_rotate_takes_the_real_form_under_torch_compile(monkeypatch):
+    # inductor has no complex code generation: traced by torch.compile, rotate is the real form
+    from synthlab.model.encoders.rotary import rotate
+
+    torch.manual_seed(0)
+    q, ang = torch.randn(2, 3, 7, 8), torch.rand(7, 4) * 6
+    calls = []
+    as_complex = torch.view_as_complex
+    monkeypatch.setattr(torch, "view_as_complex", lambda t: calls.append(1) or as_complex(t))
+    want = rotate(q, ang.cos(), ang.sin())
+    assert calls == [1]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    got = rotate(q, ang.cos(), ang.sin())
+    assert calls == [1] and torch.allclose(got, want, atol=1e-6)
+
+
 def test_half_pair_layout_is_a_permutation_of_the_interleaved_one():
     """Legacy runs (pairs (k, k + d/2)) give the same logits as the current layout on q, k
     whose features are permuted to match: what lets load_run reload them exactly."""

@@ -16,8 +16,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     """Rotate dim pairs (2k, 2k + 1) of x (B, H, T, d) by angles with cos/sin (.., T, d/2).
     float32 / float64 on CPU or CUDA: pair k as a complex number times cos_k + i sin_k, one pass
     that reads x once and writes once (forward + backward ~3x faster than six real passes);
-    other dtypes and devices (bf16 autocast, MPS): the same arithmetic in real numbers."""
-    if x.dtype in (torch.float32, torch.float64) and x.device.type in ("cpu", "cuda"):
+    other dtypes and devices (bf16 autocast, MPS), and under torch.compile (inductor has no code
+    generation for complex numbers; it fuses the real form into one kernel): the same arithmetic
+    in real numbers."""
+    if (x.dtype in (torch.float32, torch.float64) and x.device.type in ("cpu", "cuda")
+            and not torch.compiler.is_compiling()):
         pairs = x.unflatten(-1, (-1, 2))  # (B, H, T, d/2, 2): a view, even for q, k split off one qkv
         if pairs.stride(-1) != 1 or pairs.storage_offset() % 2 or any(st % 2 for st in pairs.stride()[:-2]):
             pairs = pairs.contiguous()
