@@ -21,6 +21,18 @@ PG_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.sh"
 _WAS_RUNNING = pytest.StashKey[bool]()
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids OpenMP start-up costs on a busy 2-core machine
+    (a module asks for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _pg(command: str) -> int:
     try:
         return subprocess.run(["bash", str(PG_SCRIPT), command], capture_output=True, timeout=120).returncode

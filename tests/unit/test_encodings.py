@@ -22,13 +22,7 @@ from synthlab.model.encoders.rotary import Rotary
 from synthlab.model.indices import bipe_segments, intra_from_segments
 from synthlab.model.processors import DAPE
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP start-up costs on a busy 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 SEP = 3  # separator id used for BiPE in these tests

@@ -13,18 +13,10 @@ import torch
 from synthlab.model import build_model
 from synthlab.model import flex
 
-pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # CPU: the reference form
-
 V = 11
 FLEX_PE = ["alibi", "t5", "kerple", "kerple:kind=power", "fire", "alibi+t5"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")]  # CPU: the reference form
 
 
 def _model(pe: str, causal: bool = True, seed: int = 0, **kw):

@@ -18,12 +18,7 @@ from synthlab.model.encoders.bias import FIRE, Kerple, alibi_slopes
 from synthlab.model.transformer import Transformer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 V = 11
