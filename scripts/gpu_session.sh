@@ -12,7 +12,8 @@
 # stacked seeds, for 9 minutes; its results.jsonl comes back (a later call on the same warm
 # machine resumes the study in /tmp/paper). Part "flex": the additive biases through compiled
 # FlexAttention (SYNTHLAB_FLEX_ATTENTION=1) against the float mask, tests and per-step times;
-# then torch.compile's reduce-overhead mode (CUDA graphs) at the quick size.
+# then torch.compile's reduce-overhead mode (CUDA graphs) at the quick size, and a profile of
+# paper-size steps (top operators, host time a step, calls that wait for the device).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-quick}
@@ -58,6 +59,8 @@ elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off 
     done
     step train-quick-graphs 150 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
         --compile --compile-mode reduce-overhead --encodings rope,cope
+    step profile-paper 120 python3 benchmarks/profile_step.py --device cuda --size paper \
+        --pe rope,cope,kerple+dape:k=3
 elif [[ $part == sweep ]]; then
     step sweep-quick 330 python3 benchmarks/sweep_workers.py --preset quick --pe cope,rope --workers 1,4,8 \
         --batch-seeds both

@@ -45,3 +45,11 @@ def test_the_data_loader_benchmark_runs_in_process_and_with_a_worker():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [ln.split() for ln in proc.stdout.splitlines() if ln.split()[:1] == ["flipflop"]]
     assert len(rows) == 2 and all(len(r) == 8 for r in rows)  # task, preset, B, T, 2 x (cpu (wall))
+
+
+def test_the_step_profile_runs_on_cpu(tmp_path):
+    proc = _run("profile_step.py", "--pe", "rope", "--size", "host", "--warmup", "2", "--steps", "2",
+                "--threads", "1", "--trace-dir", str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "== rope" in proc.stdout and "host (CPU) time a step" in proc.stdout
+    assert (tmp_path / "trace-rope.json").stat().st_size > 0
