@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# One command for a lent GPU machine: the GPU tests, then issue 12's measurements, each step
-# bounded so the whole stays under the device tool's 10-minute call (about 9 minutes); the
+# One command for a lent GPU machine: the GPU tests, then issues 12 and 15's measurements, in
+# parts of at most ~9 minutes each (the device tool's call is 10), each step time-boxed; the
 # outputs land in $OUT (the device tool brings them back) or in gpu-results/.
 #   bash scripts/gpu_wheels.sh                       # here, once: the wheels the machine lacks
-#   run(command="bash scripts/gpu_session.sh", carry=[".whl"])
-#   run(command="bash scripts/gpu_session.sh sweep", carry=[".whl"])   # the second part
-#   run(command="bash scripts/gpu_session.sh flex", carry=[".whl"])    # FlexAttention vs float mask
-# Part "quick" (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's
-# Triton kernels on and off). Part "sweep": the main command's wall time with 1..8 workers,
-# with and without --batch-seeds. Part "paper": the paper preset's CoPE / RoPE cells (issue 15),
-# stacked seeds, for 9 minutes; its results.jsonl comes back (a later call on the same warm
-# machine resumes the study in /tmp/paper). Part "flex": the additive biases through compiled
-# FlexAttention (SYNTHLAB_FLEX_ATTENTION=1) against the float mask, tests and per-step times;
-# then torch.compile's reduce-overhead mode (CUDA graphs) at the quick size, and a profile of
-# paper-size steps (top operators, host time a step, calls that wait for the device).
+#   run(command="bash scripts/gpu_session.sh PART", carry=[".whl"])
+# A session has 30 minutes of device time (machine start included): three parts at most, in
+# this order of priority:
+#   quick (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's Triton
+#       kernels on and off): issue 12's targets.
+#   paper: the paper preset's CoPE / RoPE cells (issue 15), stacked seeds, for 9 minutes; its
+#       results.jsonl comes back (a later call on the same warm machine resumes /tmp/paper).
+#   sweep: the main command's wall time with 1..8 workers, with and without --batch-seeds.
+#   flex: the additive biases through compiled FlexAttention (SYNTHLAB_FLEX_ATTENTION=1)
+#       against the float mask: tests and per-step times (off by default until this says).
+#   graphs: torch.compile's reduce-overhead mode (CUDA graphs) at the quick size, and a profile
+#       of paper-size steps (top operators, host time a step, calls that wait for the device).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-quick}
@@ -54,13 +55,14 @@ elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off 
     CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests-flex 240 python3 -m pytest -q -p no:cacheprovider \
         tests/integration/test_cuda.py -k flex
     for on in 0 1; do
-        SYNTHLAB_FLEX_ATTENTION=$on step train-paper-flex$on 130 python3 benchmarks/training.py --device cuda \
+        SYNTHLAB_FLEX_ATTENTION=$on step train-paper-flex$on 140 python3 benchmarks/training.py --device cuda \
             --steps 40 --skip-mfu --size paper --encodings rope,alibi,t5,kerple,fire
     done
-    step train-quick-graphs 150 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
+elif [[ $part == graphs ]]; then  # issue 12: CUDA graphs, and where a step's time goes
+    step train-quick-graphs 200 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
         --compile --compile-mode reduce-overhead --encodings rope,cope
-    step profile-paper 120 python3 benchmarks/profile_step.py --device cuda --size paper \
-        --pe rope,cope,kerple+dape:k=3
+    step profile-paper 180 python3 benchmarks/profile_step.py --device cuda --size paper \
+        --pe rope,cope,kerple+dape:k=3 --steps 5 --trace-dir "$out"
 elif [[ $part == sweep ]]; then
     step sweep-quick 330 python3 benchmarks/sweep_workers.py --preset quick --pe cope,rope --workers 1,4,8 \
         --batch-seeds both
