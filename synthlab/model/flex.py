@@ -21,6 +21,7 @@ so CPU runs keep the float mask; tests check the score_mods against the biases' 
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Callable
 
@@ -29,12 +30,10 @@ import torch
 from synthlab.config import TRUE_WORDS
 
 from .batched import is_batched
-from .cache import TensorCache
 
 ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 DEVICES = ("cuda",)  # where the flex path may run (tests add "cpu" for the forward)
-_MASKS = TensorCache(max_bytes=16 * 2**20)  # BlockMasks per (T, device): a few KB each
 _compiled: Callable | None = None
 
 
@@ -65,10 +64,11 @@ def _causal(b, h, q_idx, kv_idx):
     return q_idx >= kv_idx
 
 
+@functools.lru_cache(maxsize=64)  # one per length and device, a few KB each
 def _block_mask(T: int, device: torch.device):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    return _MASKS.get(("causal", T, device), lambda: create_block_mask(_causal, None, None, T, T, device=device))
+    return create_block_mask(_causal, None, None, T, T, device=device)
 
 
 def _flex() -> Callable:
