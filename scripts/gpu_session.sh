@@ -8,8 +8,9 @@
 # this order of priority:
 #   quick (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's Triton
 #       kernels on and off): issue 12's targets.
-#   paper: the paper preset's CoPE / RoPE cells (issue 15), stacked seeds, for 9 minutes; its
-#       results.jsonl comes back (a later call on the same warm machine resumes /tmp/paper).
+#   paper: CoPE and RoPE at the paper's size, 3 seeds stacked per encoding (scripts/gpu_paper.py,
+#       issue 15), for 9 minutes; its results.jsonl comes back; a later call on the same warm
+#       machine resumes from the checkpoints in /tmp/paper and skips what is recorded.
 #   sweep: the main command's wall time with 1..8 workers, with and without --batch-seeds.
 #   flex: the additive biases through compiled FlexAttention (SYNTHLAB_FLEX_ATTENTION=1)
 #       against the float mask: tests and per-step times (off by default until this says).
@@ -47,9 +48,8 @@ if [[ $part == quick ]]; then
         --precision bf16-mixed --encodings rope,cope,kerple+dape:k=3
     SYNTHLAB_COPE_TRITON=0 step train-paper-cope-pytorch 60 python3 benchmarks/training.py --device cuda --steps 40 \
         --skip-mfu --size paper --encodings rope,cope
-elif [[ $part == paper ]]; then  # issue 15: CoPE vs RoPE at the paper's scale, as many cells as 9 minutes give
-    step paper-sweep 540 python3 -m synthlab.cli sweep flipflop --preset paper --pe cope,rope --batch-seeds \
-        --workers 1 --out /tmp/paper
+elif [[ $part == paper ]]; then  # issue 15: CoPE vs RoPE at the paper's scale, 3 seeds stacked per encoding
+    step paper-runs 540 python3 scripts/gpu_paper.py /tmp/paper
     cp /tmp/paper/results.jsonl "$out/paper-results.jsonl" 2>/dev/null
 elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off by default until it does)
     CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests-flex 240 python3 -m pytest -q -p no:cacheprovider \

@@ -53,3 +53,13 @@ def test_the_step_profile_runs_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "== rope" in proc.stdout and "host (CPU) time a step" in proc.stdout
     assert (tmp_path / "trace-rope.json").stat().st_size > 0
+
+
+def test_the_gpu_paper_script_trains_each_encoding_once(tmp_path):
+    # scripts/gpu_paper.py (issue 15's paper-scale check on a lent GPU), dry at the smoke preset
+    script = BENCHMARKS.parent / "scripts" / "gpu_paper.py"
+    for _ in range(2):
+        proc = _run(str(script), str(tmp_path), "--pe", "rope", "--preset", "smoke", timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "nothing (every record is there)" in proc.stdout
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 3
