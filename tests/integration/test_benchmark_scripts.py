@@ -63,3 +63,31 @@ def test_the_gpu_paper_script_trains_each_encoding_once(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
     assert "nothing (every record is there)" in proc.stdout
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 3
+
+
+def _kit_commands() -> list[list[str]]:
+    """Every `python3 benchmarks/...` command line of scripts/gpu_session.sh, as argv lists."""
+    import shlex
+
+    text = (BENCHMARKS.parent / "scripts" / "gpu_session.sh").read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        if "python3 benchmarks/" in line:
+            argv = shlex.split(line[line.index("python3 benchmarks/"):])
+            out.append([a.replace("$out", "/tmp/kit-out") for a in argv[1:]])
+    return out
+
+
+def test_every_gpu_kit_benchmark_command_parses():
+    # a GPU session is rare and short: an option the script no longer takes must fail here, on
+    # CPU. A --device cuda command parses all its arguments and then stops at the missing GPU.
+    commands = _kit_commands()
+    assert len(commands) >= 8
+    for argv in commands:
+        script, args = Path(argv[0]).name, argv[1:]
+        if "--device" in args:
+            proc = _run(script, *args, timeout=120)
+            assert proc.returncode == 2 and "no CUDA device is visible" in proc.stderr, (argv, proc.stderr[-500:])
+        else:  # no GPU check before it would run: its options are validated up to --help
+            proc = _run(script, *args, "--help", timeout=120)
+            assert proc.returncode == 0, (argv, proc.stderr[-500:])
