@@ -38,21 +38,21 @@ python3 -c "import torch, lightning, triton; print('torch', torch.__version__, '
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$out/summary.txt" 2>&1
 if [[ $part == quick ]]; then
     # cuBLAS reads its workspace setting when its handle is made: before the first matmul of pytest
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests 150 python3 -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests 200 python3 -m pytest -v -p no:cacheprovider tests/integration/test_cuda.py \
         -k "not flex"
-    step train-quick 90 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
+    step train-quick 80 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
         --encodings rope,nope,alibi,cope,kerple+dape:k=3
     step train-paper 120 python3 benchmarks/training.py --device cuda --steps 40 --skip-mfu --size paper \
         --encodings rope,alibi,cope,kerple+dape:k=3
     step train-paper-bf16 90 python3 benchmarks/training.py --device cuda --steps 40 --skip-mfu --size paper \
         --precision bf16-mixed --encodings rope,cope,kerple+dape:k=3
-    SYNTHLAB_COPE_TRITON=0 step train-paper-cope-pytorch 60 python3 benchmarks/training.py --device cuda --steps 40 \
+    SYNTHLAB_COPE_TRITON=0 step train-paper-cope-pytorch 50 python3 benchmarks/training.py --device cuda --steps 40 \
         --skip-mfu --size paper --encodings rope,cope
 elif [[ $part == paper ]]; then  # issue 15: CoPE vs RoPE at the paper's scale, 3 seeds stacked per encoding
     step paper-runs 540 python3 scripts/gpu_paper.py /tmp/paper
     cp /tmp/paper/results.jsonl "$out/paper-results.jsonl" 2>/dev/null
 elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off by default until it does)
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests-flex 240 python3 -m pytest -q -p no:cacheprovider \
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests-flex 240 python3 -m pytest -v -p no:cacheprovider \
         tests/integration/test_cuda.py -k flex
     for on in 0 1; do
         SYNTHLAB_FLEX_ATTENTION=$on step train-paper-flex$on 140 python3 benchmarks/training.py --device cuda \
