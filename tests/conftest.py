@@ -33,6 +33,30 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture
+def interpreted_child():
+    """run(test_file): the file's tests in a child pytest process with TRITON_INTERPRET=1, all of
+    them passing, at least as many as the file marks ``@interpreted``. Triton reads the variable
+    when it is first imported (triton.jit at decoration time; torch imports triton early), and it
+    would stay on for the whole process, so the Triton kernel tests (test_triton_cope.py,
+    test_triton_dape.py) run in a child and no other module sees the variable."""
+    import re
+    import sys
+
+    def run(test_file: str, timeout: int = 900) -> None:
+        here = Path(test_file).resolve()
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        proc = subprocess.run([sys.executable, "-m", "pytest", str(here), "-q", "-p", "no:cacheprovider", "-x"],
+                              cwd=here.parents[2], env=env, capture_output=True, text=True, timeout=timeout)
+        out = proc.stdout + proc.stderr
+        summary = out.strip().splitlines()[-1] if out.strip() else ""
+        passed = re.search(r"(\d+) passed", summary)
+        n_interpreted = sum(1 for line in here.read_text().splitlines() if line.strip() == "@interpreted")
+        assert proc.returncode == 0 and passed and int(passed.group(1)) >= n_interpreted, out[-6000:]
+
+    return run
+
+
 def _pg(command: str) -> int:
     try:
         return subprocess.run(["bash", str(PG_SCRIPT), command], capture_output=True, timeout=120).returncode

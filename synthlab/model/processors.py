@@ -300,7 +300,9 @@ class DAPE(nn.Module):
     softmax's backward fused into the kernel's; ``forward`` returns A itself. Elsewhere (GPU,
     float64, no C++ compiler) ``forward_packed`` runs them as GEMMs on the lower triangle folded
     into ceil(T/2) rows (see ``_packing``), and
-    ``forward_full`` is the plain version on the whole T x T map (encoder mode, tests).
+    ``forward_full`` is the plain version on the whole T x T map (encoder mode, tests). On a CUDA
+    GPU with ``SYNTHLAB_DAPE_TRITON=1`` Triton kernels (``native/dape_triton.py``) compute A or
+    softmax(A) with the hidden map recomputed in registers (opt-in: not yet measured on a GPU).
     """
 
     @classmethod
@@ -333,6 +335,8 @@ class DAPE(nn.Module):
         if self._native(S, bias):
             return _FusedDAPE.apply(S, bias if self.with_bias else None, self.conv1.weight, self.conv1.bias,
                                     self.conv2.weight, self.conv2.bias, self.causal)
+        if self._triton(S):
+            return self._by_triton(S, bias, softmax=False)
         if not self.causal:
             return self.forward_full(S, bias, None)
         # in place: a fresh tensor whose producer's backward does not need it
@@ -344,7 +348,25 @@ class DAPE(nn.Module):
         if self._native(S, bias):
             return _FusedDAPESoftmax.apply(S, bias if self.with_bias else None, self.conv1.weight, self.conv1.bias,
                                            self.conv2.weight, self.conv2.bias, self.causal)
+        if self._triton(S):
+            return self._by_triton(S, bias, softmax=True)
         return F.softmax(self(S, bias, future), dim=-1)
+
+    def _triton(self, S: torch.Tensor) -> bool:
+        """Whether the Triton kernels (``native/dape_triton.py``) run: CUDA tensors of a float
+        type they take, SYNTHLAB_DAPE_TRITON=1 (off by default until a GPU has measured them),
+        triton importable."""
+        if not (S.is_cuda and S.dtype in (torch.float32, torch.bfloat16, torch.float16)):
+            return False
+        from .native import dape_triton  # here: CPU-only runs never import triton
+
+        return dape_triton.enabled() and dape_triton.triton_available(S.device)
+
+    def _by_triton(self, S: torch.Tensor, bias: torch.Tensor | None, softmax: bool) -> torch.Tensor:
+        from .native import dape_triton
+
+        return dape_triton.DAPETriton.apply(S, bias if self.with_bias else None, self.conv1.weight, self.conv1.bias,
+                                            self.conv2.weight, self.conv2.bias, self.causal, softmax)
 
     def forward_packed(self, S: torch.Tensor, bias: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
         """The PyTorch path in causal mode (GPU, float64, or no C++ compiler): the lower triangle

@@ -2,7 +2,8 @@
 Triton kernels against the PyTorch path on the device, bf16 autocast, ``train.compile``,
 ``train.deterministic`` (two runs of one seed agree), batched seeds against separate runs, no
 host synchronisation in the steps between checks, pinned training batches and fused AdamW, the
-additive biases through compiled FlexAttention against the float mask (outputs and gradients).
+additive biases through compiled FlexAttention against the float mask (outputs and gradients),
+DAPE's Triton kernels against the PyTorch path.
 
 Run on a lent GPU with ``bash scripts/gpu_session.sh`` (which also times the benchmarks)."""
 
@@ -55,6 +56,35 @@ def test_triton_cope_matches_the_pytorch_path_on_the_gpu(T, npos, alibi, monkeyp
     assert (y.double() - ref).abs().max() < 1e-3
     for a, b in zip(grads, ref_grads):
         assert (a.double() - b).abs().max() < 1e-2 * max(1.0, b.abs().max().item())
+
+
+@pytest.mark.parametrize("T, k, causal", [(64, 3, True), (200, 3, True), (130, 1, True), (72, 3, False)])
+def test_triton_dape_matches_the_pytorch_path_on_the_gpu(T, k, causal, monkeypatch):
+    """softmax(A) and the gradients of S, the bias and the weights, against the PyTorch path in
+    float64 on the device (the kernels compute in float32 with FMAs, no TF32)."""
+    pytest.importorskip("triton")
+    from synthlab.model.processors import DAPE
+
+    torch.manual_seed(0)
+    B, H = 2, 4
+    dape = DAPE(H, with_bias=True, hidden=32, k=k, causal=causal).to(CUDA)
+    S = torch.randn(B, H, T, T, device=CUDA, requires_grad=True)
+    bias = torch.randn(1, H, T, T, device=CUDA, requires_grad=True)
+    future = torch.ones(T, T, dtype=torch.bool, device=CUDA).triu(1)
+    monkeypatch.setenv("SYNTHLAB_DAPE_TRITON", "1")
+    assert dape._triton(S)
+    P = dape.attention(S, bias, future if causal else None)
+    g = torch.randn_like(P)
+    grads = torch.autograd.grad(P, (S, bias, *dape.parameters()), g)
+    monkeypatch.setenv("SYNTHLAB_DAPE_TRITON", "0")
+    ref_dape = DAPE(H, with_bias=True, hidden=32, k=k, causal=causal).to(CUDA).double()
+    ref_dape.load_state_dict(dape.state_dict())
+    S64, bias64 = (t.detach().double().requires_grad_() for t in (S, bias))
+    ref = ref_dape.attention(S64, bias64, future if causal else None)
+    ref_grads = torch.autograd.grad(ref, (S64, bias64, *ref_dape.parameters()), g.double())
+    assert (P.double() - ref).abs().max() < 1e-4
+    for a, b in zip(grads, ref_grads):
+        assert (a.double() - b).abs().max() < 1e-3 * max(1.0, b.abs().max().item())
 
 
 def test_a_bf16_run_on_the_gpu(tmp_path):

@@ -15,10 +15,6 @@ module sees the variable."""
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -35,17 +31,9 @@ interpreted = pytest.mark.skipif(not IN_INTERPRETER, reason="runs in test_kernel
 
 
 @pytest.mark.skipif(IN_INTERPRETER, reason="the parent of the interpreter run")
-def test_kernels_under_the_interpreter():
+def test_kernels_under_the_interpreter(interpreted_child):
     """This file's @interpreted tests in a child process with TRITON_INTERPRET=1: all must pass."""
-    here = Path(__file__).resolve()
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(here), "-q", "-p", "no:cacheprovider", "-x"],
-                          cwd=here.parents[2], env=env, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    summary = out.strip().splitlines()[-1] if out.strip() else ""
-    passed = re.search(r"(\d+) passed", summary)
-    n_interpreted = sum(1 for line in here.read_text().splitlines() if line.strip() == "@interpreted")
-    assert proc.returncode == 0 and passed and int(passed.group(1)) >= n_interpreted, out[-6000:]
+    interpreted_child(__file__, timeout=600)
 
 
 def _cope(H, d_h, npos, alibi, sep_keys=False):
