@@ -126,10 +126,10 @@ def test_equals_pytorch_path_in_float64(B, H, T, d_h, npos, alibi):
 @interpreted
 @pytest.mark.parametrize("alibi", [False, True])
 def test_gpu_tile_sizes(alibi, monkeypatch):
-    """The tile sizes chosen for a CUDA device (query blocks other than key blocks, a query
-    block spanning several key blocks), run here by the interpreter."""
+    """The tile sizes chosen for a CUDA device (the backward's query blocks other than its key
+    blocks), run here by the interpreter."""
     gpu_tiles = ct.block_sizes(torch.device("cuda"), 16, 64)
-    assert gpu_tiles["fwd_m"] != gpu_tiles["block_n"]
+    assert gpu_tiles["bwd_query_m"] != gpu_tiles["block_n"]
     monkeypatch.setattr(ct, "block_sizes", lambda device, d_pad, npos_pad: gpu_tiles)
     q, k, v = _qkv(1, 2, 70, 16, seed=70)
     _check_against_float64(_cope(2, 16, 8, alibi), q, q, k, v)

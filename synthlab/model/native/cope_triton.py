@@ -49,7 +49,8 @@ the Triton path off (read at each call). With ``TRITON_INTERPRET=1`` in the proc
 environment from its start (triton.jit reads it when a function is decorated, triton's own
 library included, and torch imports triton early), the kernels run on CPU tensors in Triton's
 interpreter (numpy; slow): how tests/unit/test_triton_cope.py checks them without a GPU.
-GPU speed has not been measured, and the tile sizes are untuned.
+GPU speed has not been measured; the tile sizes come from the compiler's register report
+(``block_sizes``), not from timings.
 """
 
 from __future__ import annotations
@@ -288,15 +289,24 @@ def _pow2(n: int, least: int = 16) -> int:
 
 def block_sizes(device: torch.device, d_pad: int, npos_pad: int) -> dict[str, int]:
     """Tile sizes: small under the interpreter (numpy per program: small tiles keep the tests
-    fast); on a GPU larger key blocks, and small query blocks for the backward's query kernel,
-    whose table gradient holds a (BLOCK_M, BLOCK_N, NPOS_PAD) tile. Untuned: no GPU was at hand.
-    fwd_m / bwd_query_m / bwd_key_m: the query blocks of the three kernels; block_n: the key
-    block of all three (gate_suffix and dp_prefix are kept per key block)."""
+    fast). fwd_m / bwd_query_m / bwd_key_m: the query blocks of the three kernels; block_n: the
+    key block of all three (gate_suffix and dp_prefix are kept per key block); *_warps: each
+    kernel's num_warps; bwd_stages: the backward kernels' num_stages (1: no software pipelining).
+
+    On a GPU chosen by what the compiler reports, not by timings (no GPU was at hand):
+    ``scripts/triton_resources.py`` (ptxas for sm_90, head sizes 16-128, npos 16 / 64, table and
+    ALiBi, IEEE float32 and TF32). The earlier tiles (64-row forward, 4 warps, Triton's default
+    3 pipeline stages) spilled at torch's default precision (IEEE): at d_h 64 the forward 696
+    bytes of stack a thread, the key kernel 3,424 (32 registers left); 32-row forward blocks, 8
+    warps and unpipelined backward kernels spill nothing there, and at most 176 bytes anywhere
+    on that grid (d_h 128). The query kernel keeps small query blocks: its table gradient holds
+    a (BLOCK_M, BLOCK_N, NPOS_PAD) tile."""
     if device.type != "cuda":
-        return dict(fwd_m=16, block_n=16, bwd_query_m=16, bwd_key_m=16, num_warps=4, bwd_query_warps=4)
+        return dict(fwd_m=16, block_n=16, bwd_query_m=16, bwd_key_m=16, fwd_warps=4, bwd_query_warps=4,
+                    bwd_key_warps=4, bwd_stages=1)
     wide = d_pad > 64
-    return dict(fwd_m=64 if not wide else 32, block_n=32, bwd_query_m=16 if npos_pad > 32 or wide else 32,
-                bwd_key_m=32, num_warps=4, bwd_query_warps=8 if npos_pad > 32 else 4)
+    return dict(fwd_m=32, block_n=32, bwd_query_m=16 if npos_pad > 32 or wide else 32, bwd_key_m=32,
+                fwd_warps=8, bwd_query_warps=8, bwd_key_warps=8, bwd_stages=1)
 
 
 def _precision(device: torch.device) -> str:
@@ -343,7 +353,7 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
             q, k, v, dummy if table is None else table, dummy if slopes is None else slopes,
             y, lse, gate_suffix, H, T, D, npos, n_key_blocks, float(scale),
             HAS_TABLE=table is not None, BLOCK_M=tiles["fwd_m"], BLOCK_N=tiles["block_n"], D_PAD=d_pad,
-            PRECISION=_precision(q.device), num_warps=tiles["num_warps"])
+            PRECISION=_precision(q.device), num_warps=tiles["fwd_warps"])
         return y, lse, gate_suffix
 
     @staticmethod
@@ -369,15 +379,16 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
         dp_prefix = torch.empty_like(gate_suffix)
         dummy = q
         common = dict(HAS_TABLE=table is not None, BLOCK_N=tiles["block_n"], D_PAD=d_pad,
-                      PRECISION=_precision(q.device), num_warps=tiles["num_warps"])
+                      PRECISION=_precision(q.device), num_stages=tiles["bwd_stages"])
         table_arg, slopes_arg = (dummy if table is None else table), (dummy if slopes is None else slopes)
         _cope_bwd_query_kernel[(B * H, triton.cdiv(T, tiles["bwd_query_m"]))](
             q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, gq, dummy if gtable is None else gtable,
             dp_prefix, H, T, D, npos, gate_suffix.shape[-1], scale,
-            BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, **{**common, "num_warps": tiles["bwd_query_warps"]})
+            BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, num_warps=tiles["bwd_query_warps"], **common)
         _cope_bwd_key_kernel[(B * H, gate_suffix.shape[-1])](
             q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, dp_prefix, gk, gv,
-            H, T, D, npos, gate_suffix.shape[-1], scale, BLOCK_M=tiles["bwd_key_m"], **common)
+            H, T, D, npos, gate_suffix.shape[-1], scale, BLOCK_M=tiles["bwd_key_m"], num_warps=tiles["bwd_key_warps"],
+            **common)
         return gq, gk, gv, gtable, None, None, None
 
     @staticmethod

@@ -164,7 +164,7 @@ class LaunchConfig:
                               self.num_stages)
 
 
-def _launch(kernel, d_h, npos, constexprs, num_warps) -> LaunchConfig:
+def _launch(kernel, d_h, npos, constexprs, num_warps, num_stages=None) -> LaunchConfig:
     """The signature and the 16-divisibility Triton's launcher derives from the arguments: every
     tensor aligned (fresh or contiguous float32 allocations), D and NPOS when multiples of 16.
     H, T and N_KEY_BLOCKS are taken as not multiples of 16 (the general variant; a T that is
@@ -174,7 +174,7 @@ def _launch(kernel, d_h, npos, constexprs, num_warps) -> LaunchConfig:
     signature = {n: _COPE_SCALARS.get(n, "*fp32") for n in runtime}
     sixteens = {n for n, value in (("D", d_h), ("NPOS", npos)) if value % 16 == 0}
     aligned = tuple(n for n in runtime if signature[n].startswith("*") or n in sixteens)
-    return LaunchConfig(kernel, signature, constexprs, num_warps, aligned)
+    return LaunchConfig(kernel, signature, constexprs, num_warps, aligned, num_stages)
 
 
 def cope_launch_configs(d_h: int, npos: int, has_table: bool, precision: str) -> list[LaunchConfig]:
@@ -191,10 +191,11 @@ def cope_launch_configs(d_h: int, npos: int, has_table: bool, precision: str) ->
     common = dict(HAS_TABLE=has_table, BLOCK_N=tiles["block_n"], D_PAD=d_pad, PRECISION=precision)
     args = (d_h, npos)
     return [
-        _launch(ct._cope_fwd_kernel, *args, dict(common, BLOCK_M=tiles["fwd_m"]), tiles["num_warps"]),
+        _launch(ct._cope_fwd_kernel, *args, dict(common, BLOCK_M=tiles["fwd_m"]), tiles["fwd_warps"]),
         _launch(ct._cope_bwd_query_kernel, *args, dict(common, BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad),
-                tiles["bwd_query_warps"]),
-        _launch(ct._cope_bwd_key_kernel, *args, dict(common, BLOCK_M=tiles["bwd_key_m"]), tiles["num_warps"]),
+                tiles["bwd_query_warps"], tiles["bwd_stages"]),
+        _launch(ct._cope_bwd_key_kernel, *args, dict(common, BLOCK_M=tiles["bwd_key_m"]), tiles["bwd_key_warps"],
+                tiles["bwd_stages"]),
     ]
 
 
