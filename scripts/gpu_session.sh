@@ -14,8 +14,10 @@
 #   sweep: the main command's wall time with 1..8 workers, with and without --batch-seeds.
 #   flex: the additive biases through compiled FlexAttention (SYNTHLAB_FLEX_ATTENTION=1)
 #       against the float mask: tests and per-step times (off by default until this says).
-#   dape: DAPE's Triton kernels (SYNTHLAB_DAPE_TRITON=1) against the PyTorch path: per-step times
-#       at quick and paper size (off by default until this says; the quick part tests them).
+#   dape: the attention kernels alone at the paper size (benchmarks/attention_kernels.py: CoPE's
+#       Triton kernels at four tile sets, DAPE's Triton kernels, each against its PyTorch path and
+#       SDPA), then DAPE's Triton kernels (SYNTHLAB_DAPE_TRITON=1) against the PyTorch path per
+#       training step (off by default until this says; the quick part tests them).
 #   graphs: torch.compile's reduce-overhead mode (CUDA graphs) at the quick size, and a profile
 #       of paper-size steps (top operators, host time a step, calls that wait for the device).
 set -uo pipefail
@@ -61,11 +63,10 @@ elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off 
             --steps 40 --skip-mfu --size paper --encodings rope,alibi,t5,kerple,fire
     done
 elif [[ $part == dape ]]; then  # issue 12: do DAPE's Triton kernels beat the PyTorch path? (off until they do)
-    for on in 0 1; do  # the first Triton call compiles its kernels (a minute on a CPU): warm-up takes it
-        SYNTHLAB_DAPE_TRITON=$on step train-paper-dape$on 130 python3 benchmarks/training.py --device cuda \
+    step kernels-paper 150 python3 benchmarks/attention_kernels.py --device cuda --size paper
+    for on in 0 1; do  # the first Triton call compiles its kernels: the warm-up steps take it
+        SYNTHLAB_DAPE_TRITON=$on step train-paper-dape$on 150 python3 benchmarks/training.py --device cuda \
             --steps 40 --skip-mfu --size paper --encodings rope,kerple+dape:k=3,kerple+dape
-        SYNTHLAB_DAPE_TRITON=$on step train-quick-dape$on 100 python3 benchmarks/training.py --device cuda \
-            --steps 60 --skip-mfu --size quick --encodings rope,kerple+dape:k=3,kerple+dape
     done
 elif [[ $part == graphs ]]; then  # issue 12: CUDA graphs, and where a step's time goes
     step train-quick-graphs 200 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \

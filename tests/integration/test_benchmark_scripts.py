@@ -47,6 +47,14 @@ def test_the_data_loader_benchmark_runs_in_process_and_with_a_worker():
     assert len(rows) == 2 and all(len(r) == 8 for r in rows)  # task, preset, B, T, 2 x (cpu (wall))
 
 
+def test_the_attention_kernel_benchmark_runs_on_cpu():
+    proc = _run("attention_kernels.py", "--rounds", "1", "--k", "3", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {ln.split("|")[1].strip(): ln for ln in proc.stdout.splitlines() if ln.startswith("| ") and "---" not in ln}
+    assert {"sdpa", "cope pytorch", "cope fused", "dape:k=3 pytorch", "dape:k=3 fused"} <= set(rows), rows
+    assert rows["cope fused"].rstrip(" |").endswith("x")  # its ratio over the PyTorch path
+
+
 def test_the_step_profile_runs_on_cpu(tmp_path):
     proc = _run("profile_step.py", "--pe", "rope", "--size", "host", "--warmup", "2", "--steps", "2",
                 "--threads", "1", "--trace-dir", str(tmp_path), timeout=300)
