@@ -53,11 +53,11 @@ SIZES = {  # B, H, T, d_h: the flip-flop quick and paper sizes (one layer)
 # report) and two neighbours of today's
 COPE_TILES = {
     "first": dict(fwd_m=64, block_n=32, bwd_query_m=16, bwd_key_m=32, fwd_warps=4, bwd_query_warps=8,
-                  bwd_key_warps=4, bwd_stages=3),  # 3: Triton's default num_stages
+                  bwd_key_warps=4, bwd_stages=3, npos_whole=512, npos_chunk=16),  # 3: Triton's default num_stages
     "fwd64w8": dict(fwd_m=64, block_n=32, bwd_query_m=16, bwd_key_m=32, fwd_warps=8, bwd_query_warps=8,
-                    bwd_key_warps=8, bwd_stages=1),
+                    bwd_key_warps=8, bwd_stages=1, npos_whole=64, npos_chunk=16),
     "keys64": dict(fwd_m=32, block_n=64, bwd_query_m=16, bwd_key_m=32, fwd_warps=8, bwd_query_warps=8,
-                   bwd_key_warps=8, bwd_stages=1),
+                   bwd_key_warps=8, bwd_stages=1, npos_whole=64, npos_chunk=16),
 }
 
 

@@ -32,7 +32,7 @@ compiles = pytest.mark.skipif(ta.nvidia_tool("ptxas") is None, reason="no ptxas 
 
 ARCHS = (90, 80)
 HEAD_SIZES = (16, 32, 64, 128)
-NPOS = (16, 64)
+NPOS = (16, 64, 512)  # 512: the query kernel's table gradient in chunks
 FAST = (64, 64, True)  # (d_h, npos, has_table) of the cases that run without the slow ones
 
 
@@ -225,6 +225,7 @@ def test_paper_size_launches_spill_nothing(precision):
         pytest.skip(f"register report of triton {triton.__version__}; the tiles were chosen with 3.9")
     configs = ta.cope_launch_configs(64, 64, True, precision) + [
         cfg for k in (1, 3) for cfg in ta.dape_launch_configs(4, 32, k, True, True, True, precision)]
+    configs.append(ta.cope_launch_configs(64, 512, True, precision)[1])  # cope:npos=512 (issue 15's T 512 lead)
     spills = {}
     for cfg in configs:
         res = cfg.compile(90)

@@ -155,6 +155,19 @@ def test_clamp_boundary_by_hand(alibi):
 
 
 @interpreted
+def test_table_gradient_in_chunks_across_a_chunk_edge():
+    """npos 64 (above the interpreter's chunk of 16 entries: the table's gradient accumulates in
+    memory chunk by chunk). q = 0 makes p_ij = (i - j + 1) / 2 exactly; at T 31 the tile of rows
+    16-30 and keys 0-15 reaches p = 15.5 at most, whose upper neighbour, entry 16, lies in the
+    next chunk: a tile must visit it too."""
+    assert ct.npos_chunk_of(ct.block_sizes(torch.device("cpu"), 16, 64), 64) == 16
+    cope = _cope(1, 8, 64, False)
+    _, k, v = _qkv(1, 1, 31, 8, seed=6)
+    q_raw = torch.randn(1, 1, 31, 8)
+    _check_against_float64(cope, q_raw, torch.zeros_like(q_raw), k, v, same_query=False)
+
+
+@interpreted
 def test_half_precision_inputs():
     """bfloat16 / float16 in: float32 inside, q's dtype out, gradients in the inputs' dtypes."""
     cope = _cope(2, 16, 8, False)

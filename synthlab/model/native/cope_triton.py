@@ -180,8 +180,15 @@ def _cope_fwd_kernel(Q, K, V, TABLE, SLOPES, Y, LSE, GATE_SUFFIX,
 def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, GQ, GTABLE, DP_PREFIX,
                            H, T, D, NPOS, N_KEY_BLOCKS, scale,
                            HAS_TABLE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           D_PAD: tl.constexpr, NPOS_PAD: tl.constexpr, PRECISION: tl.constexpr):
-    """dq, the table's gradient and dp_prefix for one query block, key blocks ascending."""
+                           D_PAD: tl.constexpr, NPOS_PAD: tl.constexpr, NPOS_CHUNK: tl.constexpr,
+                           PRECISION: tl.constexpr):
+    """dq, the table's gradient and dp_prefix for one query block, key blocks ascending.
+
+    The table's gradient of a row is sum_j dz_ij max(0, 1 - |p_ij - b|) over its entries b: a
+    (BLOCK_M, BLOCK_N, entries) product per key block. With NPOS_CHUNK = NPOS_PAD it is held in
+    registers whole; with a smaller NPOS_CHUNK (large npos: at npos 512 the whole product took
+    over 10 KB of spilled stack a thread) the program's own rows of GTABLE accumulate it in
+    memory, chunk by chunk, and only the chunks the tile's positions reach are visited."""
     bh = tl.program_id(0)
     first_row = tl.program_id(1) * BLOCK_M
     rows = first_row + tl.arange(0, BLOCK_M)
@@ -200,6 +207,15 @@ def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, 
     delta = tl.load(DELTA + stats + rows, mask=row_ok, other=0.0)  # gy_i . y_i
     block_rows = (stats + rows) * N_KEY_BLOCKS  # (BLOCK_M,), rows of gate_suffix / dp_prefix
     bins = tl.arange(0, NPOS_PAD)  # (NPOS_PAD,) the table's entries
+    CHUNKED = NPOS_CHUNK < NPOS_PAD  # a constexpr: which of the two ways below is compiled
+    chunk_bins = tl.arange(0, NPOS_CHUNK)
+    gtable_rows = GTABLE + bh.to(tl.int64) * T * NPOS + rows[:, None] * NPOS  # (BLOCK_M, 1)
+    if HAS_TABLE and CHUNKED:  # the rows accumulate in GTABLE: zero them first
+        for c in range(0, NPOS_PAD // NPOS_CHUNK):
+            at = c * NPOS_CHUNK + chunk_bins[None, :]
+            tl.store(gtable_rows + at, tl.zeros([BLOCK_M, NPOS_CHUNK], dtype=tl.float32),
+                     mask=row_ok[:, None] & (at < NPOS))
+        tl.debug_barrier()
 
     dq = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
     gtable = tl.zeros([BLOCK_M, NPOS_PAD], dtype=tl.float32)
@@ -218,9 +234,19 @@ def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, 
         da = tl.dot(gy, tl.trans(v), input_precision=PRECISION)  # dL/da_ij = gy_i . v_j
         dz = a * (da - delta[:, None])  # softmax's backward: dL/d(s + term)
         dp = dz * dterm_dp  # dL/dp_ij
-        if HAS_TABLE:  # entry b of row i gets dz_ij max(0, 1 - |p_ij - b|): (1 - w) at lo, w at lo + 1
+        if HAS_TABLE and not CHUNKED:  # entry b of row i gets dz_ij max(0, 1 - |p_ij - b|): (1 - w) at lo, w at lo + 1
             hat = tl.maximum(1.0 - tl.abs(pc[:, :, None] - bins[None, None, :].to(tl.float32)), 0.0)
             gtable += tl.sum(dz[:, :, None] * hat, axis=1)  # (BLOCK_M, BLOCK_N, NPOS_PAD) -> (BLOCK_M, NPOS_PAD)
+        if HAS_TABLE and CHUNKED:  # the same, over the chunks of entries from floor(min p) to floor(max p) + 1
+            first = tl.min(tl.min(tl.where(live, pc, 1.0e9), axis=1), axis=0).to(tl.int32) // NPOS_CHUNK
+            last = (tl.max(tl.max(tl.where(live, pc, -1.0), axis=1), axis=0).to(tl.int32) + 1) // NPOS_CHUNK
+            for c in range(first, tl.minimum(last, NPOS_PAD // NPOS_CHUNK - 1) + 1):  # none where no entry is live
+                at = c * NPOS_CHUNK + chunk_bins  # (NPOS_CHUNK,)
+                hat = tl.maximum(1.0 - tl.abs(pc[:, :, None] - at[None, None, :].to(tl.float32)), 0.0)
+                keep = row_ok[:, None] & (at[None, :] < NPOS)
+                part = tl.load(gtable_rows + at[None, :], mask=keep, other=0.0) + tl.sum(dz[:, :, None] * hat, axis=1)
+                tl.store(gtable_rows + at[None, :], part, mask=keep)
+                tl.debug_barrier()  # stored by this program's threads, read back by others next time
         tl.store(DP_PREFIX + block_rows + n, dp_prefix, mask=has_keys)
         dg = dp_prefix[:, None] + tl.cumsum(dp, axis=1)  # dL/dg_it = sum_{j <= t} dL/dp_ij
         dp_prefix += tl.sum(dp, axis=1)
@@ -228,8 +254,8 @@ def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, 
         dq += tl.dot(ds, k, input_precision=PRECISION)
     tl.store(GQ + qkv + rows[:, None] * D + dims[None, :], dq * scale, mask=row_mask)
     if HAS_TABLE:
-        tl.store(GTABLE + bh.to(tl.int64) * T * NPOS + rows[:, None] * NPOS + bins[None, :], gtable,
-                 mask=row_ok[:, None] & (bins[None, :] < NPOS))
+        if not CHUNKED:
+            tl.store(gtable_rows + bins[None, :], gtable, mask=row_ok[:, None] & (bins[None, :] < NPOS))
 
 
 @_jit
@@ -300,13 +326,22 @@ def block_sizes(device: torch.device, d_pad: int, npos_pad: int) -> dict[str, in
     bytes of stack a thread, the key kernel 3,424 (32 registers left); 32-row forward blocks, 8
     warps and unpipelined backward kernels spill nothing there, and at most 176 bytes anywhere
     on that grid (d_h 128). The query kernel keeps small query blocks: its table gradient holds
-    a (BLOCK_M, BLOCK_N, NPOS_PAD) tile."""
+    a (BLOCK_M, BLOCK_N, entries) tile: all entries at once up to ``npos_whole``, else chunks of
+    ``npos_chunk`` (accumulated in memory; ``npos_chunk_of``). On a GPU that is npos above 64
+    (at npos 512 the whole tile spilled 10.8 KB a thread; chunks of 16 spill nothing); under the
+    interpreter npos above 16, so the tests see both ways."""
     if device.type != "cuda":
         return dict(fwd_m=16, block_n=16, bwd_query_m=16, bwd_key_m=16, fwd_warps=4, bwd_query_warps=4,
-                    bwd_key_warps=4, bwd_stages=1)
+                    bwd_key_warps=4, bwd_stages=1, npos_whole=16, npos_chunk=16)
     wide = d_pad > 64
     return dict(fwd_m=32, block_n=32, bwd_query_m=16 if npos_pad > 32 or wide else 32, bwd_key_m=32,
-                fwd_warps=8, bwd_query_warps=8, bwd_key_warps=8, bwd_stages=1)
+                fwd_warps=8, bwd_query_warps=8, bwd_key_warps=8, bwd_stages=1, npos_whole=64, npos_chunk=16)
+
+
+def npos_chunk_of(tiles: dict[str, int], npos_pad: int) -> int:
+    """The query kernel's NPOS_CHUNK: every entry of the table at once (npos_pad) up to
+    ``npos_whole`` entries, else ``npos_chunk`` at a time."""
+    return npos_pad if npos_pad <= tiles["npos_whole"] else tiles["npos_chunk"]
 
 
 def _precision(device: torch.device) -> str:
@@ -384,7 +419,8 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
         _cope_bwd_query_kernel[(B * H, triton.cdiv(T, tiles["bwd_query_m"]))](
             q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, gq, dummy if gtable is None else gtable,
             dp_prefix, H, T, D, npos, gate_suffix.shape[-1], scale,
-            BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, num_warps=tiles["bwd_query_warps"], **common)
+            BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, NPOS_CHUNK=npos_chunk_of(tiles, npos_pad),
+            num_warps=tiles["bwd_query_warps"], **common)
         _cope_bwd_key_kernel[(B * H, gate_suffix.shape[-1])](
             q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, dp_prefix, gk, gv,
             H, T, D, npos, gate_suffix.shape[-1], scale, BLOCK_M=tiles["bwd_key_m"], num_warps=tiles["bwd_key_warps"],

@@ -157,7 +157,8 @@ class LaunchConfig:
 
     def tiles(self) -> str:
         c = self.constexprs
-        return f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['D_PAD']}" + (f" npos_pad {c['NPOS_PAD']}" if "NPOS_PAD" in c else "")
+        return f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['D_PAD']}" + (
+            f" npos_pad {c['NPOS_PAD']} chunk {c['NPOS_CHUNK']}" if "NPOS_PAD" in c else "")
 
     def compile(self, arch: int) -> Resources:
         return compile_kernel(self.kernel, arch, self.signature, self.constexprs, self.num_warps, self.aligned,
@@ -192,7 +193,8 @@ def cope_launch_configs(d_h: int, npos: int, has_table: bool, precision: str) ->
     args = (d_h, npos)
     return [
         _launch(ct._cope_fwd_kernel, *args, dict(common, BLOCK_M=tiles["fwd_m"]), tiles["fwd_warps"]),
-        _launch(ct._cope_bwd_query_kernel, *args, dict(common, BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad),
+        _launch(ct._cope_bwd_query_kernel, *args, dict(common, BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad,
+                                                       NPOS_CHUNK=ct.npos_chunk_of(tiles, npos_pad)),
                 tiles["bwd_query_warps"], tiles["bwd_stages"]),
         _launch(ct._cope_bwd_key_kernel, *args, dict(common, BLOCK_M=tiles["bwd_key_m"]), tiles["bwd_key_warps"],
                 tiles["bwd_stages"]),
