@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     for arch, precision, d_h, npos, has_table in product(args.arch, args.precision.split(","), args.d_h, args.npos,
                                                          (True, False)):
         for cfg in ta.cope_launch_configs(d_h, npos, has_table, precision):
-            row = f"| {cfg.name} | sm_{arch} | {d_h} | {npos} | {has_table} | {precision} | {cfg.tiles()} | {cfg.num_warps} |"
+            row = (f"| {cfg.name} | sm_{arch} | {d_h} | {npos} | {has_table} | {precision} | {cfg.tiles()} "
+                   f"| {cfg.num_warps} |")
             _print_row(ta, cfg, arch, row)
 
 

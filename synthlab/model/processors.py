@@ -335,7 +335,7 @@ class DAPE(nn.Module):
         if self._native(S, bias):
             return _FusedDAPE.apply(S, bias if self.with_bias else None, self.conv1.weight, self.conv1.bias,
                                     self.conv2.weight, self.conv2.bias, self.causal)
-        if self._triton(S):
+        if self._triton(S, softmax=False):
             return self._by_triton(S, bias, softmax=False)
         if not self.causal:
             return self.forward_full(S, bias, None)
@@ -352,15 +352,18 @@ class DAPE(nn.Module):
             return self._by_triton(S, bias, softmax=True)
         return F.softmax(self(S, bias, future), dim=-1)
 
-    def _triton(self, S: torch.Tensor) -> bool:
+    def _triton(self, S: torch.Tensor, softmax: bool = True) -> bool:
         """Whether the Triton kernels (``native/dape_triton.py``) run: CUDA tensors of a float
         type they take, SYNTHLAB_DAPE_TRITON=1 (off by default until a GPU has measured them),
-        triton importable."""
+        triton importable, the kernels compiled for these sizes (a failure warns once)."""
         if not (S.is_cuda and S.dtype in (torch.float32, torch.bfloat16, torch.float16)):
             return False
         from .native import dape_triton  # here: CPU-only runs never import triton
 
-        return dape_triton.enabled() and dape_triton.triton_available(S.device)
+        D, C, _, k = self.conv1.weight.shape
+        H, T = S.shape[-3], S.shape[-1]
+        return (dape_triton.enabled() and dape_triton.triton_available(S.device)
+                and dape_triton.builds(S.device, H, C, T, D, k, self.with_bias, self.causal, softmax))
 
     def _by_triton(self, S: torch.Tensor, bias: torch.Tensor | None, softmax: bool) -> torch.Tensor:
         from .native import dape_triton

@@ -88,6 +88,9 @@ class _Recorder:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.calls.append((self.kernel, args, kwargs))
 
+    def warmup(self, *args, grid, **kwargs):  # what builds() calls: compile, do not launch
+        self.calls.append((self.kernel, args, kwargs))
+
 
 def _launched(monkeypatch, d_h, npos, has_table, precision):
     """The launcher's kernel calls for one forward and backward, on meta tensors, with CUDA's
@@ -105,7 +108,11 @@ def _launched(monkeypatch, d_h, npos, has_table, precision):
     slopes = None if has_table else torch.empty(H, device="meta")
     y = ct._CoPEQKVTritonKernel.apply(q, k, v, table, slopes, npos, 0.125)[0]
     torch.autograd.grad(y.sum(), [q, k, v])
-    return calls
+    launched = list(calls)
+    calls.clear()
+    ct._compile_all(torch.device("meta"), H, T, d_h, npos, has_table)  # builds(): compiles what a call launches
+    assert [_as_compiled(*c) for c in calls] == [_as_compiled(*c) for c in launched]
+    return launched
 
 
 def _as_compiled(kernel, args, kwargs):
@@ -158,8 +165,9 @@ def _dape_cases():
             for cfg in ta.dape_launch_configs(4, 32, k, has_bias, causal, softmax, precision):
                 name = cfg.name.removeprefix("_dape_").removesuffix("_kernel")
                 out.append(pytest.param(cfg, arch, marks=() if fast else pytest.mark.slow,
-                                        id=f"sm{arch}-dape-{name}-k{k}-{'bias' if has_bias else 'nobias'}"
-                                           f"-{'causal' if causal else 'encoder'}-{'P' if softmax else 'A'}-{precision}"))
+                                        id=f"sm{arch}-dape-{name}-k{k}-{'bias' if has_bias else 'nobias'}-"
+                                           f"{'causal' if causal else 'encoder'}-{'P' if softmax else 'A'}-"
+                                           f"{precision}"))
     return out
 
 
@@ -191,6 +199,14 @@ def test_dape_configs_are_the_launchers(monkeypatch, k, has_bias, shared_bias, c
     bias = torch.empty(1 if shared_bias else B, H, T, T, **meta) if has_bias else None
     weights = [torch.empty(D, C, 1, k, **meta), torch.empty(D, **meta), torch.empty(H, D, 1, k, **meta),
                torch.empty(H, **meta)]
+    out = dt._DAPETritonKernel.apply(S, bias, *weights, causal, softmax)
+    torch.autograd.grad(out.sum(), [S] + ([bias] if has_bias else []))
+    launched = [_as_compiled(*c) for c in calls]
+    calls.clear()
+    dt._compile_all(torch.device("meta"), H, C, T, D, k, has_bias, causal, softmax)  # builds()
+    compiled = [_as_compiled(*c) for c in calls]
+    assert all(c in compiled for c in launched)  # and the backward without the bias's gradient too
+    calls[:] = calls[:0]
     out = dt._DAPETritonKernel.apply(S, bias, *weights, causal, softmax)
     torch.autograd.grad(out.sum(), [S] + ([bias] if has_bias else []))
     assert [kernel for kernel, _, _ in calls] == [cfg.kernel for cfg in expected]
@@ -232,3 +248,39 @@ def test_paper_size_launches_spill_nothing(precision):
         if res.stack_bytes:
             spills[f"{cfg.name} {cfg.constexprs.get('K', '')}"] = res.stack_bytes
     assert not spills, spills
+
+
+def test_a_kernel_that_does_not_compile_leaves_the_pytorch_path_on(monkeypatch):
+    """builds(): the first call for new sizes compiles every kernel (here: fails, as a kernel
+    the installed triton cannot build would); CoPE then takes its PyTorch path, with one warning
+    for the process, and does not try again; sizes compiled before are not retried either."""
+    from synthlab.model.encoders.contextual import CoPE
+    from synthlab.model.native.triton_build import KernelBuilds
+
+    tries = []
+
+    def compile_all(device, H, T, D, npos, has_table):
+        tries.append(T)
+        if T == 24:
+            raise RuntimeError("PTXASError: ptxas fatal: Unsupported .version 9.4\nmore lines")
+
+    monkeypatch.setattr(ct, "BUILDS", KernelBuilds("CoPE", "SYNTHLAB_COPE_TRITON"))
+    monkeypatch.setattr(ct, "_compile_all", compile_all)
+    monkeypatch.setattr(ct, "triton_available", lambda device: True)
+    monkeypatch.delenv("SYNTHLAB_COPE_TRITON", raising=False)
+    cope = CoPE(d_model=16, n_heads=2)
+
+    class LooksCuda(torch.Tensor):
+        is_cuda = property(lambda self: True)
+
+    def q(T):
+        return torch.zeros(1, 2, T, 8).as_subclass(LooksCuda)
+
+    assert cope._triton(q(12)) and cope._triton(q(12)) and tries == [12]  # compiled once per sizes
+    with pytest.warns(RuntimeWarning, match=r"CoPE's Triton kernels do not compile here \(RuntimeError: PTXASError"):
+        assert not cope._triton(q(24))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        assert not cope._triton(q(24)) and not cope._triton(q(12)) and not cope._triton(q(40))
+    assert tries == [12, 24]

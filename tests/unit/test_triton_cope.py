@@ -213,6 +213,7 @@ def test_attend_sends_cuda_tensors_to_triton(monkeypatch):
 
     monkeypatch.setattr(ct.CoPEQKVTriton, "apply", recorder)
     monkeypatch.setattr(ct, "triton_available", lambda device: True)  # no GPU here
+    monkeypatch.setattr(ct, "builds", lambda *sizes: True)  # nothing to compile for
     monkeypatch.setenv("SYNTHLAB_NATIVE", "0")  # else the C++ kernel takes the (CPU-resident) tensors first
     monkeypatch.delenv("SYNTHLAB_COPE_TRITON", raising=False)
     cope = _cope(2, 8, 8, False)
@@ -372,6 +373,7 @@ def test_attend_sends_cuda_tensors_to_triton_under_vmap(monkeypatch):
 
     monkeypatch.setattr(ct.CoPEQKVTriton, "apply", recorder)
     monkeypatch.setattr(ct, "triton_available", lambda device: True)  # no GPU here
+    monkeypatch.setattr(ct, "builds", lambda *sizes: True)  # nothing to compile for
     monkeypatch.setenv("SYNTHLAB_NATIVE", "0")
     monkeypatch.delenv("SYNTHLAB_COPE_TRITON", raising=False)
     _fake_cuda(monkeypatch)

@@ -261,12 +261,15 @@ class CoPE(nn.Module):
 
     def _triton(self, q: torch.Tensor) -> bool:
         """Whether ``attend`` runs the Triton kernels: CUDA tensors of a float type they take
-        (float64 keeps the PyTorch path), the switch on, triton importable."""
+        (float64 keeps the PyTorch path), the switch on, triton importable, the kernels compiled
+        for these sizes (a compile failure warns once and leaves the PyTorch path on)."""
         if not (q.is_cuda and q.dtype in (torch.float32, torch.bfloat16, torch.float16)):
             return False
         from ..native import cope_triton
 
-        return cope_triton.enabled() and cope_triton.triton_available(q.device)
+        H, T, D = q.shape[-3:]
+        return (cope_triton.enabled() and cope_triton.triton_available(q.device)
+                and cope_triton.builds(q.device, H, T, D, self.npos, not self.alibi))
 
     def _native(self, G: torch.Tensor) -> bool:
         params = [] if self.alibi else [self.pos_emb]

@@ -61,6 +61,7 @@ import torch
 
 from synthlab.config import FALSE_WORDS
 from synthlab.model.batched import fold_vmap
+from synthlab.model.native.triton_build import KernelBuilds
 
 try:  # optional: Linux only (the `gpu` extra); the package imports fine without it
     import triton
@@ -359,6 +360,62 @@ def _slopes32(slopes: torch.Tensor | None, H: int) -> torch.Tensor | None:
     return None if slopes is None else slopes.reshape(H).float().contiguous()
 
 
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    kernel[grid](*args, **kwargs)
+
+
+def _compile_only(kernel, grid, *args, **kwargs) -> None:
+    kernel.warmup(*args, grid=grid, **kwargs)  # compiles (or finds in the cache), launches nothing
+
+
+def _forward_launch(launch, tiles, device, B, H, T, D, npos, scale, has_table,
+                    q, k, v, table, slopes, y, lse, gate_suffix) -> None:
+    """The forward kernel's launch (``launch`` = _launch, or _compile_only for ``builds``)."""
+    launch(_cope_fwd_kernel, (B * H, triton.cdiv(T, tiles["fwd_m"])),
+           q, k, v, table, slopes, y, lse, gate_suffix, H, T, D, npos, triton.cdiv(T, tiles["block_n"]), float(scale),
+           HAS_TABLE=has_table, BLOCK_M=tiles["fwd_m"], BLOCK_N=tiles["block_n"], D_PAD=_pow2(D),
+           PRECISION=_precision(device), num_warps=tiles["fwd_warps"])
+
+
+def _backward_launch(launch, tiles, device, B, H, T, D, npos, scale, has_table,
+                     q, k, v, table, slopes, lse, delta, gate_suffix, gy, gq, gtable, dp_prefix, gk, gv) -> None:
+    """The backward's two kernel launches (as ``_forward_launch``)."""
+    npos_pad, n_key_blocks = _pow2(npos), triton.cdiv(T, tiles["block_n"])
+    common = dict(HAS_TABLE=has_table, BLOCK_N=tiles["block_n"], D_PAD=_pow2(D), PRECISION=_precision(device),
+                  num_stages=tiles["bwd_stages"])
+    launch(_cope_bwd_query_kernel, (B * H, triton.cdiv(T, tiles["bwd_query_m"])),
+           q, k, v, table, slopes, lse, delta, gate_suffix, gy, gq, gtable, dp_prefix,
+           H, T, D, npos, n_key_blocks, scale,
+           BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, NPOS_CHUNK=npos_chunk_of(tiles, npos_pad),
+           num_warps=tiles["bwd_query_warps"], **common)
+    launch(_cope_bwd_key_kernel, (B * H, n_key_blocks),
+           q, k, v, table, slopes, lse, delta, gate_suffix, gy, dp_prefix, gk, gv,
+           H, T, D, npos, n_key_blocks, scale, BLOCK_M=tiles["bwd_key_m"], num_warps=tiles["bwd_key_warps"], **common)
+
+
+def _compile_all(device: torch.device, H: int, T: int, D: int, npos: int, has_table: bool) -> None:
+    """Compile the three kernels as a call on (any B, H, T, D) operands launches them: one small
+    float32 tensor stands for every operand (the launches specialize on dtype, alignment and the
+    integers, not on sizes)."""
+    x = torch.empty(16, device=device)
+    tiles = block_sizes(device, _pow2(D), _pow2(npos))
+    _forward_launch(_compile_only, tiles, device, 1, H, T, D, npos, 0.125, has_table, *[x] * 8)
+    _backward_launch(_compile_only, tiles, device, 1, H, T, D, npos, 0.125, has_table, *[x] * 14)
+
+
+BUILDS = KernelBuilds("CoPE", "SYNTHLAB_COPE_TRITON")
+
+
+def builds(device: torch.device, H: int, T: int, D: int, npos: int, has_table: bool) -> bool:
+    """Whether the kernels for these sizes compile on this machine (compiled here the first time:
+    a failure warns once and keeps the Triton path off for the process; see KernelBuilds).
+    Always true under the interpreter, which compiles nothing."""
+    if INTERPRETED:
+        return True
+    key = (str(device), H, T, D, npos, has_table, torch.get_float32_matmul_precision())
+    return BUILDS.ready(key, lambda: _compile_all(torch.device(device), H, T, D, npos, has_table))
+
+
 class _CoPEQKVTritonKernel(torch.autograd.Function):
     """The kernel Function behind :class:`CoPEQKVTriton`, on float32 operands (the wrapper
     converts): returns (y, lse, gate_suffix), the log-sum-exp (B, H, T) and the gates' suffix
@@ -384,11 +441,9 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
         lse = q.new_empty(B, H, T)
         gate_suffix = q.new_empty(B, H, T, n_key_blocks)
         dummy = q  # the pointer of an absent table / slopes (never read)
-        _cope_fwd_kernel[(B * H, triton.cdiv(T, tiles["fwd_m"]))](
-            q, k, v, dummy if table is None else table, dummy if slopes is None else slopes,
-            y, lse, gate_suffix, H, T, D, npos, n_key_blocks, float(scale),
-            HAS_TABLE=table is not None, BLOCK_M=tiles["fwd_m"], BLOCK_N=tiles["block_n"], D_PAD=d_pad,
-            PRECISION=_precision(q.device), num_warps=tiles["fwd_warps"])
+        _forward_launch(_launch, tiles, q.device, B, H, T, D, npos, scale, table is not None,
+                        q, k, v, dummy if table is None else table, dummy if slopes is None else slopes,
+                        y, lse, gate_suffix)
         return y, lse, gate_suffix
 
     @staticmethod
@@ -406,25 +461,15 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
         q, k, v, table, slopes, y, lse, gate_suffix = ctx.saved_tensors
         B, H, T, D = q.shape
         npos, scale, tiles = ctx.npos, ctx.scale, ctx.tiles
-        d_pad, npos_pad = _pow2(D), _pow2(npos)
         gy = gy.float().contiguous()
         delta = (gy * y).sum(-1)  # (B, H, T) = sum_j a_ij dL/da_ij
         gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         gtable = None if table is None else torch.empty_like(table)
         dp_prefix = torch.empty_like(gate_suffix)
         dummy = q
-        common = dict(HAS_TABLE=table is not None, BLOCK_N=tiles["block_n"], D_PAD=d_pad,
-                      PRECISION=_precision(q.device), num_stages=tiles["bwd_stages"])
-        table_arg, slopes_arg = (dummy if table is None else table), (dummy if slopes is None else slopes)
-        _cope_bwd_query_kernel[(B * H, triton.cdiv(T, tiles["bwd_query_m"]))](
-            q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, gq, dummy if gtable is None else gtable,
-            dp_prefix, H, T, D, npos, gate_suffix.shape[-1], scale,
-            BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, NPOS_CHUNK=npos_chunk_of(tiles, npos_pad),
-            num_warps=tiles["bwd_query_warps"], **common)
-        _cope_bwd_key_kernel[(B * H, gate_suffix.shape[-1])](
-            q, k, v, table_arg, slopes_arg, lse, delta, gate_suffix, gy, dp_prefix, gk, gv,
-            H, T, D, npos, gate_suffix.shape[-1], scale, BLOCK_M=tiles["bwd_key_m"], num_warps=tiles["bwd_key_warps"],
-            **common)
+        _backward_launch(_launch, tiles, q.device, B, H, T, D, npos, scale, table is not None,
+                         q, k, v, dummy if table is None else table, dummy if slopes is None else slopes, lse, delta,
+                         gate_suffix, gy, gq, dummy if gtable is None else gtable, dp_prefix, gk, gv)
         return gq, gk, gv, gtable, None, None, None
 
     @staticmethod

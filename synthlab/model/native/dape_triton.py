@@ -46,6 +46,7 @@ import torch
 from synthlab.config import TRUE_WORDS
 from synthlab.model.batched import fold_vmap
 from synthlab.model.native.cope_triton import INTERPRETED, _jit, _pow2, _precision, tl, triton
+from synthlab.model.native.triton_build import KernelBuilds
 
 __all__ = ["DAPETriton", "enabled", "triton_available"]
 
@@ -299,6 +300,56 @@ def _padded(H: int, C: int, D: int, k: int) -> dict[str, int]:
     return dict(D_PAD=_pow2(D), H_PAD=_pow2(H), C_PAD=_pow2(C), CK_PAD=_pow2(C * k), HK_PAD=_pow2(H * k))
 
 
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    kernel[grid](*args, **kwargs)
+
+
+def _compile_only(kernel, grid, *args, **kwargs) -> None:
+    kernel.warmup(*args, grid=grid, **kwargs)  # compiles (or finds in the cache), launches nothing
+
+
+def _forward_launch(launch, device, B, H, C, T, D, k, has_bias, causal, S, bias, w1, b1, w2, b2, A, bias_bstride):
+    """The forward kernel's launch (``launch`` = _launch, or _compile_only for ``builds``)."""
+    tiles, pads = block_sizes(device), _padded(H, C, D, k)
+    launch(_dape_fwd_kernel, (B, triton.cdiv(T, tiles["block_m"])), S, bias, w1, b1, w2, b2, A, T, D, bias_bstride, k,
+           H=H, C=C, K=k, HAS_BIAS=has_bias, CAUSAL=causal, BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"],
+           D_PAD=pads["D_PAD"], H_PAD=pads["H_PAD"], CK_PAD=pads["CK_PAD"], PRECISION=_precision(device),
+           num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+
+
+def _backward_launch(launch, device, B, H, C, T, D, k, has_bias, causal, softmax, need_gbias,
+                     S, bias, w1, b1, w2, g, P, delta, gS, g_bias, gw1, gb1, gw2, gb2, bias_bstride):
+    """The backward kernel's launch (as ``_forward_launch``)."""
+    tiles, pads = block_sizes(device), _padded(H, C, D, k)
+    launch(_dape_bwd_kernel, (B, triton.cdiv(T, tiles["block_m"])),
+           S, bias, w1, b1, w2, g, P, delta, gS, g_bias, gw1, gb1, gw2, gb2, T, D, bias_bstride, k,
+           H=H, C=C, K=k, HAS_BIAS=has_bias, CAUSAL=causal, SOFTMAX=softmax, NEED_GBIAS=need_gbias,
+           BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"], D_PAD=pads["D_PAD"], C_PAD=pads["C_PAD"],
+           CK_PAD=pads["CK_PAD"], HK_PAD=pads["HK_PAD"], PRECISION=_precision(device),
+           num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+
+
+def _compile_all(device, H, C, T, D, k, has_bias, causal, softmax) -> None:
+    """Compile the forward and the backward (with and without the bias's gradient) as a call
+    on these sizes launches them; one small float32 tensor stands for every operand."""
+    x = torch.empty(16, device=device)
+    _forward_launch(_compile_only, device, 1, H, C, T, D, k, has_bias, causal, *[x] * 7, 0)
+    for need_gbias in ((False, True) if has_bias else (False,)):
+        _backward_launch(_compile_only, device, 1, H, C, T, D, k, has_bias, causal, softmax, need_gbias,
+                         *[x] * 14, 0)
+
+
+BUILDS = KernelBuilds("DAPE", "SYNTHLAB_DAPE_TRITON")
+
+
+def builds(device, H: int, C: int, T: int, D: int, k: int, has_bias: bool, causal: bool, softmax: bool) -> bool:
+    """Whether the kernels for these sizes compile on this machine (see ``cope_triton.builds``)."""
+    if INTERPRETED:
+        return True
+    key = (str(device), H, C, T, D, k, has_bias, causal, softmax, torch.get_float32_matmul_precision())
+    return BUILDS.ready(key, lambda: _compile_all(torch.device(device), H, C, T, D, k, has_bias, causal, softmax))
+
+
 class _DAPETritonKernel(torch.autograd.Function):
     """A (``softmax=False``) or P = softmax(A) (``softmax=True``; torch's softmax over the
     kernel's A, its backward fused into the kernel's) on float32 operands. setup_context style
@@ -312,14 +363,10 @@ class _DAPETritonKernel(torch.autograd.Function):
         S = _dense32(S)
         shared = _shared(bias)
         b_in = None if bias is None else _dense32(bias[:1] if shared else bias)
-        tiles, pads = block_sizes(S.device), _padded(H, C, D, k)
         A = torch.empty_like(S)
-        _dape_fwd_kernel[(B, triton.cdiv(T, tiles["block_m"]))](
-            S, S if b_in is None else b_in, _dense32(w1), _dense32(b1), _dense32(w2), _dense32(b2), A,
-            T, D, 0 if shared or b_in is None else H * T * T, k,
-            H=H, C=C, K=k, HAS_BIAS=b_in is not None, CAUSAL=bool(causal), BLOCK_M=tiles["block_m"],
-            BLOCK_N=tiles["block_n"], D_PAD=pads["D_PAD"], H_PAD=pads["H_PAD"], CK_PAD=pads["CK_PAD"],
-            PRECISION=_precision(S.device), num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+        _forward_launch(_launch, S.device, B, H, C, T, D, k, b_in is not None, bool(causal),
+                        S, S if b_in is None else b_in, _dense32(w1), _dense32(b1), _dense32(w2), _dense32(b2), A,
+                        0 if shared or b_in is None else H * T * T)
         return torch.softmax(A, dim=-1) if softmax else A
 
     @staticmethod
@@ -349,14 +396,10 @@ class _DAPETritonKernel(torch.autograd.Function):
         gb1 = S.new_empty(n_programs, pads["D_PAD"])
         gw2 = S.new_empty(n_programs, pads["HK_PAD"], pads["D_PAD"])
         gb2 = S.new_empty(n_programs, pads["C_PAD"])
-        _dape_bwd_kernel[(B, triton.cdiv(T, tiles["block_m"]))](
-            S, S if b_in is None else b_in, w1, b1, w2, g, S if P is None else P, delta, gS,
-            S if g_bias is None else g_bias, gw1, gb1, gw2, gb2,
-            T, D, 0 if ctx.shared or b_in is None else H * T * T, k,
-            H=H, C=C, K=k, HAS_BIAS=b_in is not None, CAUSAL=causal, SOFTMAX=softmax, NEED_GBIAS=need_gbias,
-            BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"], D_PAD=pads["D_PAD"], C_PAD=pads["C_PAD"],
-            CK_PAD=pads["CK_PAD"], HK_PAD=pads["HK_PAD"], PRECISION=_precision(S.device),
-            num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+        _backward_launch(_launch, S.device, B, H, C, T, D, k, b_in is not None, causal, softmax, need_gbias,
+                         S, S if b_in is None else b_in, w1, b1, w2, g, S if P is None else P, delta, gS,
+                         S if g_bias is None else g_bias, gw1, gb1, gw2, gb2,
+                         0 if ctx.shared or b_in is None else H * T * T)
         # the programs' partial sums, added in program order (torch's sum: a fixed reduction)
         g_w1 = gw1.sum(0)[:C * k, :D].view(k, C, D).permute(2, 1, 0).reshape(w1_shape)
         g_w2 = gw2.sum(0)[:H * k, :D].view(k, H, D).permute(1, 2, 0).reshape(w2_shape)

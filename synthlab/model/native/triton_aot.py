@@ -125,7 +125,8 @@ def compile_kernel(kernel, arch: int, signature: dict[str, str], constexprs: dic
     start = time.perf_counter()
     compiled = triton.compile(ASTSource(fn=kernel, signature=full_signature, constexprs=dict(constexprs), attrs=attrs),
                               target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages})))
+                              options=dict(num_warps=num_warps,
+                                           **({} if num_stages is None else {"num_stages": num_stages})))
     seconds = time.perf_counter() - start
     cubin = compiled.asm["cubin"]
     registers, stack = register_usage(cubin)

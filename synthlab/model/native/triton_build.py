@@ -1,0 +1,45 @@
+"""Whether an optional Triton path compiles on this machine, found out before it is relied on.
+
+The Triton kernels (``cope_triton``, ``dape_triton``) are compiled at their first launch, by the
+triton release installed beside torch (the GPU machines these were written for had another one
+than the tests), for the GPU at hand. A kernel that does not compile there (an API the release
+lacks, more shared memory than the device has) would otherwise fail in the middle of a training
+step, or in its backward, after the forward had run. So each path compiles all its kernels for
+a new set of sizes before its first call (``triton.JITFunction.warmup``: compiles or finds the
+cache entry, launches nothing); if that fails, it warns once, with the error, and the encoding's
+PyTorch path runs for the rest of the process: same results, slower. The tests on a GPU
+(tests/integration/test_cuda.py) check the Triton path itself, so a path that silently stays off
+there fails them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Hashable
+
+
+class KernelBuilds:
+    """One Triton path's build state in this process: the size keys compiled, or the first
+    failure (after which :meth:`ready` is false for every key)."""
+
+    def __init__(self, what: str, switch: str):
+        self.what, self.switch = what, switch
+        self.failure: str | None = None
+        self.compiled: set[Hashable] = set()
+
+    def ready(self, key: Hashable, compile_all: Callable[[], None]) -> bool:
+        if self.failure is not None:
+            return False
+        if key in self.compiled:
+            return True
+        try:
+            compile_all()
+        except Exception as e:  # noqa: BLE001 - any compile failure: the PyTorch path instead
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            self.failure = f"{type(e).__name__}: {first}"
+            warnings.warn(f"{self.what}'s Triton kernels do not compile here ({self.failure}); its PyTorch path "
+                          f"runs instead for this process (same results, slower; {self.switch}=0 skips the "
+                          f"attempt)", RuntimeWarning, stacklevel=3)
+            return False
+        self.compiled.add(key)
+        return True
