@@ -14,7 +14,6 @@ module sees the variable."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -25,14 +24,9 @@ from synthlab.model.batched import is_batched, plain  # noqa: E402
 from synthlab.model.encoders.contextual import CoPE, cope_alibi_slopes  # noqa: E402
 from synthlab.model.native import cope_triton as ct  # noqa: E402
 
-IN_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not IN_INTERPRETER, reason="runs in test_kernels_under_the_interpreter's "
-                                                              "TRITON_INTERPRET=1 child process")
 
-
-@pytest.mark.skipif(IN_INTERPRETER, reason="the parent of the interpreter run")
 def test_kernels_under_the_interpreter(interpreted_child):
-    """This file's @interpreted tests in a child process with TRITON_INTERPRET=1: all must pass."""
+    """This file's interpreted tests in a child process with TRITON_INTERPRET=1: all must pass."""
     interpreted_child(__file__, timeout=600)
 
 
@@ -102,12 +96,12 @@ def _qkv(B, H, T, d_h, seed):
     return tuple(s * torch.randn(B, H, T, d_h) for s in (2.0, 2.0, 1.0))
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_kernels_are_interpreted():
     assert ct.INTERPRETED and ct.triton_available("cpu")
 
 
-@interpreted
+@pytest.mark.interpreted
 @pytest.mark.parametrize("B,H,T,d_h,npos,alibi", [
     (2, 2, 1, 16, 64, False),
     (2, 2, 5, 7, 4, False),  # d_h 7: padded with masks; npos 4 < T: clamping
@@ -123,7 +117,7 @@ def test_equals_pytorch_path_in_float64(B, H, T, d_h, npos, alibi):
     _check_against_float64(_cope(H, d_h, npos, alibi), q, q, k, v)
 
 
-@interpreted
+@pytest.mark.interpreted
 @pytest.mark.parametrize("alibi", [False, True])
 def test_gpu_tile_sizes(alibi, monkeypatch):
     """The tile sizes chosen for a CUDA device (the backward's query blocks other than its key
@@ -135,7 +129,7 @@ def test_gpu_tile_sizes(alibi, monkeypatch):
     _check_against_float64(_cope(2, 16, 8, alibi), q, q, k, v)
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_table_query_apart_from_attention_query():
     """q_raw (the table's query) other than q (rotary's output): the table's gradient reaches q_raw."""
     cope = _cope(2, 8, 6, False)
@@ -143,7 +137,7 @@ def test_table_query_apart_from_attention_query():
     _check_against_float64(cope, torch.randn_like(q), q, k, v, same_query=False)
 
 
-@interpreted
+@pytest.mark.interpreted
 @pytest.mark.parametrize("alibi", [False, True])
 def test_clamp_boundary_by_hand(alibi):
     """q = 0: every gate is 0.5, so p_ij = (i - j + 1) / 2 exactly, and p = npos - 1 = 3 is hit
@@ -154,7 +148,7 @@ def test_clamp_boundary_by_hand(alibi):
     _check_against_float64(cope, q_raw, torch.zeros_like(q_raw), k, v, same_query=False)
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_table_gradient_in_chunks_across_a_chunk_edge():
     """npos 64 (above the interpreter's chunk of 16 entries: the table's gradient accumulates in
     memory chunk by chunk). q = 0 makes p_ij = (i - j + 1) / 2 exactly; at T 31 the tile of rows
@@ -167,7 +161,7 @@ def test_table_gradient_in_chunks_across_a_chunk_edge():
     _check_against_float64(cope, q_raw, torch.zeros_like(q_raw), k, v, same_query=False)
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_half_precision_inputs():
     """bfloat16 / float16 in: float32 inside, q's dtype out, gradients in the inputs' dtypes."""
     cope = _cope(2, 16, 8, False)
@@ -183,7 +177,7 @@ def test_half_precision_inputs():
         assert (y.float() - want).abs().max() < 0.1  # the inputs' rounding only
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_deterministic():
     """No atomics: output and every gradient bit-identical across calls."""
     cope = _cope(2, 16, 8, False)
@@ -267,7 +261,7 @@ VMAP_CASES = {
 }
 
 
-@interpreted
+@pytest.mark.interpreted
 @pytest.mark.parametrize("case", list(VMAP_CASES))
 def test_vmap_equals_a_loop_of_calls(case, monkeypatch):
     """CoPEQKVTriton.apply under torch.func.vmap over V = 3 stacked sets (B = 2: a rule that
@@ -319,7 +313,7 @@ class _Attend(torch.nn.Module):
         return y
 
 
-@interpreted
+@pytest.mark.interpreted
 @pytest.mark.parametrize("alibi", [False, True])
 def test_attend_under_vmap_runs_the_kernels(alibi, monkeypatch):
     """Batched seeds' shape of it: CoPE.attend vmapped over 3 seeds, each with its own table

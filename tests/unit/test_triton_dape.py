@@ -11,7 +11,6 @@ when it is first imported."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -22,14 +21,9 @@ from synthlab.model.batched import plain  # noqa: E402
 from synthlab.model.native import dape_triton as dt  # noqa: E402
 from synthlab.model.processors import DAPE  # noqa: E402
 
-IN_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not IN_INTERPRETER, reason="runs in test_kernels_under_the_interpreter's "
-                                                              "TRITON_INTERPRET=1 child process")
 
-
-@pytest.mark.skipif(IN_INTERPRETER, reason="the parent of the interpreter run")
 def test_kernels_under_the_interpreter(interpreted_child):
-    """This file's @interpreted tests in a child process with TRITON_INTERPRET=1: all must pass."""
+    """This file's interpreted tests in a child process with TRITON_INTERPRET=1: all must pass."""
     interpreted_child(__file__, timeout=900)
 
 
@@ -87,12 +81,12 @@ def _check(B, H, T, k, with_bias, bias_rows, causal, softmax, hidden=6, seed=0):
         assert (x.double() - want).abs().max() <= 2e-5 * want.abs().max().clamp_min(1.0), f"gradient of {name} differs"
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_kernels_are_interpreted():
     assert dt.INTERPRETED and dt.triton_available("cpu")
 
 
-@interpreted
+@pytest.mark.interpreted
 @pytest.mark.parametrize("B,H,T,k,with_bias,bias_rows,causal,softmax", [
     (2, 2, 11, 3, True, 1, True, True),  # the layer's case: kerple+dape:k=3 (one bias map for the batch)
     (2, 2, 11, 3, True, 2, True, False),  # A itself, a bias per batch element
@@ -106,7 +100,7 @@ def test_equals_the_paper_listing_in_float64(B, H, T, k, with_bias, bias_rows, c
     _check(B, H, T, k, with_bias, bias_rows, causal, softmax)
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_gpu_tile_sizes(monkeypatch):
     """The tile sizes chosen for a CUDA device (several key blocks, rows other than keys), run
     here by the interpreter."""
@@ -115,7 +109,7 @@ def test_gpu_tile_sizes(monkeypatch):
     _check(1, 2, 2 * gpu_tiles["block_n"] + 3, 3, True, 1, True, True, hidden=4)
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_deterministic():
     """No atomics: output and every gradient bit-identical across calls."""
     dape = _dape(2, True, 3, True, hidden=4)
@@ -125,7 +119,7 @@ def test_deterministic():
     assert torch.equal(y1, y2) and all(torch.equal(a, b) for a, b in zip(g1, g2))
 
 
-@interpreted
+@pytest.mark.interpreted
 def test_half_precision_inputs():
     """bfloat16 S and bias in (as under autocast): float32 inside, S's dtype out, gradients in
     the inputs' dtypes."""
@@ -153,7 +147,7 @@ def _kernel_batches(monkeypatch):
     return batches
 
 
-@interpreted
+@pytest.mark.interpreted
 @pytest.mark.parametrize("own_weights", [False, True])
 def test_vmap_equals_a_loop_of_calls(own_weights, monkeypatch):
     """Under torch.func.vmap over V = 3 stacked score maps (one bias map shared): the separate
