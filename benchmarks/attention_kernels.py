@@ -35,6 +35,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
@@ -59,6 +60,20 @@ COPE_TILES = {
     "keys64": dict(fwd_m=32, block_n=64, bwd_query_m=16, bwd_key_m=32, fwd_warps=8, bwd_query_warps=8,
                    bwd_key_warps=8, bwd_stages=1, npos_whole=64, npos_chunk=16),
 }
+
+
+@contextmanager
+def switched(name: str, value: str):
+    """The environment variable ``name`` set to ``value`` inside, as it was after."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def sync(device: torch.device) -> None:
@@ -144,17 +159,13 @@ def dape_paths(B, H, T, d_h, device, k: int) -> dict:
     future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
     scale = 1 / math.sqrt(d_h)
     q, kk, v = leaves(B, H, T, d_h, device, seed=2)
-    switch = "SYNTHLAB_DAPE_TRITON" if device.type == "cuda" else "SYNTHLAB_NATIVE"
+    switch = "SYNTHLAB_DAPE_TRITON" if device.type == "cuda" else "SYNTHLAB_NATIVE"  # read at each call
 
     def attend(on: bool):
         def run(q, kk, v):
-            before = os.environ.get(switch)
-            os.environ[switch] = "1" if on else "0"
-            try:
+            with switched(switch, "1" if on else "0"):  # the backward needs no switch: the Function is chosen
                 S = (q * scale) @ kk.transpose(-2, -1)
                 return dape.attention(S, bias, future) @ v
-            finally:
-                os.environ.pop(switch) if before is None else os.environ.__setitem__(switch, before)
         return run
 
     return {f"dape:k={k} pytorch": backward_of(attend(False), [q, kk, v]),
@@ -186,10 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     print("| path | ms | / sdpa | fused / pytorch |")
     print("|---|---|---|---|")
     for name, t in ms.items():
-        base = name.rsplit(" ", 1)[0] + " pytorch"
-        over = f"{t / ms[base]:.2f}x" if base in ms and base != name and " pytorch" not in name else ""
-        if name.startswith("cope triton"):
-            over = f"{t / ms['cope pytorch']:.2f}x"
+        encoding = name.split(" ")[0]  # "cope", "dape:k=3"
+        fast = name.endswith(" fused") or name.startswith("cope triton")
+        over = f"{t / ms[encoding + ' pytorch']:.2f}x" if fast else ""
         print(f"| {name} | {t:.2f} | {t / ms['sdpa']:.1f}x | {over} |")
     return 0
 

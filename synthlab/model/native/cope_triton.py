@@ -254,9 +254,8 @@ def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, 
         ds = tl.where(live, dz + dg * g * (1.0 - g), 0.0)  # dL/ds_it: softmax's and the gates' paths
         dq += tl.dot(ds, k, input_precision=PRECISION)
     tl.store(GQ + qkv + rows[:, None] * D + dims[None, :], dq * scale, mask=row_mask)
-    if HAS_TABLE:
-        if not CHUNKED:
-            tl.store(gtable_rows + bins[None, :], gtable, mask=row_ok[:, None] & (bins[None, :] < NPOS))
+    if HAS_TABLE and not CHUNKED:  # (chunked: GTABLE holds it already)
+        tl.store(gtable_rows + bins[None, :], gtable, mask=row_ok[:, None] & (bins[None, :] < NPOS))
 
 
 @_jit

@@ -45,22 +45,16 @@ import torch
 
 from synthlab.config import TRUE_WORDS
 from synthlab.model.batched import fold_vmap
-from synthlab.model.native.cope_triton import INTERPRETED, _jit, _pow2, _precision, tl, triton
+from synthlab.model.native.cope_triton import (INTERPRETED, _compile_only, _dense32, _jit, _launch, _pow2, _precision,
+                                               tl, triton, triton_available)
 from synthlab.model.native.triton_build import KernelBuilds
 
-__all__ = ["DAPETriton", "enabled", "triton_available"]
+__all__ = ["DAPETriton", "builds", "enabled", "triton_available"]
 
 
 def enabled() -> bool:
     """The env switch SYNTHLAB_DAPE_TRITON: off unless set to a true word (read at each call)."""
     return os.environ.get("SYNTHLAB_DAPE_TRITON", "0").strip().lower() in TRUE_WORDS
-
-
-def triton_available(device: torch.device | str) -> bool:
-    """Whether these kernels can run on tensors of ``device`` (CUDA, or the interpreter)."""
-    if triton is None:
-        return False
-    return torch.device(device).type == "cuda" or INTERPRETED
 
 
 def _jit_kernel(fn):
@@ -286,26 +280,18 @@ def block_sizes(device: torch.device) -> dict[str, int]:
     return dict(block_m=1, block_n=32, num_warps=4, num_stages=1)
 
 
-def _dense32(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.float().contiguous()
-
-
-def _shared(bias: torch.Tensor | None) -> bool:
-    """Whether one bias map serves the whole batch (leading dim 1, or a broadcast stride 0)."""
-    return bias is not None and (bias.shape[0] == 1 or bias.stride(0) == 0)
+def _bias_operand(bias: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
+    """(the kernels' float32 bias, whether it is one map for the whole batch: leading dim 1, or
+    a broadcast with batch stride 0; then only its first map is passed)."""
+    if bias is None:
+        return None, False
+    shared = bias.shape[0] == 1 or bias.stride(0) == 0
+    return _dense32(bias[:1] if shared else bias), shared
 
 
 def _padded(H: int, C: int, D: int, k: int) -> dict[str, int]:
     """Channel counts padded to powers of two of at least 16 (tl.dot's least)."""
     return dict(D_PAD=_pow2(D), H_PAD=_pow2(H), C_PAD=_pow2(C), CK_PAD=_pow2(C * k), HK_PAD=_pow2(H * k))
-
-
-def _launch(kernel, grid, *args, **kwargs) -> None:
-    kernel[grid](*args, **kwargs)
-
-
-def _compile_only(kernel, grid, *args, **kwargs) -> None:
-    kernel.warmup(*args, grid=grid, **kwargs)  # compiles (or finds in the cache), launches nothing
 
 
 def _forward_launch(launch, device, B, H, C, T, D, k, has_bias, causal, S, bias, w1, b1, w2, b2, A, bias_bstride):
@@ -361,8 +347,7 @@ class _DAPETritonKernel(torch.autograd.Function):
         B, H, T, _ = S.shape
         D, C, _, k = w1.shape
         S = _dense32(S)
-        shared = _shared(bias)
-        b_in = None if bias is None else _dense32(bias[:1] if shared else bias)
+        b_in, shared = _bias_operand(bias)
         A = torch.empty_like(S)
         _forward_launch(_launch, S.device, B, H, C, T, D, k, b_in is not None, bool(causal),
                         S, S if b_in is None else b_in, _dense32(w1), _dense32(b1), _dense32(w2), _dense32(b2), A,
@@ -373,9 +358,7 @@ class _DAPETritonKernel(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         S, bias, w1, b1, w2, b2, causal, softmax = inputs
         ctx.meta = (bool(causal), bool(softmax), None if bias is None else bias.shape, w1.shape, w2.shape)
-        shared = _shared(bias)
-        b_in = None if bias is None else _dense32(bias[:1] if shared else bias)
-        ctx.shared = shared
+        b_in, ctx.shared = _bias_operand(bias)
         ctx.save_for_backward(_dense32(S), b_in, _dense32(w1), _dense32(b1), _dense32(w2),
                               output if softmax else None)
 
