@@ -17,6 +17,7 @@ A compile takes about a second on 2 cores the first time (then Triton's disk cac
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from itertools import product
 
@@ -38,9 +39,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=_ints, default=[32], help="DAPE: hidden widths")
     parser.add_argument("--k", type=_ints, default=[1, 3, 5], help="DAPE: kernel sizes")
     args = parser.parse_args(argv)
+    if any(v < 1 for v in [*args.d_h, *args.npos, *args.heads, *args.hidden, *args.k]) or any(k % 2 == 0 for k in args.k):
+        parser.error("sizes must be positive, and DAPE's k odd")
+    if importlib.util.find_spec("triton") is None:
+        parser.error("triton is not installed (pip install -e \".[gpu]\", Linux)")
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns while unset; 1 is its default
 
     from synthlab.model.native import triton_aot as ta
+
+    if bad := [p for p in args.precision.split(",") if p not in ta.PRECISIONS]:
+        parser.error(f"--precision {','.join(bad)}: each one of {', '.join(ta.PRECISIONS)}")
 
     if args.dape:
         _dape_table(ta, args)

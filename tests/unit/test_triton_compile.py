@@ -283,3 +283,13 @@ def test_a_kernel_that_does_not_compile_leaves_the_pytorch_path_on(monkeypatch):
         warnings.simplefilter("error")  # no second warning
         assert not cope._triton(q(24)) and not cope._triton(q(12)) and not cope._triton(q(40))
     assert tries == [12, 24]
+
+
+@pytest.mark.parametrize("argv", [["--precision", "fp8"], ["--dape", "--k", "2"], ["--d-h", "0"]])
+def test_resources_script_refuses_bad_input_with_exit_2(argv, capsys):
+    script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "triton_resources.py"))
+    with pytest.raises(SystemExit) as exit_:
+        script["main"](argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr()
+    assert err.out == "" and err.err.strip().splitlines()[-1].startswith("triton_resources.py: error:")
