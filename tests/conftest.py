@@ -60,6 +60,9 @@ def interpreted_child():
 
     if INTERPRETER:
         pytest.skip("the parent of the interpreter run")
+    broken = _interpreter_broken_by_numpy()
+    if broken:
+        pytest.skip(broken)
 
     def run(test_file: str, timeout: int = 900) -> None:
         here = Path(test_file).resolve()
@@ -73,6 +76,25 @@ def interpreted_child():
         assert proc.returncode == 0 and passed and int(passed.group(1)) >= n_interpreted, out[-6000:]
 
     return run
+
+
+def _version(text: str) -> tuple[int, int]:
+    return tuple(int(x) for x in text.split(".")[:2])
+
+
+def _interpreter_broken_by_numpy() -> str | None:
+    """Why Triton's interpreter cannot run here, or None. Before triton 3.7 it turns a kernel's
+    scalar into a Python int with ``int(array)`` on a one-element array (a loop bound like
+    ``range(0, last_block + 1)``), which numpy 2.4 refuses (TypeError): every kernel test would fail
+    inside triton, not in the kernels. (Seen with triton 3.6, the GPU machines' release, and numpy
+    2.4 / 2.5; the same tests pass with 3.6 and numpy 2.3, and with 3.7's fix.)"""
+    import numpy
+    import triton
+
+    if _version(triton.__version__) < (3, 7) and _version(numpy.__version__) >= (2, 4):
+        return (f"triton {triton.__version__}'s interpreter cannot run with numpy {numpy.__version__} "
+                f"(fixed in triton 3.7; numpy < 2.4 also works)")
+    return None
 
 
 def _pg(command: str) -> int:
