@@ -295,3 +295,67 @@ def test_resources_script_refuses_bad_input_with_exit_2(argv, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr()
     assert err.out == "" and ": error: " in err.err.strip().splitlines()[-1]  # argparse's one line
+
+
+class _StandInCudaDriver:
+    """What triton's launch path asks of the active driver before it compiles: a device, its
+    stream, and the target (here an H100's, sm_90). Nothing is launched, so nothing more."""
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+@compiles
+@pytest.mark.parametrize("path", ["cope", "dape"])
+def test_builds_compile_through_triton_launch_path_for_an_h100(monkeypatch, path):
+    """``builds()`` compiles with ``JITFunction.warmup``: triton's own launch path (argument
+    binding, specialization, options, the compile), the first thing a GPU runs, untouched by the
+    launcher-equality tests above (they record the launches). Here with a stand-in driver that
+    names sm_90 and CPU tensors for the CUDA operands: every kernel compiles, with no warning
+    (a failure would leave the GPU on the PyTorch path), and each kernel's PTX is the one
+    triton_aot compiles from its config, so the resource tables describe what a GPU runs. (PTX,
+    not the cubin: ptxas writes the source file's modification time into its line table.)"""
+    import warnings
+
+    from triton.runtime.driver import driver
+
+    from synthlab.model.native import dape_triton as dt
+    from synthlab.model.native.triton_build import KernelBuilds
+
+    kernels = ([ct._cope_fwd_kernel, ct._cope_bwd_query_kernel, ct._cope_bwd_key_kernel] if path == "cope"
+               else [dt._dape_fwd_kernel, dt._dape_bwd_kernel])
+    for kernel in kernels:  # compiles land in a fresh per-device cache, dropped after the test
+        monkeypatch.setattr(kernel, "device_caches", type(kernel.device_caches)(kernel.create_binder))
+    monkeypatch.setattr(driver, "_active", _StandInCudaDriver())
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *size, device=None, **kw: empty(
+        *size, device="cpu" if device is not None and torch.device(device).type == "cuda" else device, **kw))
+    cuda = torch.device("cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if path == "cope":
+            monkeypatch.setattr(ct, "BUILDS", KernelBuilds("CoPE", "SYNTHLAB_COPE_TRITON"))
+            # H, T, d_h, npos; T and its 7 key blocks no multiples of 16, as the configs take them
+            assert ct.builds(cuda, 4, 200, 64, 64, True)
+            configs = ta.cope_launch_configs(64, 64, True, "ieee")
+        else:
+            monkeypatch.setattr(dt, "BUILDS", KernelBuilds("DAPE", "SYNTHLAB_DAPE_TRITON"))
+            assert dt.builds(cuda, 4, 8, 200, 32, 3, True, True, True)  # H, C = 2H with a bias, T, D, k
+            configs = ta.dape_launch_configs(4, 32, 3, True, True, True, "ieee")
+    built = {}
+    for kernel in kernels:
+        cache = kernel.device_caches[0][0]
+        assert cache, f"{kernel.__name__} was not compiled"
+        for compiled in cache.values():
+            assert compiled.metadata.target.arch == 90
+            built.setdefault(kernel.__name__, []).append(compiled.asm["ptx"])
+    for cfg in configs:
+        assert cfg.compile(90).ptx in built[cfg.name], f"{cfg.name}: the launch path compiled other code"

@@ -65,6 +65,7 @@ class Resources:
     stack_bytes: int | None
     compile_seconds: float
     cubin: bytes = field(repr=False)
+    ptx: str = field(repr=False, default="")  # the code ptxas was given: equal PTX, equal kernel
 
 
 def nvidia_tool(name: str) -> str | None:
@@ -133,7 +134,8 @@ def compile_kernel(kernel, arch: int, signature: dict[str, str], constexprs: dic
     cubin = compiled.asm["cubin"]
     registers, stack = register_usage(cubin)
     return Resources(kernel=kernel.__name__, arch=arch, num_warps=num_warps, shared_bytes=compiled.metadata.shared,
-                     registers=registers, stack_bytes=stack, compile_seconds=seconds, cubin=cubin)
+                     registers=registers, stack_bytes=stack, compile_seconds=seconds, cubin=cubin,
+                     ptx=compiled.asm["ptx"])
 
 
 # ---- CoPE's launches ----
