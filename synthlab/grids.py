@@ -1,7 +1,7 @@
 """Result records -> tidy table -> grids (seaborn heatmaps, CSV, Markdown).
 
-- records are read by :func:`synthlab.records.read_results`, tidied by
-  :func:`synthlab.tables.tidy` (both importable from here too);
+- records are read by :func:`synthlab.records.read_results`, tidied by :func:`tidy`
+  (:func:`synthlab.tables.tidy` plus each run's preset; both importable from here);
 - :func:`grid` pivots a tidy table into a grid: rows ``y`` (e.g. encoding), columns ``x``
   (``d_model``, ``split``, ``length``, ``task``...), cell = mean and spread (std) over seeds of
   the headline metric in percent (``accuracy`` = 100 m, ``error`` = 100 (1 - m)); a cell with no
@@ -23,12 +23,14 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from synthlab.config import PRESETS
 from synthlab.errors import check_input_file, naming
 from synthlab.lineplots import by_length
 from synthlab.papers import canonical, same
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
-from synthlab.tables import check_records, pooled_axes, pooled_labels, tidy
+from synthlab.tables import SETTING_COLUMNS, check_records, pooled_axes, pooled_labels
+from synthlab.tables import tidy as _tidy
 
 __all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
 
@@ -53,26 +55,31 @@ class Grid:
     best_of: tuple[str, ...] = ()  # cells are the best run over seeds x these settings (see make_grid)
     # (row, column) -> the source paper's number for that cell (synthlab.papers.PaperValue)
     paper: dict[tuple[Any, Any], Any] = dataclasses.field(default_factory=dict)
+    # (row, column) -> what every run of the cell shares: its settings (pe, d_model, n_layers,
+    # task.<param>, ...), its preset and the split (length) it reads; mark_papers matches by it
+    settings: dict[tuple[Any, Any], dict[str, Any]] = dataclasses.field(default_factory=dict)
     runs: int = 0  # the runs the grid was made from, and how many of them failed
     runs_failed: int = 0
     # an OOD grid's per-length results, one row per run x split x length (synthlab.lineplots.
     # by_length), drawn beside the heatmap by save(); None when the records have no by_length
     lengths: Any = None
 
-    def mark_papers(self, papers: Iterable[Any], split: str | list[str] | None = None) -> None:
-        """Attach the papers' numbers to the cells they describe: a paper cell whose keys are
-        this grid's row and column fields (plus, for a grid of one split, that split)."""
-        for p in papers:
-            cell = canonical(p.cell)
-            rest = {k: v for k, v in cell.items() if k not in (self.x, self.y)}
-            if self.x not in cell or self.y not in cell:
+    def mark_papers(self, papers: Iterable[Any]) -> None:
+        """Attach the papers' numbers to the cells they describe. A paper value (a
+        :class:`synthlab.papers.PaperValue`) goes beside a cell when the cell's runs come from a
+        preset it lists (``presets``, default the paper preset: never beside a smaller scale)
+        and share every key its cell names (``pe``, ``split``, ``d_model``, ``n_layers``, a task
+        parameter...), whether the grid shows that key as a row, a column, part of a row label
+        or not at all. A key the paper cell does not name does not matter to it, so a paper
+        cell names every setting its paper fixes (CoPE Table 8: d_model, n_layers, n_heads).
+        The cells' settings come from :func:`make_grid`, their preset from :func:`tidy`."""
+        for key, have in self.settings.items():
+            if key in self.paper:
                 continue
-            if rest and not (set(rest) == {"split"} and isinstance(split, str) and rest["split"] == split):
-                continue
-            for yi in self.mean.index:
-                for xi in self.mean.columns:
-                    if same(yi, cell[self.y]) and same(xi, cell[self.x]):
-                        self.paper[(yi, xi)] = p
+            for p in papers:
+                if _paper_matches(p, have):
+                    self.paper[key] = p
+                    break
 
     def labels(self) -> list[list[str]]:
         out = []
@@ -190,6 +197,85 @@ class Grid:
                                        linewidth=0))
                 ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8, color="#b22222",
                         bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
+
+
+def _paper_matches(p: Any, have: dict[str, Any]) -> bool:
+    """Paper value ``p`` describes a grid cell whose runs share ``have`` (Grid.settings)."""
+    if have.get("preset") not in p.presets:
+        return False
+    for k, v in canonical(p.cell).items():
+        col = k if k in have else f"task.{k}"
+        if col not in have or not same(have[col], v):
+            return False
+    return True
+
+
+def tidy(records: Iterable[dict[str, Any]] | str | os.PathLike):
+    """:func:`synthlab.tables.tidy` with each row's ``preset`` (the record's; a failed run's
+    record has none: the preset of the finished runs of its study, where they have one), which
+    the grids mark the papers' numbers by."""
+    if isinstance(records, (str, os.PathLike)):
+        records = read_results(records)
+    records = list(records)
+    table = _tidy(records)
+    by_study: dict[Any, set] = {}
+    for r in records:
+        if r.get("preset") in PRESETS:
+            by_study.setdefault(r.get("study"), set()).add(r["preset"])
+
+    def preset_of(r: dict[str, Any]) -> Any:
+        if r.get("preset") is not None:
+            return r["preset"]
+        known = by_study.get(r.get("study")) if r.get("study") is not None else None
+        return next(iter(known)) if known and len(known) == 1 else None
+
+    presets = [preset_of(r) for r in records]
+    table["preset"] = [presets[int(i)] for i in table["record"]] if len(table) else []
+    return table
+
+
+def _shared(rows, cols: list[str]) -> dict[str, Any]:
+    """The columns in which ``rows`` hold one value (missing values aside), and that value."""
+    out = {}
+    for c in cols:
+        vals = rows[c].dropna().unique()
+        if len(vals) == 1:
+            out[c] = vals[0].item() if hasattr(vals[0], "item") else vals[0]
+    return out
+
+
+def _cell_settings(ok, failed, x: str, y: str, split: Any, index: list[Any], columns: list[Any]):
+    """(row, column) -> the settings every run of the cell shares (SETTING_COLUMNS, the DAPE
+    kernel, the PoSE chunk number, the task parameters, the preset) and the split / length the
+    cell reads: what a paper cell is matched against (Grid.mark_papers)."""
+    cols = [c for c in ok.columns if c in SETTING_COLUMNS or c.startswith("task.")
+            or c in ("dape_k", "pose_chunks", "preset")]
+    axes = {x, y} & {"split", "length"}
+    groups: dict[tuple[Any, Any], list] = {}
+    for (yi, xi), grp in ok.groupby([y, x], dropna=True):
+        groups.setdefault((yi, xi), []).append(grp)
+    if not axes:
+        for (yi, xi), grp in failed.groupby([y, x], dropna=True):
+            groups.setdefault((yi, xi), []).append(grp)
+    else:  # a failed run has no split or length: it belongs to its whole row (column)
+        other = y if x in axes else x
+        for oi, grp in failed.groupby(other, dropna=True):
+            for key in ([(oi, xi) for xi in columns] if other == y else [(yi, oi) for yi in index]):
+                groups.setdefault(key, []).append(grp)
+    import pandas as pd
+
+    out: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for yi in index:
+        for xi in columns:
+            parts = groups.get((yi, xi))
+            have = _shared(pd.concat(parts), cols) if parts else {}
+            for field, label in ((y, yi), (x, xi)):
+                if field in ("split", "length"):
+                    have[field] = label
+            if "split" not in axes and isinstance(split, str):
+                have["split"] = split
+            out[(yi, xi)] = have
+    return out
 
 
 def _order(values: Iterable[Any]) -> list[Any]:
@@ -314,11 +400,14 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
                 nf.loc[oi, :] = grp["record"].nunique()
             elif oi in nf.columns:
                 nf.loc[:, oi] = grp["record"].nunique()
+    settings = _cell_settings(ok, failed, x, y, split, list(mean.index), list(mean.columns))
     # lengths and chunk numbers arrive as floats (NaN-able columns): label them 256, not 256.0
     rows, cols = _whole_numbers(mean.index), _whole_numbers(mean.columns)
     mean, std, n, nf = (f.rename(index=rows, columns=cols) for f in (mean, std, n, nf))
+    settings = {(rows.get(yi, yi), cols.get(xi, xi)): have for (yi, xi), have in settings.items()}
     return Grid(kind=kind, x=x, y=y, metric=value_col, show=show, mean=mean, std=std, n=n, n_failed=nf, title=title,
-                best_of=tuple(best_of), runs=int(df["record"].nunique()), runs_failed=int(failed["record"].nunique()))
+                best_of=tuple(best_of), runs=int(df["record"].nunique()), runs_failed=int(failed["record"].nunique()),
+                settings=settings)
 
 
 def _no_lengths(df, split: Any) -> str:
@@ -384,7 +473,7 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
     g = make_grid(table, kind, x, y, metric=metric, show=show, split=split,
                   title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''} {title}")
     if d["spec"] is not None and metric == d["spec"].metric and show == d["spec"].show:
-        g.mark_papers(d["spec"].papers, split)
+        g.mark_papers(d["spec"].papers)
     if kind == "ood":
         g.lengths = by_length(table)
     if out is not None:
@@ -432,7 +521,7 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,
         g = make_grid(table, "capacity", cap_x, spec.capacity_y, spec.metric, spec.show, split=spec.in_dist,
                       title=f"{title}: capacity ({_what(spec.metric, spec.show)} on {spec.in_dist}{best_title})",
                       best_of=best_of)
-        g.mark_papers(spec.papers, spec.in_dist)
+        g.mark_papers(spec.papers)
         g.save(out_dir / f"capacity{suffix}.png")
         grids.append(g)
     if spec.ood or spec.ood_x not in ("split",):
@@ -447,7 +536,7 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,
             g = make_grid(table, "ood", x, y, spec.metric, spec.show, split=split,
                           title=f"{title}: OOD ({_what(spec.metric, spec.show)}"
                                 f"{'' if isinstance(split, list) else ' on ' + split}{best_title})", best_of=best_of)
-            g.mark_papers(spec.papers, split)
+            g.mark_papers(spec.papers)
             g.lengths = by_length(table, best_of)
             g.save(out_dir / f"ood{suffix}.png")
             grids.append(g)

@@ -18,6 +18,12 @@ beside us"):
     worse = { pe = "rope", split = "ood-sparse" }
     presets = ["quick", "paper"]   # optional (default quick and paper): where it should show
 
+A paper value is shown (beside a grid cell, in the claims table) only for results of a preset
+it lists, and beside a cell whose runs share every key its ``cell`` names; a key it does not
+name does not matter to it, so a paper cell names every setting the paper fixes that a sweep
+varies (``d_model = 256, n_layers = 4, n_heads = 4`` where a preset sweeps the model size, the
+encoding's full spec ``cope:npos=258`` where a preset sets its parameters).
+
 A threshold claim names one ``cell`` and ``at_least`` or ``at_most`` (percent) instead of
 better / worse. A cell's keys are columns of :func:`synthlab.tables.tidy` (``pe``, ``split``,
 ``d_model``, ``n_heads``, ``dape_k``, ``pose_chunks``, ``length``, or a task parameter such as
@@ -333,9 +339,24 @@ def _cell_label(cell: dict[str, Any]) -> str:
     return " ".join(str(v) if k in ("pe", "split", "task") else f"{k}={v}" for k, v in cell.items())
 
 
-def paper_value_for(papers: list[PaperValue], cell: dict[str, Any]) -> PaperValue | None:
+def paper_value_for(papers: list[PaperValue], cell: dict[str, Any], preset: str) -> PaperValue | None:
+    """The paper's number for a claim's ``cell`` judged on results of ``preset``: the first
+    paper value that lists the preset and whose cell's every key the claim's cell names, with
+    the same value (the rule of the grids, :meth:`synthlab.grids.Grid.mark_papers`); failing
+    that, for the claims table only, the first whose cell holds every key the claim names (the
+    paper's number at its own scale, its ``setting`` printed beside it, the verdict then
+    "not comparable (other scale)" or the ordering's, as the claim's presets say)."""
+    want = canonical(cell)
     for p in papers:
-        if len(p.cell) == len(cell) and all(k in p.cell and same(p.cell[k], v) for k, v in cell.items()):
+        if preset not in p.presets:
+            continue
+        if all(k in want and same(want[k], v) for k, v in canonical(p.cell).items()):
+            return p
+    # a claim judged at another scale (its verdict says so) still shows where it comes from: the
+    # paper value whose cell has every key the claim names, with the paper's setting beside it
+    for p in papers:
+        have = canonical(p.cell)
+        if all(k in have and same(v, have[k]) for k, v in want.items()):
             return p
     return None
 
@@ -355,7 +376,7 @@ def verdicts(records: list[dict[str, Any]], spec) -> list[Verdict]:
             if not all(s.present for s in stats):
                 continue  # not part of these results (e.g. `--pe cope,rope` and a claim about NoPE)
             verdict, reason = judge(c, stats, spec.show, preset)
-            out.append(Verdict(c, preset, stats, [paper_value_for(spec.papers, cell) for cell in c.cells()],
+            out.append(Verdict(c, preset, stats, [paper_value_for(spec.papers, cell, preset) for cell in c.cells()],
                                verdict, reason))
     return out
 

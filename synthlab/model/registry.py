@@ -55,8 +55,9 @@ _ONE_PER_MODEL = ("rotary", "absolute", "contextual", "processor")  # kinds with
 #: Runs saved before it was recorded are revision 1, whose forms were: one CoPE table and one
 #: T5 bucket table per layer, CoPE-ALiBi with Press et al.'s ALiBi slopes, token embeddings not
 #: scaled by sqrt(d_model) under sinusoidal APE, FIRE's threshold a raw parameter (its state
-#: dict key ``L`` is converted on load) and no eps in FIRE's normaliser.
-PE_REVISION = 2
+#: dict key ``L`` is converted on load) and no eps in FIRE's normaliser. Revision 2 had ALiBi
+#: symmetric in encoder mode (revision 3: the CHE reference's +0.5 m_h on the keys before the query).
+PE_REVISION = 3
 
 
 # ---- parameter checks -------------------------------------------------------------------
@@ -163,7 +164,7 @@ _ROWS = [
        ".encoders.bias:FIRE", params={"width": 32, "c": 0.1, "L": 512.0}, checks={"width": POSITIVE_INT, "c": POSITIVE, "L": POSITIVE}),
     _E("relative", "bias", "learned vector per distance added to keys: q_i (k_j + e[i-j]); distance past the table is an error", "Shaw et al. 2018, Self-Attention with Relative Position Representations",
        ".encoders.bias:Relative", max_len_hint="raise max_len or use relative-capped"),
-    _E("relative-capped", "bias", "relative, distances past the table (max_len) use its last row", "Shaw et al. 2018; Golovneva et al. 2024 (CoPE) Sec. 5.5",
+    _E("relative-capped", "bias", "relative, distances past the table (max_len) use its last row; max_len defaults to the longest evaluated length, so CoPE Sec. 5.5's cap at the training context needs --set model.max_len=<training length>", "Shaw et al. 2018; Golovneva et al. 2024 (CoPE) Sec. 5.5",
        ".encoders.bias:RelativeCapped"),
     _E("cope", "contextual", "gates sigmoid(q k) counted from j to i, interpolated learned position logits, one table shared by all layers (cope:layer_tables=1: one per layer)", "Golovneva et al. 2024, Contextual Position Encoding (CoPE)",
        ".encoders.contextual:CoPE", index=None, params={"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25},
@@ -289,7 +290,8 @@ INDEX_SCHEMES: dict[str, tuple[str, str]] = {
     "rope-scaling linear": ("--rope-scaling linear: positions / s (position interpolation), s = L_eval / L_train "
                             "(with PoSE: s = target / T throughout)", "Chen et al. 2023, Position Interpolation"),
     "rope-scaling ntk": ("--rope-scaling ntk: base * s^(d/(d-2))", "bloc97 2023, NTK-aware scaled RoPE"),
-    "rope-scaling yarn": ("--rope-scaling yarn: NTK-by-parts ramp (alpha=1, beta=32), logits x (0.1 ln s + 1)^2", "Peng et al. 2023, YaRN"),
+    "rope-scaling yarn": ("--rope-scaling yarn: NTK-by-parts ramp (alpha=1, beta=32; linear in r as the paper's formula, "
+                          "the reference code ramps over the pair index), logits x (0.1 ln s + 1)^2", "Peng et al. 2023, YaRN"),
 }
 
 

@@ -306,3 +306,41 @@ def test_task_minimum_lengths():
         TASKS["parity_check"](train_max_length=50)
     with pytest.raises(ValueError, match="'test_max_length'"):
         TASKS["parity_check"](test_max_length=30)
+
+
+# ---- scripts/trivial_baselines.py: the floor a CHE result must clear ----------------------------
+
+def _baselines_script():
+    import runpy
+    from pathlib import Path
+
+    return runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "trivial_baselines.py"))
+
+
+def test_trivial_baselines_find_the_floors_above_chance():
+    """1 / classes is the floor only for balanced outputs: brackets' answer 0 is frequent
+    (~30 %), bucket_sort's sorted output follows its position (~80 %); parity stays at 50 %."""
+    baselines = _baselines_script()["baselines"]
+    lengths = list(range(30, 101, 35))
+    mab = baselines(TASKS["modular_arithmetic_brackets"](), lengths, 400, 0)
+    assert mab["chance"] == 20.0 and 26.0 < mab["constant"] < 36.0
+    sort = baselines(TASKS["bucket_sort"](), lengths, 200, 0)
+    assert sort["constant"] < 25.0 and sort["position"] > 75.0
+    parity = baselines(TASKS["parity_check"](), lengths, 400, 0)
+    assert abs(parity["constant"] - 50.0) < 6.0 and abs(parity["position"] - 50.0) < 6.0
+    stack = baselines(TASKS["stack_manipulation"](), lengths, 200, 0)  # scored up to its terminator: ragged
+    assert 30.0 < stack["position"] < 65.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tasks", "even_pairs,nope"], "not a CHE task"),
+    (["--preset", "huge"], "unknown"),
+    (["--samples", "1"], "--samples"),
+])
+def test_trivial_baselines_bad_input_exits_2(argv, message, capsys):
+    main = _baselines_script()["main"]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr()
+    assert message in err.err and err.out == ""

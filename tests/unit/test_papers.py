@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -25,11 +26,11 @@ pe = ["cope", "rope"]
 
 
 def rec(pe: str, seed: int, test: float, sparse: float, preset: str = "quick", d_model: int = 64,
-        status: str = "ok") -> dict:
+        status: str = "ok", n_layers: int = 2, n_heads: int = 4) -> dict:
     """A result record with read accuracies (fractions)."""
     r = {"schema": 1, "task": "flipflop", "pe": pe, "status": status, "preset": preset,
          "task_params": {"n_pairs": 64}, "positions": None,
-         "model": {"d_model": d_model, "n_layers": 2, "n_heads": 4},
+         "model": {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads},
          "train": {"seed": seed, "steps": 1000, "batch_size": 32, "lr": 2e-3},
          "metrics": {"test": {"token_acc": test}, "ood-sparse": {"token_acc": sparse}} if status == "ok" else {}}
     return r
@@ -92,7 +93,10 @@ def test_claim_reproduced_only_beyond_the_spread():
             [rec("rope", i, 1.0, a) for i, a in enumerate([0.8, 0.75, 0.82])]
     (v,) = papers.verdicts(apart, s)
     assert v.verdict == papers.REPRODUCED
-    assert v.paper == [None, s.papers[0]]  # the paper's number for the rope cell rides along
+    assert v.paper == [None, s.papers[0]]  # the claims table names the paper's number and setting at any preset
+    (v,) = papers.verdicts([{**r, "preset": "paper"} for r in apart], s)
+    assert v.verdict == papers.REPRODUCED
+    assert v.paper == [None, s.papers[0]]  # at the paper preset the rope cell's number rides along
     # overlapping: rope has one seed as good as CoPE, so the sds overlap the gap
     overlap = [rec("cope", i, 1.0, a) for i, a in enumerate([1.0, 0.9, 1.0])] + \
               [rec("rope", i, 1.0, a) for i, a in enumerate([0.8, 1.0, 0.9])]
@@ -143,11 +147,15 @@ def test_threshold_claims():
 
 
 def test_markdown_and_csv_rows_carry_paper_and_verdict(tmp_path):
-    records = [rec("cope", i, 1.0, 1.0) for i in range(3)] + [rec("rope", i, 1.0, a) for i, a in
-                                                               enumerate([0.8, 0.75, 0.82])]
+    records = [rec("cope", i, 1.0, 1.0, preset="paper") for i in range(3)] + \
+              [rec("rope", i, 1.0, a, preset="paper") for i, a in enumerate([0.8, 0.75, 0.82])]
     vs = papers.verdicts(records, spec())
     md = papers.markdown(vs, "error")
-    assert "| CoPE below RoPE | CoPE Table 2 | quick | rope ood-sparse 20.3 ± 2.9 (d 256) |" in md
+    assert "| CoPE below RoPE | CoPE Table 2 | paper | rope ood-sparse 20.3 ± 2.9 (d 256) |" in md
+    # the same runs at quick: the claim is judged there, the paper's number shown with its own setting
+    quick = papers.markdown(papers.verdicts([{**r, "preset": "quick"} for r in records], spec()), "error")
+    assert "| CoPE below RoPE | CoPE Table 2 | quick | rope ood-sparse 20.3 ± 2.9 (d 256) |" in quick
+    assert "**reproduced**" in quick
     assert "cope ood-sparse 0.0 ± 0.0 (n 3) vs rope ood-sparse 21.0 ± 3.6 (n 3)" in md
     assert "**reproduced**" in md
     files = papers.save(vs, "error", tmp_path)
@@ -180,9 +188,9 @@ def test_save_writes_both_tables_or_neither(tmp_path, monkeypatch):
 
 def test_grid_marks_the_paper_cell_in_labels_markdown_and_csv():
     s = spec()
-    records = [rec(pe, i, 1.0, a) for pe, a in (("cope", 1.0), ("rope", 0.8)) for i in range(3)]
+    records = [rec(pe, i, 1.0, a, preset="paper") for pe, a in (("cope", 1.0), ("rope", 0.8)) for i in range(3)]
     g = make_grid(tidy(records), "ood", "split", "pe", "token_acc", "error", split=["test", "ood-sparse"])
-    g.mark_papers(s.papers, ["test", "ood-sparse"])
+    g.mark_papers(s.papers)
     labels = dict(zip(g.mean.index, g.labels()))
     assert labels["rope"][1] == "20.0\n±0.0 (n 3)\npaper 20.3 ± 2.9"
     assert "paper" not in labels["cope"][1]
@@ -192,12 +200,19 @@ def test_grid_marks_the_paper_cell_in_labels_markdown_and_csv():
 
 
 def test_every_installed_sweep_file_parses_its_paper_sections():
+    """Every claim's and paper number's encoding is one its presets sweep, spelt as the
+    records name it (a preset that sets an encoding parameter, selective_copy's paper
+    cope:npos=258, has cells that say so: a bare "cope" would match no run of it)."""
     for name in ("flipflop", "flipflop_lm", "selective_copy", "counting", "arithmetic", "binfa", "pose", "mqar", "che"):
         s = load_sweep(name)
         assert s.claims, f"{name} states no claim"
-        for c in s.claims:
-            for cell in c.cells():
-                assert cell.get("pe") in s.axes["pe"], f"{name}: claim names pe {cell.get('pe')!r} the sweep lacks"
+        for what, entry, cells in ([("claim", c, c.cells()) for c in s.claims]
+                                   + [("paper", p, [p.cell]) for p in s.papers]):
+            for preset in entry.presets:
+                swept = {papers.canonical({"pe": pe})["pe"] for pe in s.preset_axes(preset)["pe"]}
+                for cell in cells:
+                    pe = papers.canonical({k: v for k, v in cell.items() if k != "dape_k"})["pe"]
+                    assert pe in swept, f"{name}: {what} names pe {cell.get('pe')!r} the {preset} preset lacks"
 
 
 def test_a_dape_cell_names_its_kernel_as_the_sweep_axis_does():
@@ -230,3 +245,152 @@ def test_grid_judges_records_by_the_sweep_that_wrote_them():
     assert sweep_spec_for(records).name == "flipflop"  # no study: the task's first sweep
     assert sweep_spec_for([{**r, "study": "flipflop_lm-quick"} for r in records]).name == "flipflop_lm"
     assert sweep_spec_for([{**r, "study": "flipflop-paper"} for r in records]).name == "flipflop"
+
+
+# ---- issue: paper numbers beside the wrong cells (a paper value is shown only at a preset it
+# lists, beside a cell whose runs share every key its cell names)
+
+def _flipflop_quick():
+    """The flip-flop quick preset's runs (T 128, d 64, 2 layers / 4 heads, reads-only loss)."""
+    out = []
+    for pe, sparse in (("cope", [1.0, 0.95, 0.97]), ("rope", [0.8, 0.82, 0.85]), ("learned", [0.7, 0.66, 0.7])):
+        for i, a in enumerate(sparse):
+            r = rec(pe, i, 1.0, a)
+            r["task_params"] = {"n_pairs": 64, "loss": "reads"}
+            r["metrics"]["ood-dense"] = {"token_acc": 1.0}
+            r["study"] = "flipflop-quick"
+            out.append(r)
+    return out
+
+
+def _flipflop_paper():
+    """Paper-preset runs at the Table 8 size (d 256, 4 layers / 4 heads) and at d 128 (same
+    layers / heads): T 512, 3 seeds each."""
+    out = []
+    for d in (128, 256):
+        for pe, sparse in (("cope", [0.96, 0.94, 0.95]), ("rope", [0.8, 0.79, 0.78])):
+            for i, a in enumerate(sparse):
+                r = rec(pe, i, 1.0, a, preset="paper", d_model=d, n_layers=4, n_heads=4)
+                r["task_params"] = {"n_pairs": 256}
+                r["train"] = {"seed": i, "steps": 10000, "batch_size": 16, "lr": 3e-4}
+                r["study"] = "flipflop-paper"
+                out.append(r)
+    return out
+
+
+def _paper_texts(g) -> list[str]:
+    return [t for row in g.labels() for t in row if "paper" in t]
+
+
+def test_quick_flipflop_grids_carry_no_paper_number(tmp_path):
+    """The paper's T 512 numbers (CoPE Table 8, preset paper) are not printed beside the quick
+    preset's T 128 / d 64 cells: not in the PNG's labels, the CSV's paper column or the
+    Markdown (they were: 'paper 4.9 ± 4.4' beside quick's cope ood-sparse)."""
+    import pandas as pd
+
+    from synthlab import grids
+
+    records = _flipflop_quick()
+    spec_ = load_sweep("flipflop")
+    drawn = grids.sweep_grids(records, spec_, tmp_path / "grids")
+    assert drawn and all(g.paper == {} and not _paper_texts(g) for g in drawn)
+    for g in drawn:
+        assert pd.read_csv(g.files["csv"])["paper"].isna().all()
+        assert "paper" not in Path(g.files["md"]).read_text(encoding="utf-8").replace("paper_", "")
+    g = grids.grid(records, kind="ood")  # `synthlab grid results.jsonl`: the same rule
+    assert g.paper == {} and not _paper_texts(g) and g.long()["paper"].isna().all()
+    # the claims table still judges quick's claims and names the paper's numbers with their setting (T 512)
+    vs = papers.verdicts(records, spec_)
+    assert {v.verdict for v in vs} == {papers.REPRODUCED}
+    shown = [p for v in vs for p in v.paper if p is not None]
+    assert shown and all("512" in p.setting for p in shown)
+
+
+def test_paper_flipflop_grid_marks_the_table8_size_only(tmp_path):
+    """At the paper preset the grid's rows name the model axes (cope d_model=256 n_layers=4
+    n_heads=4): the Table 8 numbers go beside the d 256 / 4-layer / 4-head cells, never the
+    d 128 ones (before, no cell got a mark: the paper cells named pe and split only)."""
+    import pandas as pd
+
+    from synthlab import grids
+
+    records = _flipflop_paper()
+    spec_ = load_sweep("flipflop")
+    drawn = {g.kind: g for g in grids.sweep_grids(records, spec_, tmp_path / "grids")}
+    ood = drawn["ood"]
+    labels = dict(zip(ood.mean.index, ood.labels()))
+    col = list(ood.mean.columns).index("ood-sparse")
+    assert labels["cope d_model=256"][col].endswith("\npaper 4.9 ± 4.4")
+    assert labels["rope d_model=256"][col].endswith("\npaper 20.3 ± 2.9")
+    assert labels["cope d_model=256"][0].endswith("\npaper 0.03 ± 0.06")
+    assert not any("paper" in t for t in labels["cope d_model=128"] + labels["rope d_model=128"])
+    assert "paper" not in labels["cope d_model=256"][list(ood.mean.columns).index("ood-dense")]
+    csv = pd.read_csv(ood.files["csv"])
+    y = ood.y
+    assert csv.loc[(csv[y] == "cope d_model=256") & (csv["split"] == "ood-sparse"), "paper"].item() == 4.9
+    assert csv.loc[csv[y].str.endswith("d_model=128"), "paper"].isna().all()
+    assert ("| cope d_model=256 | 0.0 ±0.0 (n 3) · paper 0.03 ± 0.06 | 5.0 ±1.0 (n 3) · paper 4.9 ± 4.4 |"
+            in ood.markdown())
+    assert "| cope d_model=128 | 0.0 ±0.0 (n 3) | 5.0 ±1.0 (n 3) |" in ood.markdown()
+    cap = drawn["capacity"]  # d_model columns: the d 256 column of the test split only
+    assert cap.paper and all(xi == 256 for _, xi in cap.paper)
+    assert {p.value for p in cap.paper.values()} == {0.03, 1.8}
+    # rows that name n_layers / n_heads (they vary in the Table 8 grid) match them too
+    more = records + [{**r, "model": {**r["model"], "n_layers": 2}, "run_id": f"l2-{i}"} for i, r in enumerate(records)]
+    g = grids.make_grid(grids.tidy(more), "ood", "split", "pe", "token_acc", "error",
+                        split=["test", "ood-sparse", "ood-dense"])
+    g.mark_papers(spec_.papers)
+    marked = {yi for yi, _ in g.paper}
+    assert marked == {"cope d_model=256 n_layers=4", "rope d_model=256 n_layers=4"}
+    # the claims table: the Table 8 claim gets the paper's numbers beside it
+    (v,) = [v for v in papers.verdicts(records, spec_) if v.claim.source == "CoPE Table 8"]
+    assert [p.value for p in v.paper] == [4.9, 20.3] and v.verdict == papers.REPRODUCED
+
+
+def test_a_failed_run_of_the_paper_preset_keeps_its_mark():
+    """A failed run's record has no preset: its study's finished runs give it one, so the
+    paper's number still stands beside a cell whose runs all failed."""
+    from synthlab import grids
+
+    records = _flipflop_paper()
+    for r in records:
+        if r["pe"] == "rope" and r["model"]["d_model"] == 256:
+            r.update(status="failed", metrics={}, error="diverged")
+            r.pop("preset")
+    g = grids.grid(records, kind="ood")
+    labels = dict(zip(g.mean.index, g.labels()))
+    assert labels["rope d_model=256"][1] == "failed\n(3 runs)\npaper 20.3 ± 2.9"
+
+
+def test_selective_copy_paper_cells_name_the_paper_presets_cope():
+    """selective_copy's paper preset runs cope:npos=258 (records name it so): the Table 11
+    numbers and the paper claims are beside those runs; the quick preset's cope keeps its
+    claims and gets no paper number."""
+    from synthlab import grids
+
+    spec_ = load_sweep("selective_copy")
+
+    def sc(pe, seed, accs, preset):
+        return {"schema": 1, "task": "selective_copy", "pe": pe, "status": "ok", "preset": preset, "positions": None,
+                "task_params": {"n_copy": 256 if preset == "paper" else 16}, "study": f"selective_copy-{preset}",
+                "model": {"d_model": 64, "n_layers": 2, "n_heads": 2},
+                "train": {"seed": seed, "steps": 100000, "batch_size": 32, "lr": 1e-3},
+                "metrics": {s: {"token_acc": a} for s, a in zip(("test", "ood-dense", "ood-sparse"), accs)}}
+
+    paper = [sc(pe, i, accs, "paper") for pe, accs in (("cope:npos=258", (1.0, 1.0, 1.0)), ("rope", (0.6, 0.0, 0.0)),
+                                                        ("learned", (0.83, 0.75, 0.15))) for i in range(2)]
+    g = grids.grid(paper, kind="ood")
+    labels = dict(zip(g.mean.index, g.labels()))
+    assert labels["cope:npos=258"][2].endswith("paper 0.004 ± 0.006")
+    assert labels["rope"][0].endswith("paper 40.1 ± 3.5")
+    vs = papers.verdicts(paper, spec_)
+    cope_claims = [v for v in vs if v.claim.better["pe"].startswith("cope")]
+    assert len(cope_claims) == 3 and all(v.verdict == papers.REPRODUCED and v.paper[0] is not None for v in cope_claims)
+    quick = [{**r, "pe": "cope" if r["pe"].startswith("cope") else r["pe"], "preset": "quick",
+              "study": "selective_copy-quick"} for r in paper]
+    g = grids.grid(quick, kind="ood")
+    assert g.paper == {}
+    vs = papers.verdicts(quick, spec_)
+    quick_cope = [v for v in vs if v.claim.better["pe"] == "cope"]
+    # quick's npos-64 cope has no paper number (the paper's is cope:npos=258); rope's rides along in the claims table
+    assert len(quick_cope) == 3 and all(v.paper[0] is None for v in quick_cope)

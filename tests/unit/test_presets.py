@@ -231,3 +231,24 @@ def test_che_paper_preset_is_a_bidirectional_encoder_for_every_encoding():
         for pe in pes:
             cfg = resolve_config(task, pe, "paper", {})
             assert cfg.model.causal is False, (task, pe)
+
+
+def test_selective_copy_paper_preset_builds_cope_covering_the_copy_distance():
+    """Issue 15: CoPE copies the data token n_copy non-blanks back (CoPE Sec. 5.2); its
+    position there, counted inclusively by p_ij = sum_{t=j..i} g_it, is n_copy + 1 (the data
+    tokens from d_k on, the separator, the outputs before it), a row of the table only when
+    npos >= n_copy + 2. The paper preset's CoPE cells are built with such a table (they had the
+    registry's 64, clamping every copy at 63); the quick preset's fits its 16 copies as is."""
+    from synthlab.training import make_task, model_for
+
+    for preset in ("paper", "quick"):
+        cells = [c for c in expand_cells(load_sweep("selective_copy"), preset) if c.pe.startswith("cope")]
+        assert cells, preset
+        for c in cells:
+            cfg = resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed, probe=False)
+            n_copy = cfg.task_params["n_copy"]
+            model = model_for(cfg, make_task(cfg), max_len=8)
+            npos = [m.npos for m in model.modules() if type(m).__name__ == "CoPE"]
+            assert npos and min(npos) >= n_copy + 2, (preset, c.pe, npos, n_copy)
+            if preset == "paper":
+                assert n_copy == 256 and cfg.pe == c.pe == "cope:npos=258"

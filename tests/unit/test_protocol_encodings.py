@@ -292,4 +292,43 @@ def test_revision_1_keeps_the_old_forms():
     x, tok = _embedding_parts(sin, tokens)
     assert torch.allclose(x - tok, sin.abs_enc(torch.arange(10)).expand_as(x), atol=1e-6)
     with pytest.raises(ValueError, match="revision"):
-        Transformer(spec, vocab_size=V, revision=3)
+        Transformer(spec, vocab_size=V, revision=4)
+
+
+# ---- ALiBi in encoder mode: the CHE reference's symmetry break -----------------------------
+
+def _che_reference_alibi(n_heads: int, T: int) -> torch.Tensor:
+    """models/positional_encodings.py of google-deepmind/neural_networks_chomsky_hierarchy,
+    compute_alibi_encodings_biases, transcribed: -|i - j| + 0.5 below the diagonal, x slopes."""
+    tri = lambda k: torch.tril(torch.ones(T, T, dtype=torch.float64), diagonal=k)
+    alibi = torch.zeros(T, T, dtype=torch.float64)
+    alibi -= sum(tri(-i) for i in range(1, T))
+    alibi -= sum(tri(-i).T for i in range(1, T))
+    alibi += 0.5 * tri(-1)
+    return alibi * torch.tensor(alibi_slopes(n_heads), dtype=torch.float64).view(-1, 1, 1)
+
+
+@pytest.mark.parametrize("n_heads", [4, 6])
+def test_alibi_encoder_bias_is_the_che_reference(n_heads):
+    from synthlab.model.attention import PositionContext
+    from synthlab.model.cache import TensorCache
+
+    model = build_model(pe="alibi", vocab_size=V, d_model=8 * n_heads, n_layers=1, n_heads=n_heads, causal=False)
+    alibi = model.blocks[0].attn.biases[0]
+    ctx = PositionContext(9, False, torch.arange(9), True, None, None, TensorCache(), torch.device("cpu"), torch.float64)
+    assert torch.allclose(alibi(ctx)[0], _che_reference_alibi(n_heads, 9))
+
+
+def test_alibi_encoder_model_tells_left_from_right():
+    """With a symmetric bias (pe revision 2) the whole encoder commutes with reversing the input:
+    it cannot tell the token before from the token after. Revision 3 breaks that."""
+    torch.manual_seed(0)
+    x = torch.randint(0, V - 1, (2, 12))
+    gaps = {}
+    for revision in (2, 3):
+        torch.manual_seed(0)
+        m = Transformer(parse_pe("alibi"), vocab_size=V, d_model=32, n_layers=2, n_heads=4, causal=False,
+                        revision=revision).eval()
+        with torch.no_grad():
+            gaps[revision] = (m(x.flip(1)).flip(1) - m(x)).abs().max().item()
+    assert gaps[2] < 1e-5 and gaps[3] > 1e-3

@@ -35,25 +35,32 @@ def alibi_slopes(n_heads: int) -> list[float]:
 
 
 class ALiBi(nn.Module):
-    """ALiBi (Press et al. 2022): b = -m_h |i - j| (causal: -m_h (i - j)). BiPE-ALiBi uses the
-    segment index and ``scale`` = 96 (He et al. 2024, App. D). No parameters: cached per length."""
+    """ALiBi (Press et al. 2022): b = -m_h (i - j) for keys j <= i (causal). Encoder mode:
+    b = m_h (-|i - j| + 0.5 [j < i]), the bidirectional form of the CHE reference
+    (Deletang et al. 2023, ``compute_alibi_encodings_biases``): the 0.5 on the keys before the
+    query breaks the symmetry, without which a model cannot tell left from right. BiPE-ALiBi
+    uses the segment index and ``scale`` = 96 (He et al. 2024, App. D). No parameters: cached
+    per length."""
 
     @classmethod
     def build(cls, cfg: BuildConfig) -> "ALiBi":
-        return cls(cfg.n_heads, scale=cfg.params.get("slope_scale", 1.0), index=cfg.index)
+        return cls(cfg.n_heads, scale=cfg.params.get("slope_scale", 1.0), index=cfg.index,
+                   encoder_break=cfg.revision >= 3)  # pe revision <= 2: symmetric in encoder mode
 
-    def __init__(self, n_heads: int, scale: float = 1.0, index: str = "token"):
+    def __init__(self, n_heads: int, scale: float = 1.0, index: str = "token", encoder_break: bool = True):
         super().__init__()
         self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)) * scale, persistent=False)  # (H,)
-        self.index, self.scale, self.n_heads = index, scale, n_heads
+        self.index, self.scale, self.n_heads, self.encoder_break = index, scale, n_heads, encoder_break
 
     def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
-        key = ("alibi", self.index, self.scale, self.n_heads)
+        key = ("alibi", self.index, self.scale, self.n_heads, self.encoder_break)
         return ctx.memoize(key, self.index, lambda: self._bias(ctx))
 
     def _bias(self, ctx) -> torch.Tensor:
-        dist = ctx.absrel(self.index)  # (T, T) or (B, T, T) float
-        bias = -self.slopes.to(dist).view(-1, 1, 1) * dist.unsqueeze(-3)  # (1|B, H, T, T)
+        dist = -ctx.absrel(self.index)  # (T, T) or (B, T, T) float
+        if not ctx.causal and self.encoder_break:  # CHE's symmetry break: +0.5 on the keys before the query
+            dist = dist + 0.5 * (ctx.rel(self.index) > 0).to(dist)
+        bias = self.slopes.to(dist).view(-1, 1, 1) * dist.unsqueeze(-3)  # (1|B, H, T, T)
         return bias if bias.dim() == 4 else bias.unsqueeze(0)
 
     def score_mod(self, ctx):
@@ -61,15 +68,18 @@ class ALiBi(nn.Module):
         if self.index != "token" or not ctx.cacheable("token"):
             return None
         slopes = self.slopes.to(ctx.dtype)
-
-        def alibi(score, b, h, q_idx, kv_idx):
-            return score - slopes[h] * (q_idx - kv_idx).abs()
+        if ctx.causal or not self.encoder_break:
+            def alibi(score, b, h, q_idx, kv_idx):
+                return score - slopes[h] * (q_idx - kv_idx).abs()
+        else:
+            def alibi(score, b, h, q_idx, kv_idx):
+                return score + slopes[h] * (0.5 * (kv_idx < q_idx) - (q_idx - kv_idx).abs())
 
         return alibi
 
     def masked(self, ctx) -> torch.Tensor:
         """bias + causal -inf mask, the float attn_mask for scaled_dot_product_attention (cached)."""
-        key = ("alibi-masked", self.index, self.scale, self.n_heads)
+        key = ("alibi-masked", self.index, self.scale, self.n_heads, self.encoder_break)
         return ctx.memoize(key, self.index, lambda: ctx.apply_mask(self.forward(ctx)))
 
 

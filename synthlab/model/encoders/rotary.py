@@ -103,7 +103,9 @@ class Rotary(nn.Module):
             base = self.base * s ** (d / (d - 2)) if d > 2 else self.base * s
             k = torch.arange(d // 2, dtype=torch.float32, device=inv.device)
             return base ** (-2 * k / d), 1.0, 1.0
-        # yarn: NTK-by-parts
+        # yarn: NTK-by-parts, the ramp gamma(r) linear in r as the paper's Eq. writes it; the
+        # reference code (jquesnelle/yarn, transformers' _compute_yarn_parameters) ramps linearly
+        # over the pair index between the pairs where r = 32 and r = 1, another curve in between
         train_len = self.train_len if self.train_len else (T or 1) / s
         r = train_len * inv / (2 * math.pi)  # (d/2,) rotations per training window
         g = ((r - 1.0) / (32.0 - 1.0)).clamp(0.0, 1.0)
