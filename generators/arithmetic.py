@@ -16,6 +16,41 @@ def _ood_max(v: Any) -> str | None:
     return None if v >= 0 else "must be >= 0 (0: no ood-ops splits)"
 
 
+UNIFORM = "uniform"
+
+
+def _train_mix(value: Any) -> str:
+    """``train_mix`` as one string: "uniform", or weights per operator count 1..n_ops,
+    comma-separated (a list or tuple of numbers is joined so; its length is checked against
+    n_ops in :meth:`Arithmetic.validate`)."""
+    what = "task 'arithmetic': parameter 'train_mix'"
+    if isinstance(value, (list, tuple)):
+        if not value or not all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+                                for x in value):
+            raise ValueError(f"{what} must be \"uniform\" or weights per operator count 1..n_ops, got {value!r}")
+        value = ",".join(repr(float(x)) for x in value)
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be \"uniform\" or weights per operator count 1..n_ops, got {value!r}")
+    text = value.strip()
+    if text.lower() == UNIFORM:
+        return UNIFORM
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        w = np.array([float(x) for x in parts])
+    except ValueError:
+        raise ValueError(f"{what} must be \"uniform\" or comma-separated weights per operator count 1..n_ops "
+                         f"(e.g. \"1,2,3\"), got {value!r}") from None
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError(f"{what}: weights must be finite, >= 0 and not all 0, got {value!r}")
+    return ",".join(parts)
+
+
+def mix_weights(train_mix: str, n_ops: int) -> np.ndarray:
+    """Weights of operator counts 1..n_ops, (n_ops,) float: ``train_mix``'s, or all 1
+    for "uniform"."""
+    return np.ones(n_ops) if train_mix == UNIFORM else np.array([float(x) for x in train_mix.split(",")])
+
+
 class Arithmetic(Task):
     """``<bos> E_n = E_(n-1) = ... = E_0 <eos>`` over F_p (numbers ``0..p-1``, ``+ - * /``,
     brackets; ``/`` multiplies by the inverse).
@@ -30,11 +65,19 @@ class Arithmetic(Task):
 
     Splits, after the reference (guyuntian/CoT_benchmark, arithmetic/data.py: ``get(length)``
     for the test set, the ``--under`` block for the training mix):
-    ``train``: n ~ U{min_ops..n_ops} (the reference mixes 1..n_ops with P(n) ~ n, topped up
-    with n_ops-operator chains to a deduplicated set; here uniform, fresh samples);
+    ``train``: n drawn per sample by ``train_mix``: "uniform" (synthlab's own mix, the
+    default) is n ~ U{min_ops..n_ops}; a list of weights per operator count 1..n_ops (zero
+    below min_ops) draws n with those shares. The reference's 1M training set draws
+    int(size n / (1 + ... + n_ops)) chains of n operators for each n into a deduplicated set,
+    then tops it up with n_ops-operator chains: the few short chains collapse (F_11, 6
+    operators: 0.05 % / 3.5 % / 14 % / 19 % / 24 % / 40 % for n = 1..6);
+    ``scripts/arithmetic_mix.py`` computes those shares with this generator (:meth:`chains`)
+    and the sweep presets set them. Samples are drawn independently with these shares (no
+    deduplication);
     ``test``: exactly n_ops operators, as the reference's test set (and BiPE Fig. 3);
-    ``test-mix`` (only when min_ops < n_ops): the training mix, reported per operator count
-    (``op_counts``: metrics ``answer_acc_ops_k`` besides ``answer_acc``);
+    ``test-mix`` (only when train draws more than one operator count): the training mix,
+    reported per operator count (``op_counts``: metrics ``answer_acc_ops_k`` besides
+    ``answer_acc``);
     ``ood-ops-k`` for k = n_ops+1..ood_ops_max: exactly k operators (more ``=`` segments),
     disjoint from train by construction (another operator count). ``test`` and ``test-mix``
     are disjoint from train by the hash of the prompt ``<bos> E_n =`` (not of the whole chain),
@@ -60,6 +103,9 @@ class Arithmetic(Task):
         "n_ops": Param(6, int, "most operators in train; test has exactly n_ops", positive),
         "min_ops": Param(1, int, "fewest operators in train / test-mix (paper mixes 1..n_ops)", positive),
         "ood_ops_max": Param(8, int, "ood-ops-k splits for k = n_ops+1..ood_ops_max (0: none)", _ood_max),
+        "train_mix": Param(UNIFORM, _train_mix, "operator counts of train / test-mix: \"uniform\" over "
+                           "min_ops..n_ops, or weights per count 1..n_ops, comma-separated (the reference's: "
+                           "scripts/arithmetic_mix.py)"),
     }
 
     def validate(self) -> None:
@@ -69,6 +115,16 @@ class Arithmetic(Task):
         if p["ood_ops_max"] and p["ood_ops_max"] <= p["n_ops"]:
             raise ValueError(f"task 'arithmetic': parameter 'ood_ops_max' must be 0 (none) or > n_ops={p['n_ops']}, "
                              f"got {p['ood_ops_max']}")
+        if p["train_mix"] != UNIFORM:
+            w = mix_weights(p["train_mix"], len(p["train_mix"].split(",")))
+            if len(w) != p["n_ops"]:
+                raise ValueError(f"task 'arithmetic': parameter 'train_mix' must give {p['n_ops']} weights (operator "
+                                 f"counts 1..n_ops={p['n_ops']}), got {len(w)}: {p['train_mix']!r}")
+            if w[:p["min_ops"] - 1].any():
+                raise ValueError(f"task 'arithmetic': parameter 'train_mix' must give weight 0 to operator counts "
+                                 f"below min_ops={p['min_ops']}, got {p['train_mix']!r}")
+        counts = self._mix_counts()
+        self._mix_cdf = np.cumsum(mix_weights(p["train_mix"], p["n_ops"])[counts - 1])  # (len(counts),)
 
     @property
     def vocab(self) -> list[str]:
@@ -82,8 +138,15 @@ class Arithmetic(Task):
     def splits(self) -> tuple[str, ...]:
         p = self.params
         ood = tuple(f"ood-ops-{k}" for k in range(p["n_ops"] + 1, p["ood_ops_max"] + 1)) if p["ood_ops_max"] else ()
-        mix = ("test-mix",) if p["min_ops"] < p["n_ops"] else ()
+        mix = ("test-mix",) if len(self._mix_counts()) > 1 else ()
         return ("train", "test") + mix + ood
+
+    def _mix_counts(self) -> np.ndarray:
+        """The operator counts train draws: min_ops..n_ops, those with weight > 0 under a
+        weighted ``train_mix``."""
+        p = self.params
+        counts = np.arange(p["min_ops"], p["n_ops"] + 1)
+        return counts[mix_weights(p["train_mix"], p["n_ops"])[counts - 1] > 0]
 
     def split_params(self, split: str) -> dict[str, Any]:
         p = self.params
@@ -94,9 +157,9 @@ class Arithmetic(Task):
 
     def op_counts(self, split: str) -> tuple[int, ...]:
         """Operator counts whose answer accuracy is reported separately on ``split``
-        (``answer_acc_ops_k``): min_ops..n_ops on ``test-mix``, none elsewhere (one count)."""
-        p = self.params
-        return tuple(range(p["min_ops"], p["n_ops"] + 1)) if split == "test-mix" else ()
+        (``answer_acc_ops_k``): the counts train draws (min_ops..n_ops, less those of weight 0)
+        on ``test-mix``, none elsewhere (one count)."""
+        return tuple(int(k) for k in self._mix_counts()) if split == "test-mix" else ()
 
     def op_count(self, sample: Sample) -> int:
         """n, the operators of the prompt ``E_n`` (one per chain step)."""
@@ -108,10 +171,18 @@ class Arithmetic(Task):
         return {t: m + i for i, t in enumerate(list(OPS) + ["(", ")", "=", BOS, EOS])}
 
     def draw_params(self, rng: np.random.Generator, p: dict[str, Any]) -> dict[str, Any]:
-        """The operator count n ~ U{min_ops..n_ops}, drawn before the prompt-hash rejection:
-        a prompt space of one count (small for n = 1) can hold more or less than 1/16 of its
-        mass in the held-out bucket, which would otherwise reweight the counts of ``test-mix``."""
-        n = int(rng.integers(p["min_ops"], p["n_ops"] + 1))
+        """The operator count n, drawn before the prompt-hash rejection: a prompt space of one
+        count (small for n = 1) can hold more or less than 1/16 of its mass in the held-out
+        bucket, which would otherwise reweight the counts of ``test-mix``. On train and
+        test-mix (min_ops < n_ops) n follows ``train_mix``: U{min_ops..n_ops} for "uniform"
+        (the draw synthlab always made), else the weights' shares; one count elsewhere."""
+        mixed = (p["min_ops"], p["n_ops"]) == (self.params["min_ops"], self.params["n_ops"])
+        if mixed and p["min_ops"] < p["n_ops"] and self.params["train_mix"] != UNIFORM:
+            counts = self._mix_counts()
+            k = np.searchsorted(self._mix_cdf, rng.random() * self._mix_cdf[-1], side="right")
+            n = int(counts[min(int(k), len(counts) - 1)])  # (u * total rounds up to total at worst)
+        else:
+            n = int(rng.integers(p["min_ops"], p["n_ops"] + 1))
         return {**p, "min_ops": n, "n_ops": n}
 
     def generate(self, rng: np.random.Generator, p: dict[str, Any]):
@@ -179,6 +250,71 @@ class Arithmetic(Task):
         first_eq = len(chain[-1]) + 1
         scored = np.arange(first_eq, len(ids) - 1, dtype=np.int64)
         return ids, scored, ids[scored + 1]
+
+    def chains(self, rng: np.random.Generator, n: int, count: int) -> np.ndarray:
+        """``count`` chains of ``n`` operators, vectorised: ids (count, T) int64, each row
+        ``<bos> E_n = ... = E_0 <eos>`` left-aligned with -1 padding. The law of
+        :meth:`generate` (E_0 uniform; each expansion a uniform number leaf, (a, op) redrawn
+        until possible, b solved or free, the same bracket rule), not its bytes: the draws
+        are made for all chains at once (scripts/arithmetic_mix.py counts distinct chains
+        of a million draws with it)."""
+        m = self.params["modulus"]
+        if n < 1 or count < 0:
+            raise ValueError(f"task 'arithmetic': chains need n >= 1 operators and count >= 0, got n={n}, count={count}")
+        tid = self._ids(self.params)
+        plus, minus, times, div, lp, rp = (tid[t] for t in ("+", "-", "*", "/", "(", ")"))
+        inv = np.array([0] + [pow(i, m - 2, m) for i in range(1, m)], dtype=np.int64)  # inverse in F_m (0: unused)
+        rows = np.arange(count)
+        expr = rng.integers(0, m, size=(count, 1))  # E_0, (count, W) with -1 padding
+        length = np.ones(count, dtype=np.int64)
+        history = [expr]
+        for k in range(n):
+            W = expr.shape[1]
+            leaf = (expr >= 0) & (expr < m)  # (count, W); every row has k + 1 leaves
+            j = (rng.random(count) * (k + 1)).astype(np.int64)
+            pos = np.argmax(np.cumsum(leaf, axis=1) == (j + 1)[:, None], axis=1)  # the j-th leaf
+            x = expr[rows, pos]
+            a = rng.integers(0, m, size=count)
+            op = rng.integers(0, 4, size=count)
+            while True:  # redraw (a, op) where a op b = x has no b
+                bad = ((op == 2) & (a == 0) & (x != 0)) | ((op == 3) & ((a == 0) != (x == 0)))
+                if not bad.any():
+                    break
+                a[bad] = rng.integers(0, m, size=int(bad.sum()))
+                op[bad] = rng.integers(0, 4, size=int(bad.sum()))
+            free_b = rng.integers(0, m, size=count)  # b of a * b = 0 with a = 0
+            free_nz = rng.integers(1, m, size=count)  # b of 0 / b = 0
+            b = np.select([op == 0, op == 1, (op == 2) & (a != 0), op == 2, x != 0],
+                          [(x - a) % m, (a - x) % m, x * inv[a] % m, free_b, a * inv[x] % m], free_nz)
+            op_id = plus + op
+            prev = np.where(pos > 0, expr[rows, np.maximum(pos - 1, 0)], -1)
+            nxt = np.where(pos + 1 < length, expr[rows, np.minimum(pos + 1, W - 1)], -1)
+            bracket = (prev == div) | (((op_id == plus) | (op_id == minus))
+                                       & ((prev == times) | (prev == minus) | (nxt == times) | (nxt == div)))
+            width = np.where(bracket, 5, 3)
+            new = np.where(bracket[:, None], np.stack([np.full(count, lp), a, op_id, b, np.full(count, rp)], axis=1),
+                           np.stack([a, op_id, b, np.full(count, -1), np.full(count, -1)], axis=1))  # (count, 5)
+            t = np.arange(W + 4)[None, :]
+            off = t - pos[:, None]
+            old = np.where(off < 0, t, t - width[:, None] + 1)  # source position in the old expression
+            from_old = expr[rows[:, None], np.clip(old, 0, W - 1)]
+            from_old = np.where(old < W, from_old, -1)
+            from_new = new[rows[:, None], np.clip(off, 0, 4)]
+            expr = np.where((off >= 0) & (off < width[:, None]), from_new, from_old)  # (count, W + 4)
+            length = length + width - 1
+            history.append(expr)
+        eq, bos, eos = tid["="], tid[BOS], tid[EOS]
+        parts = [np.full((count, 1), bos)]
+        for e in reversed(history):
+            parts += [e, np.full((count, 1), eq)]
+        parts[-1] = np.full((count, 1), eos)
+        flat = np.concatenate(parts, axis=1)  # (count, total) with -1 holes
+        valid = flat >= 0
+        dest = np.cumsum(valid, axis=1) - 1  # each token's place once the holes are gone
+        out = np.full((count, int(dest[:, -1].max()) + 1 if count else 0), -1, dtype=np.int64)
+        r, c = np.nonzero(valid)
+        out[r, dest[r, c]] = flat[r, c]
+        return out
 
     # -- what the trainer uses -----------------------------------------------------------
     def prompt_length(self, sample: Sample) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import string
 import zlib
+from contextvars import ContextVar
 from typing import Any
 
 from abc import abstractmethod
@@ -15,6 +16,9 @@ from .base import Param, Sample, Task, positive
 
 SEP, YES, NO = "#", "Y", "N"
 
+#: the split :meth:`_AutomatonTask.sample_one` is drawing (generate() keeps its hash bucket)
+_SPLIT: ContextVar[str | None] = ContextVar("automaton_split", default=None)
+
 
 def _density(v: Any) -> str | None:
     return None if 0.0 < v <= 1.0 else "must be in (0, 1]"
@@ -22,6 +26,11 @@ def _density(v: Any) -> str | None:
 
 def symbol_names(s: int) -> list[str]:
     return list(string.ascii_lowercase[:s]) if s <= 26 else [f"s{i}" for i in range(s)]
+
+
+def _digits(count: int, base: int, width: int) -> np.ndarray:
+    """The numbers 0..count-1 as ``width`` digits in ``base``, most significant first, (count, width)."""
+    return np.arange(count)[:, None] // base ** np.arange(width - 1, -1, -1)[None, :] % base
 
 
 def _random_subset(rng: np.random.Generator, n: int, prob: float) -> np.ndarray:
@@ -34,7 +43,8 @@ def _random_subset(rng: np.random.Generator, n: int, prob: float) -> np.ndarray:
 
 
 class _AutomatonTask(Task):
-    """Shared machinery: strings, balanced labels, simulation by Boolean transfer matrices."""
+    """Shared machinery: strings, labels balanced per segment count, simulation by Boolean
+    transfer matrices."""
 
     PARAMS = {
         "n_sets": Param(4, int, "k: number of state sets Q_1..Q_k", positive),
@@ -50,6 +60,11 @@ class _AutomatonTask(Task):
     #: an automaton is kept when random strings of train and of ood-segments each have at
     #: least this share of either label (then balancing by rejection stays cheap)
     MIN_CLASS_RATE = 0.1
+    #: ... and when random strings of every segment count 1..ood_max_segments have at least
+    #: this share of either label (estimated on RATE_STRINGS strings): the label is balanced
+    #: within each segment count by rejection, so no count may (almost) never give one label
+    MIN_SEGMENT_RATE = 0.02
+    RATE_STRINGS = 400
     MAX_DRAWS = 50
     #: largest table of precomputed block products (floats); 4-token blocks for small automata
     BLOCK_TABLE_FLOATS = 1 << 21
@@ -63,25 +78,27 @@ class _AutomatonTask(Task):
             raise ValueError(f"task {self.name!r}: parameter 'automaton_seed' must be >= 0, got {p['automaton_seed']}")
         self._check_structure()
         # the automaton: the first draw from automaton_seed whose language is not degenerate
-        # (random NFAs often accept almost everything or almost nothing); labels are then
-        # balanced by rejection sampling in generate()
+        # (random NFAs often accept almost everything or almost nothing, and often one label
+        # at some segment count, e.g. after one segment); labels are then balanced within
+        # each segment count by rejection sampling in generate()
         for attempt in range(self.MAX_DRAWS):
             key = [p["automaton_seed"], zlib.crc32(self.name.encode()), attempt]
             rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
             self.set_automaton(*self._build(rng))
             check = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key + [1])))
-            for split in ("train", "ood-segments"):
-                q = self.split_params(split)
-                rate = self._label_rate(check, q, 200)
-                if min(rate, 1.0 - rate) < self.MIN_CLASS_RATE:
-                    break
-            else:
+            rates = [self._label_rate(check, self.split_params(split), 200) for split in ("train", "ood-segments")]
+            if min(min(r, 1.0 - r) for r in rates) < self.MIN_CLASS_RATE:
+                continue
+            check = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key + [2])))
+            per_count = self.segment_label_rates(check, p["ood_max_segments"], self.RATE_STRINGS)
+            if np.minimum(per_count, 1.0 - per_count).min() >= self.MIN_SEGMENT_RATE:
                 self.automaton_draw = attempt
                 return
         raise ValueError(
             f"task {self.name!r}: parameter 'density'={p['density']} (automaton_seed={p['automaton_seed']}) gives no "
             f"automaton in {self.MAX_DRAWS} draws whose language has >= {self.MIN_CLASS_RATE:.0%} of each label "
-            f"(train and ood-segments); try density near 0.25")
+            f"(train and ood-segments) and >= {self.MIN_SEGMENT_RATE:.0%} of each at every segment count "
+            f"1..{p['ood_max_segments']}; try density near 0.25 or another automaton_seed")
 
     def _check_structure(self) -> None:
         """Cross-parameter checks of the automaton's shape (each subclass has its own)."""
@@ -90,6 +107,7 @@ class _AutomatonTask(Task):
         """Install an automaton: ``delta`` (s+1, Q, Q) bool (last symbol ``#``), start state,
         accepting states (Q,) bool; precomputes the float matrices the simulation uses."""
         self.delta, self.start, self.accept = delta, int(start), accept
+        self._cell_tables: dict[tuple, dict] = {}  # generate()'s enumerated strings, per automaton
         Q = delta.shape[1]
         d = delta.astype(np.float32)
         self._ext = np.concatenate([d[:-1], np.eye(Q, dtype=np.float32)[None]])  # index -1 = identity
@@ -127,14 +145,28 @@ class _AutomatonTask(Task):
         return {"seg_min": lo, "seg_max": hi, "seg_len": p["seg_len"], "n_symbols": p["n_symbols"], "trace": p["trace"]}
 
     # -- generation -------------------------------------------------------------------------
-    #: candidate strings simulated together per draw (the first with the wanted label is kept)
+    #: candidate strings simulated together in the first draw (the first with the wanted
+    #: label on the split's side of the hash partition is kept); each further draw doubles
+    #: them, up to MAX_CANDIDATES
     CANDIDATES = 2
+    MAX_CANDIDATES = 64
+    #: draws per (segment count, label) before another pair is drawn: ~12,600 candidates.
+    #: validate() keeps every label rate >= MIN_SEGMENT_RATE, so outside the held-out bucket
+    #: a miss has probability < 1e-100, inside it (1/16 of the strings) < 1e-6
+    MAX_TRIES = 200
+    #: (segment count, label) pairs per sample before giving up
+    MAX_CELLS = 50
 
-    def _draw_strings(self, rng: np.random.Generator, p: dict[str, Any], c: int) -> tuple[np.ndarray, np.ndarray]:
+    def _draw_strings(self, rng: np.random.Generator, p: dict[str, Any], c: int,
+                      n_seg: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``c`` strings as symbols (c, S, W) with -1 padding (after a segment's end, and whole
-        segments after a string's end), and their segment counts (c,). W = seg_len rounded
-        up to a power of two, S = the longest string's segment count."""
-        n_seg = rng.integers(p["seg_min"], p["seg_max"] + 1, size=c)  # (c,)
+        segments after a string's end), and their segment counts (c,): each U{seg_min..seg_max},
+        or all ``n_seg`` when given. W = seg_len rounded up to a power of two, S = the longest
+        string's segment count."""
+        if n_seg is None:
+            n_seg = rng.integers(p["seg_min"], p["seg_max"] + 1, size=c)  # (c,)
+        else:
+            n_seg = np.full(c, int(n_seg))
         S, L = int(n_seg.max()), p["seg_len"]
         W = 1 << (L - 1).bit_length()  # (the tree product wants a power of two)
         lens = rng.integers(1, L + 1, size=(c, S))  # (c, S)
@@ -193,39 +225,140 @@ class _AutomatonTask(Task):
         sym, n_seg = self._draw_strings(rng, p, n)
         return float(self._final_labels(sym, n_seg).mean())
 
+    def segment_label_rates(self, rng: np.random.Generator, max_segments: int, n: int) -> np.ndarray:
+        """Share of accepted strings at every segment count 1..max_segments, (max_segments,):
+        ``n`` random strings of max_segments segments, the state set pushed token by token
+        (one small matrix product per position for all strings) and read after each ``#``
+        (the first j segments of a random string are a random j-segment string)."""
+        p = {"seg_min": max_segments, "seg_max": max_segments, "seg_len": self.params["seg_len"],
+             "n_symbols": self.params["n_symbols"]}
+        sym, _ = self._draw_strings(rng, p, n)  # (n, S, W), -1 padding
+        B, Q = self._ext2.shape[:2]
+        step = self._ext2.transpose(1, 0, 2).reshape(Q, B * Q)  # v @ step -> v @ M_b for every b
+        tok = np.where(sym >= 0, sym, B - 1)  # padding -> identity
+        v = np.zeros((n, Q), dtype=np.float32)
+        v[:, self.start] = 1.0
+        rows = np.arange(n)
+        accepted = np.empty((n, max_segments), dtype=bool)
+        for j in range(max_segments):
+            for w in [*range(sym.shape[2]), None]:  # the segment's positions, then '#'
+                b = tok[:, j, w] if w is not None else np.full(n, B - 2)
+                v = np.minimum((v @ step).reshape(n, B, Q)[rows, b], 1.0)
+            accepted[:, j] = v @ self._acc > 0
+        return accepted.mean(axis=0)
+
+    def sample_one(self, split: str, seed: int, index: int, overrides: dict[str, Any] | None = None,
+                   p: dict[str, Any] | None = None) -> Sample:
+        # generate() reads the split: it keeps only candidates of the split's hash bucket, so
+        # that the hash partition cannot reweight the labels of a segment count (see generate)
+        token = _SPLIT.set(split)
+        try:
+            return super().sample_one(split, seed, index, overrides, p)
+        finally:
+            _SPLIT.reset(token)
+
     def generate(self, rng: np.random.Generator, p: dict[str, Any]):
+        """One string: its segment count n ~ U{seg_min..seg_max} as before, then its final
+        label uniformly, then a string of n segments with that label on the split's side of
+        the hash partition (:meth:`Task._accept`; chosen here, not by rejection in
+        :meth:`sample_one`, which would redraw n and the label and so weight them by the
+        held-out bucket's share of each: on the quick preset's test split P(Y | 1 segment)
+        would be ~0.66). So P(Y | n) = 1/2 on every split and no rule that reads only the
+        length (the number of ``#``) beats chance.
+
+        The string: candidates of n segments until one qualifies; or, where the strings of n
+        segments number at most ENUM_MAX (tiny spaces, e.g. one segment of <= 5 symbols over
+        4), drawn from the exact law of the qualifying ones (enumerated once). Where none
+        qualifies (such a tiny space whose held-out sixteenth, or train's rest, lacks a label
+        at n; or, beyond ENUM_MAX, none among MAX_TRIES draws, ~12,600 candidates), the
+        sample draws another (n, label). Called outside :meth:`sample_one`, no partition
+        applies."""
+        split = _SPLIT.get()
+        for _ in range(self.MAX_CELLS):
+            n = int(rng.integers(p["seg_min"], p["seg_max"] + 1))
+            want = bool(rng.integers(0, 2))
+            table = self._cell_table(p, n, split)
+            if table is not None:
+                samples, cum = table[want]
+                if len(samples):
+                    ids, scored = samples[int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))]
+                    ids, scored = ids.copy(), scored.copy()  # the table's arrays stay unshared
+                    return ids, scored, ids[scored + 1]
+                continue  # no such string on this side of the partition: another (n, label)
+            # a held-out split keeps 1/HASH_BUCKETS of the candidates: start with that many more
+            c = self.CANDIDATES * (self.HASH_BUCKETS if split in self.HELD_OUT_SPLITS else 1)
+            for _ in range(self.MAX_TRIES):
+                sym, n_seg = self._draw_strings(rng, p, c, n)  # (c, n, W)
+                labels = self._labels(sym, n_seg) if p["trace"] else self._final_labels(sym, n_seg)[:, None]
+                for k in np.flatnonzero(labels[:, -1] == want):
+                    ids, scored = self._assemble(p, sym[k], labels[k])
+                    if split is None or self._accept(ids, split):
+                        return ids, scored, ids[scored + 1]
+                c = min(2 * c, self.MAX_CANDIDATES)
+        raise ValueError(f"task {self.name!r}: split {split!r} has too few distinct strings of each label at its segment "
+                         f"counts {p['seg_min']}..{p['seg_max']} (automaton_seed={self.params['automaton_seed']}); "
+                         "try larger seg_len or n_symbols, or another automaton_seed")
+
+    def _assemble(self, p: dict[str, Any], sym: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, scored) of one string given as (n, W) symbols with -1 padding and its labels:
+        (n,) after every segment with ``trace``, else (1,) the final one."""
         s = p["n_symbols"]
         sep, yes, no = s, s + 1, s + 2
-        want = bool(rng.integers(0, 2))  # balanced final label
-        for _ in range(2_500):
-            sym, n_seg = self._draw_strings(rng, p, self.CANDIDATES)
-            if p["trace"]:
-                labels = self._labels(sym, n_seg)  # (c, S)
-                final = labels[np.arange(len(n_seg)), n_seg - 1]
-            else:
-                final = self._final_labels(sym, n_seg)  # (c,)
-                labels = final[:, None]
-            hit = np.flatnonzero(final == want)
-            if len(hit):
-                break
-        else:  # pragma: no cover - validate() rejects automata this unbalanced
-            raise ValueError(f"task {self.name!r}: parameter 'automaton_seed' gives too few "
-                             f"{'accepted' if want else 'rejected'} strings")
-        k = int(hit[0])
-        n = int(n_seg[k])
-        sym, labels = sym[k, :n], labels[k, :n]  # (n, W), (n,) (non-trace: the final label only)
+        n = len(sym)
         label_ids = np.where(labels, yes, no)
         if p["trace"]:
             # each row: symbols, '#', label; then drop padding
             rows = np.concatenate([sym, np.full((n, 1), sep), label_ids[:, None]], axis=1)
-            ids = rows[rows >= 0]
+            ids = rows[rows >= 0].astype(np.int64)
             scored = np.flatnonzero(ids == sep)
         else:
             rows = np.concatenate([sym, np.full((n, 1), sep)], axis=1)
-            ids = np.append(rows[rows >= 0], label_ids[-1])
+            ids = np.append(rows[rows >= 0], label_ids[-1]).astype(np.int64)
             scored = np.array([len(ids) - 2])
-        ids = ids.astype(np.int64)
-        return ids, scored.astype(np.int64), ids[scored + 1]
+        return ids, scored.astype(np.int64)
+
+    #: segment counts with at most this many distinct strings are enumerated (see generate)
+    ENUM_MAX = 4096
+
+    def _cell_table(self, p: dict[str, Any], n: int, split: str | None):
+        """For a segment count n with at most ENUM_MAX strings: {label: (samples (ids, scored)
+        of the strings of n segments with that final label on ``split``'s side of the hash
+        partition, cumulative probabilities)}, built once per task; None for a larger count."""
+        L, s = p["seg_len"], p["n_symbols"]
+        K = total = 0
+        for length in range(1, L + 1):  # K: strings of one segment
+            K += s**length
+            if K > self.ENUM_MAX:
+                return None
+        for _ in range(n):  # K^n: strings of n segments
+            total = max(total, 1) * K
+            if total > self.ENUM_MAX:
+                return None
+        key = (n, split, L, s, bool(p["trace"]))
+        if key not in self._cell_tables:
+            W = 1 << (L - 1).bit_length()
+            seg = np.full((K, W), -1)
+            prob = np.empty(K)
+            i = 0
+            for length in range(1, L + 1):  # every segment of `length` symbols: P = 1/L * s^-length
+                seg[i:i + s**length, :length] = _digits(s**length, s, length)
+                prob[i:i + s**length] = s ** -float(length) / L
+                i += s**length
+            combo = _digits(total, K, n)  # (K^n, n): the segments of each string
+            sym, pr = seg[combo], prob[combo].prod(axis=1)  # (K^n, n, W), (K^n,)
+            n_seg = np.full(len(sym), n)
+            labels = self._labels(sym, n_seg) if p["trace"] else self._final_labels(sym, n_seg)[:, None]
+            table = {}
+            for want in (False, True):
+                samples, weights = [], []
+                for k in np.flatnonzero(labels[:, -1] == want):
+                    ids, scored = self._assemble(p, sym[k], labels[k])
+                    if split is None or self._accept(ids, split):
+                        samples.append((ids, scored))
+                        weights.append(pr[k])
+                table[want] = (samples, np.cumsum(weights))
+            self._cell_tables[key] = table
+        return self._cell_tables[key]
 
     # -- independent check ------------------------------------------------------------------
     def solve(self, sample: Sample) -> list[str]:
@@ -259,8 +392,15 @@ class BiNFA(_AutomatonTask):
 
     A string: n_seg segments of U{1..seg_len} uniform symbols each closed by ``#``, then the
     label ``Y``/``N`` (accepted after the last ``#``, subset simulation). Final labels are
-    balanced (draw the label, then strings until one has it). ``trace=true``: a label after every
-    ``#``, all scored. Splits: train / test n_seg ~ U{1..N}; ``ood-segments`` n_seg ~
+    balanced within each segment count on every split (draw the count, then the label, then a
+    string of that count with that label: P(Y | number of ``#``) = 1/2, so a rule that reads
+    only the length scores chance; validate() keeps only automata with >= 2 % of each label
+    at every count 1..ood_max_segments; see ``generate`` for tiny string spaces). Before
+    this, the label was drawn first and the count with the string, so P(Y | count) followed
+    the acceptance rate at each length (quick preset: P(Y) ~0.2 after one segment; a
+    majority-per-count rule scored ~56 % on test). ``trace=true``: a label after every
+    ``#``, all scored (only the final one is balanced per count; the earlier ones follow the
+    acceptance rate of their prefix). Splits: train / test n_seg ~ U{1..N}; ``ood-segments`` n_seg ~
     U{N+1..ood_max_segments}, disjoint from train by construction (more ``#``). Metric:
     accuracy (chance 50%). BiPE separator: ``#``.
     """
