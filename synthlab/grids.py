@@ -23,14 +23,13 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from synthlab.config import PRESETS
 from synthlab.errors import check_input_file, naming
 from synthlab.lineplots import by_length
 from synthlab.papers import canonical, same
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
-from synthlab.tables import SETTING_COLUMNS, check_records, pooled_axes, pooled_labels
-from synthlab.tables import tidy as _tidy
+from synthlab.tables import cell_settings as _cell_settings, check_records, pooled_axes, pooled_labels
+from synthlab.tables import tidy_with_presets as tidy
 
 __all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
 
@@ -208,74 +207,6 @@ def _paper_matches(p: Any, have: dict[str, Any]) -> bool:
         if col not in have or not same(have[col], v):
             return False
     return True
-
-
-def tidy(records: Iterable[dict[str, Any]] | str | os.PathLike):
-    """:func:`synthlab.tables.tidy` with each row's ``preset`` (the record's; a failed run's
-    record has none: the preset of the finished runs of its study, where they have one), which
-    the grids mark the papers' numbers by."""
-    if isinstance(records, (str, os.PathLike)):
-        records = read_results(records)
-    records = list(records)
-    table = _tidy(records)
-    by_study: dict[Any, set] = {}
-    for r in records:
-        if r.get("preset") in PRESETS:
-            by_study.setdefault(r.get("study"), set()).add(r["preset"])
-
-    def preset_of(r: dict[str, Any]) -> Any:
-        if r.get("preset") is not None:
-            return r["preset"]
-        known = by_study.get(r.get("study")) if r.get("study") is not None else None
-        return next(iter(known)) if known and len(known) == 1 else None
-
-    presets = [preset_of(r) for r in records]
-    table["preset"] = [presets[int(i)] for i in table["record"]] if len(table) else []
-    return table
-
-
-def _shared(rows, cols: list[str]) -> dict[str, Any]:
-    """The columns in which ``rows`` hold one value (missing values aside), and that value."""
-    out = {}
-    for c in cols:
-        vals = rows[c].dropna().unique()
-        if len(vals) == 1:
-            out[c] = vals[0].item() if hasattr(vals[0], "item") else vals[0]
-    return out
-
-
-def _cell_settings(ok, failed, x: str, y: str, split: Any, index: list[Any], columns: list[Any]):
-    """(row, column) -> the settings every run of the cell shares (SETTING_COLUMNS, the DAPE
-    kernel, the PoSE chunk number, the task parameters, the preset) and the split / length the
-    cell reads: what a paper cell is matched against (Grid.mark_papers)."""
-    cols = [c for c in ok.columns if c in SETTING_COLUMNS or c.startswith("task.")
-            or c in ("dape_k", "pose_chunks", "preset")]
-    axes = {x, y} & {"split", "length"}
-    groups: dict[tuple[Any, Any], list] = {}
-    for (yi, xi), grp in ok.groupby([y, x], dropna=True):
-        groups.setdefault((yi, xi), []).append(grp)
-    if not axes:
-        for (yi, xi), grp in failed.groupby([y, x], dropna=True):
-            groups.setdefault((yi, xi), []).append(grp)
-    else:  # a failed run has no split or length: it belongs to its whole row (column)
-        other = y if x in axes else x
-        for oi, grp in failed.groupby(other, dropna=True):
-            for key in ([(oi, xi) for xi in columns] if other == y else [(yi, oi) for yi in index]):
-                groups.setdefault(key, []).append(grp)
-    import pandas as pd
-
-    out: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for yi in index:
-        for xi in columns:
-            parts = groups.get((yi, xi))
-            have = _shared(pd.concat(parts), cols) if parts else {}
-            for field, label in ((y, yi), (x, xi)):
-                if field in ("split", "length"):
-                    have[field] = label
-            if "split" not in axes and isinstance(split, str):
-                have["split"] = split
-            out[(yi, xi)] = have
-    return out
 
 
 def _order(values: Iterable[Any]) -> list[Any]:

@@ -4,6 +4,8 @@
 aggregate metrics; ``by_length`` entries give one row per length with the value in
 ``token_acc``). A failed record gives one row with NaN metrics, so it shows up as missing.
 :func:`check_records` refuses what synthlab never writes (NaN, text metrics, unknown tasks).
+:func:`tidy_with_presets` adds each run's preset, and :func:`cell_settings` what every run of a
+grid cell shares: what a paper's number is matched against (``Grid.mark_papers``).
 :func:`pooled_axes` / :func:`pooled_labels` name the runs a grid row or a plotted line holds
 when they differ in more than its label (never averaged as if they were seeds).
 A row names its run by the record's fields, the DAPE kernel and PoSE chunk number read back
@@ -18,6 +20,7 @@ import os
 from typing import Any, Iterable
 
 from synthlab.cells import dape_k_of, pose_chunks_of
+from synthlab.config import PRESETS
 from synthlab.records import read_results
 
 # what a record's run was, besides its seed: the candidates for a grid axis, and what the runs
@@ -181,3 +184,71 @@ def _bad_value(v: Any, path: str) -> tuple[str, Any] | None:
                 return bad
         return None
     return path, v
+
+
+def tidy_with_presets(records: Iterable[dict[str, Any]] | str | os.PathLike):
+    """:func:`tidy` with each row's ``preset`` (the record's; a failed run's
+    record has none: the preset of the finished runs of its study, where they have one), which
+    the grids mark the papers' numbers by."""
+    if isinstance(records, (str, os.PathLike)):
+        records = read_results(records)
+    records = list(records)
+    table = tidy(records)
+    by_study: dict[Any, set] = {}
+    for r in records:
+        if r.get("preset") in PRESETS:
+            by_study.setdefault(r.get("study"), set()).add(r["preset"])
+
+    def preset_of(r: dict[str, Any]) -> Any:
+        if r.get("preset") is not None:
+            return r["preset"]
+        known = by_study.get(r.get("study")) if r.get("study") is not None else None
+        return next(iter(known)) if known and len(known) == 1 else None
+
+    presets = [preset_of(r) for r in records]
+    table["preset"] = [presets[int(i)] for i in table["record"]] if len(table) else []
+    return table
+
+
+def _shared(rows, cols: list[str]) -> dict[str, Any]:
+    """The columns in which ``rows`` hold one value (missing values aside), and that value."""
+    out = {}
+    for c in cols:
+        vals = rows[c].dropna().unique()
+        if len(vals) == 1:
+            out[c] = vals[0].item() if hasattr(vals[0], "item") else vals[0]
+    return out
+
+
+def cell_settings(ok, failed, x: str, y: str, split: Any, index: list[Any], columns: list[Any]):
+    """(row, column) -> the settings every run of the cell shares (SETTING_COLUMNS, the DAPE
+    kernel, the PoSE chunk number, the task parameters, the preset) and the split / length the
+    cell reads: what a paper cell is matched against (Grid.mark_papers)."""
+    cols = [c for c in ok.columns if c in SETTING_COLUMNS or c.startswith("task.")
+            or c in ("dape_k", "pose_chunks", "preset")]
+    axes = {x, y} & {"split", "length"}
+    groups: dict[tuple[Any, Any], list] = {}
+    for (yi, xi), grp in ok.groupby([y, x], dropna=True):
+        groups.setdefault((yi, xi), []).append(grp)
+    if not axes:
+        for (yi, xi), grp in failed.groupby([y, x], dropna=True):
+            groups.setdefault((yi, xi), []).append(grp)
+    else:  # a failed run has no split or length: it belongs to its whole row (column)
+        other = y if x in axes else x
+        for oi, grp in failed.groupby(other, dropna=True):
+            for key in ([(oi, xi) for xi in columns] if other == y else [(yi, oi) for yi in index]):
+                groups.setdefault(key, []).append(grp)
+    import pandas as pd
+
+    out: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for yi in index:
+        for xi in columns:
+            parts = groups.get((yi, xi))
+            have = _shared(pd.concat(parts), cols) if parts else {}
+            for field, label in ((y, yi), (x, xi)):
+                if field in ("split", "length"):
+                    have[field] = label
+            if "split" not in axes and isinstance(split, str):
+                have["split"] = split
+            out[(yi, xi)] = have
+    return out
