@@ -18,8 +18,9 @@ beside us"):
     worse = { pe = "rope", split = "ood-sparse" }
     presets = ["quick", "paper"]   # optional (default quick and paper): where it should show
 
-A paper value is shown (beside a grid cell, in the claims table) only for results of a preset
-it lists, and beside a cell whose runs share every key its ``cell`` names; a key it does not
+A paper value is shown beside a grid cell only for results of a preset it lists, and only
+where the cell's runs share every key its ``cell`` names (the claims table also shows it, with
+its ``setting``, beside a claim judged at another preset); a key it does not
 name does not matter to it, so a paper cell names every setting the paper fixes that a sweep
 varies (``d_model = 256, n_layers = 4, n_heads = 4`` where a preset sweeps the model size, the
 encoding's full spec ``cope:npos=258`` where a preset sets its parameters).
