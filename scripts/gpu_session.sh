@@ -4,13 +4,15 @@
 # outputs land in $OUT (the device tool brings them back) or in gpu-results/.
 #   bash scripts/gpu_wheels.sh                       # here, once: the wheels the machine lacks
 #   run(command="bash scripts/gpu_session.sh PART", carry=[".whl"])
-# A session has 30 minutes of device time (machine start included): three parts at most, in
-# this order of priority:
+# A session has 15 minutes of device time (2026-11; machine start, idle waits and every call
+# included) and the machine goes back after 30 s idle, so: one part, perhaps a second called at
+# once. Parts, in this order of priority (trustworthy results first):
+#   paper: CoPE and RoPE at the paper's size, 3 seeds stacked per encoding (scripts/gpu_paper.py,
+#       issue 15): a 60-s dry run at the smoke preset, then 8 minutes of the real runs; its
+#       results.jsonl comes back; a later call on the same warm machine resumes from the
+#       checkpoints in /tmp/paper and skips what is recorded.
 #   quick (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's Triton
 #       kernels on and off): issue 12's targets.
-#   paper: CoPE and RoPE at the paper's size, 3 seeds stacked per encoding (scripts/gpu_paper.py,
-#       issue 15), for 9 minutes; its results.jsonl comes back; a later call on the same warm
-#       machine resumes from the checkpoints in /tmp/paper and skips what is recorded.
 #   sweep: the main command's wall time with 1..8 workers, with and without --batch-seeds.
 #   flex: the additive biases through compiled FlexAttention (SYNTHLAB_FLEX_ATTENTION=1)
 #       against the float mask: tests and per-step times (off by default until this says).
@@ -53,7 +55,8 @@ if [[ $part == quick ]]; then
     SYNTHLAB_COPE_TRITON=0 step train-paper-cope-pytorch 50 python3 benchmarks/training.py --device cuda --steps 40 \
         --skip-mfu --size paper --encodings rope,cope
 elif [[ $part == paper ]]; then  # issue 15: CoPE vs RoPE at the paper's scale, 3 seeds stacked per encoding
-    step paper-runs 540 python3 scripts/gpu_paper.py /tmp/paper
+    step paper-dry-run 60 python3 scripts/gpu_paper.py /tmp/paper-smoke --preset smoke
+    step paper-runs 480 python3 scripts/gpu_paper.py /tmp/paper
     cp /tmp/paper/results.jsonl "$out/paper-results.jsonl" 2>/dev/null
 elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off by default until it does)
     CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests-flex 240 python3 -m pytest -v -p no:cacheprovider \

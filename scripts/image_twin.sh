@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machines' Python packages, on this CPU: a venv with the releases their image holds
 # (read off a machine in 2026-11: Python 3.12, torch 2.11.0, triton 3.6.0, lightning 2.6.6,
-# numpy 2.5), synthlab installed in it, then pytest. Device time is short (30 minutes a session,
+# numpy 2.5), synthlab installed in it, then pytest. Device time is short (15 minutes a session,
 # machine start included); this finds what breaks under those releases before a session spends
 # it. Run with no arguments: the whole suite (about 15 minutes on 2 cores; the CUDA tests skip,
 # the Triton kernels still compile for sm_90 / sm_80 with 3.6's ptxas). Extra arguments go to
