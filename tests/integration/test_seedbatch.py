@@ -44,13 +44,17 @@ def test_batched_seeds_equal_separate_runs(pe, tmp_path):
     assert run.model is not None
 
 
-def test_each_seed_is_clipped_by_its_own_gradient_norm(tmp_path):
+# every kind of learned position parameter: absolute table, T5 buckets, Kerple's per-head
+# scalars (projected in place), FIRE's MLP and scalars, DAPE's convolutions, Shaw's table
+@pytest.mark.parametrize("pe", ["rope", "learned", "t5", "kerple", "fire", "nope+dape", "relative"])
+def test_each_seed_is_clipped_and_decayed_by_its_own(pe, tmp_path):
     # a tiny clip threshold clips every step: global clipping over the stacked tensors would
-    # scale each seed by the norm of all three, and the runs would part
-    ov = {**TINY, "grad_clip": 0.05, "steps": 15}
-    batched = train_seeds("flipflop", "rope", SEEDS, preset="smoke", overrides=ov, out=tmp_path / "b")
+    # scale each seed by the norm of all three, and the runs would part; a large weight decay
+    # makes a decay applied to other parameters than a single run's (or none) show too
+    ov = {**TINY, "grad_clip": 0.05, "weight_decay": 1.0, "steps": 15, "threads": 1}
+    batched = train_seeds("flipflop", pe, SEEDS, preset="smoke", overrides=ov, out=tmp_path / "b")
     for seed, rec in zip(SEEDS, batched):
-        alone = synthlab.train("flipflop", "rope", preset="smoke", seed=seed, overrides=ov, out=tmp_path / "s")
+        alone = synthlab.train("flipflop", pe, preset="smoke", seed=seed, overrides=ov, out=tmp_path / "s")
         a, b = _weights(tmp_path / "b", rec), _weights(tmp_path / "s", alone)
         assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
 
