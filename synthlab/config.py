@@ -99,7 +99,9 @@ class TrainConfig:
     lr: float = _f(1e-3, _gt(0.0), "peak learning rate")
     warmup: int = _f(0, _range(0, MAX_STEPS), "linear warmup steps")
     schedule: str = _f("linear", _in(*SCHEDULES), "decay after warmup")
-    weight_decay: float = _f(0.1, _ge(0.0), "AdamW weight decay (matrices only)")
+    weight_decay: float = _f(0.1, _ge(0.0), "AdamW weight decay on the parameters of 2+ dims: weight matrices, the "
+                             "token embedding and the learned position tables (learned APE, T5 / Shaw tables, CoPE's "
+                             "pos_emb, DAPE's and FIRE's MLP weights); none on biases, LayerNorm, Kerple's and FIRE's scalars")
     grad_clip: float = _f(1.0, _ge(0.0), "max gradient norm (0 = off)")
     n_train: int | None = _f(None, _opt(_range(1, 10**7)), "fixed training set size; none = fresh samples every step")
     eval_samples: int = _f(500, _range(1, 10**6), "evaluation samples per split (per length group)")

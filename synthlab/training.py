@@ -163,8 +163,9 @@ def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
 
 
 def optimizer_and_schedule(decay: list[torch.Tensor], other: list[torch.Tensor], tc: Any) -> dict[str, Any]:
-    """A run's optimiser for Lightning: AdamW with weight decay on ``decay`` (the matrices) only,
-    stepped per step through :func:`lr_factor`'s warmup and decay."""
+    """A run's optimiser for Lightning: AdamW with weight decay on ``decay`` only (the parameters
+    of 2+ dims, as nanoGPT's: matrices, embeddings and learned position tables; not biases,
+    LayerNorm or per-head scalars), stepped per step through :func:`lr_factor`'s warmup and decay."""
     groups = [{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}]
     # on a GPU the fused kernel: one launch for every parameter instead of a few per group
     # (elementwise, so deterministic); on CPU the default, whose results the records hold
