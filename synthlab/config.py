@@ -87,7 +87,9 @@ class ModelConfig:
     dropout: float = _f(0.0, _unit_interval_open_right, "dropout probability")
     tie_embeddings: bool = _f(False, None, "share input embedding and output head")
     causal: bool = _f(True, None, "causal decoder (True) or bidirectional encoder (False)")
-    max_len: int | None = _f(None, _opt(_range(1, 2**20)), "position table size; none = longest evaluated sequence")
+    max_len: int | None = _f(None, _opt(_range(1, 2**20)), "position table size; none = longest evaluated sequence "
+                             "(then, on tasks of varied lengths, train.eval_samples sizes the learned / relative / "
+                             "BiPE tables and so the random init of every weight drawn after them)")
 
 
 @dataclass
