@@ -3,7 +3,7 @@
 - records are read by :func:`synthlab.records.read_results`, tidied by :func:`tidy`
   (:func:`synthlab.tables.tidy` plus each run's preset; both importable from here);
 - :func:`grid` pivots a tidy table into a grid: rows ``y`` (e.g. encoding), columns ``x``
-  (``d_model``, ``split``, ``length``, ``task``...), cell = mean and spread (std) over seeds of
+  (``d_model``, ``split``, ``length``, ``task``...), cell = mean and spread (std, n - 1) over seeds of
   the headline metric in percent (``accuracy`` = 100 m, ``error`` = 100 (1 - m)); a cell with no
   finished run is NaN, never 0: marked "failed" where its runs failed, blank where none ran.
   :meth:`Grid.save` writes PNG + CSV + Markdown (all three or none);
@@ -28,7 +28,7 @@ from synthlab.lineplots import by_length
 from synthlab.papers import canonical, same
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
-from synthlab.tables import cell_settings as _cell_settings, check_records, pooled_axes, pooled_labels
+from synthlab.tables import cell_settings as _cell_settings, check_records, per_seed, pooled_axes, pooled_labels
 from synthlab.tables import tidy_with_presets as tidy
 
 __all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
@@ -309,8 +309,9 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
         key_x = ["(failed)"]
     mean = pd.DataFrame(np.nan, index=key_y, columns=key_x)
     std, n, nf = mean.copy(), pd.DataFrame(0, index=key_y, columns=key_x), pd.DataFrame(0, index=key_y, columns=key_x)
-    # one value per run (record) per cell: a run's several rows (never expected) are averaged
-    per_run = ok.groupby([y, x, "record"], dropna=True)["_v"].mean().reset_index()
+    # one value per seed per cell (n counts seeds: tables.per_seed); a best-of cell picks among runs
+    per_run = (ok.groupby([y, x, "record"], dropna=True)["_v"].mean().reset_index() if best_of
+               else per_seed(ok, [y, x], "_v"))
     for (yi, xi), grp in per_run.groupby([y, x]):
         v = grp["_v"].dropna().to_numpy()
         if yi in mean.index and xi in mean.columns and len(v):

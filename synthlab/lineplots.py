@@ -64,6 +64,8 @@ def draw_by_length(lengths, show: str = "accuracy") -> Any:
     (``show``, as the heatmap beside it), a line per encoding, mean ± sd over seeds."""
     acc = lengths["accuracy"].astype(float)
     data = lengths.assign(value=100.0 * (1.0 - acc) if show == "error" else 100.0 * acc)
+    # one point per seed, as the grids count (synthlab.tables.per_seed): a seed run twice is one sample
+    data = data.groupby([PANEL, LINE, "length", "seed"], sort=False, dropna=False, as_index=False)["value"].mean()
     tasks = list(dict.fromkeys(lengths["task"].astype(str)))
     title = f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''}: {show} per test length"
     return draw_lines(data, "length", "value", title=title, xlabel="test length", ylabel=f"{show} (%)",

@@ -28,7 +28,8 @@ encoding's full spec ``cope:npos=258`` where a preset sets its parameters).
 A threshold claim names one ``cell`` and ``at_least`` or ``at_most`` (percent) instead of
 better / worse. A cell's keys are columns of :func:`synthlab.tables.tidy` (``pe``, ``split``,
 ``d_model``, ``n_heads``, ``dape_k``, ``pose_chunks``, ``length``, or a task parameter such as
-``n_vars``); its value is the mean over the seeds of the matching finished runs.
+``n_vars``); its value is the mean over the seeds of the matching finished runs, n the
+number of distinct seeds (a seed run twice is one sample: :func:`synthlab.tables.per_seed`).
 
 Verdicts (one per claim and preset found in the results), the rule stated once here:
 
@@ -53,7 +54,7 @@ from typing import Any
 
 from synthlab.cells import with_dape_k
 from synthlab.model import parse_pe
-from synthlab.tables import SETTING_COLUMNS, tidy
+from synthlab.tables import SETTING_COLUMNS, per_seed, tidy
 
 DEFAULT_CLAIM_PRESETS = ("quick", "paper")
 DEFAULT_PAPER_PRESETS = ("paper",)
@@ -281,7 +282,7 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
     varies = tuple(c.removeprefix("task.") for c in settings if per_run_settings[c].nunique(dropna=True) > 1)
     if varies:
         return CellStat(math.nan, math.nan, 0, varies=varies)
-    per_run = ok.groupby("record")[metric].mean().dropna()
+    per_run = per_seed(ok, [], metric)[metric].astype(float)  # one value per seed: n counts seeds
     vals = (100.0 * (1.0 - per_run) if show == "error" else 100.0 * per_run).to_numpy(dtype=float)
     if not len(vals):
         return CellStat(math.nan, math.nan, 0)

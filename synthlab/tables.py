@@ -108,6 +108,24 @@ def _length_split(metrics: dict[str, Any]) -> str:
     return "test"
 
 
+def per_seed(rows, keys: list[str], col: str):
+    """One value of ``col`` per seed of each ``keys`` group (a DataFrame: keys, ``seed_unit``,
+    ``col``): a run's rows averaged, then the runs of one seed averaged, so that the n of a
+    mean ± sd counts seeds. The same seed trained twice (two ``synthlab train`` runs, or a cell
+    of two studies' files joined) is one sample, not two: counted twice it would shrink the sd
+    (two identical CPU runs: sd 0). A run with no value (NaN) is left out; a run without a seed
+    (never written by synthlab) counts as its own."""
+    import pandas as pd
+
+    runs = rows.groupby([*keys, "record"], dropna=True)[col].mean().dropna().reset_index()
+    if runs.empty:
+        return pd.DataFrame(columns=[*keys, "seed_unit", col])
+    seeds = rows.drop_duplicates("record").set_index("record")["seed"]
+    runs["seed_unit"] = [f"seed {_fmt(_num(seeds.get(r)))}" if math.isfinite(_num(seeds.get(r))) else f"run {r}"
+                         for r in runs["record"]]
+    return runs.groupby([*keys, "seed_unit"], dropna=True, sort=False)[col].mean().reset_index()
+
+
 def _axis_col(df, name: str) -> str:
     return f"task.{name}" if f"task.{name}" in df.columns else name
 

@@ -184,3 +184,15 @@ def test_best_of_a_tuned_setting_is_the_best_single_run_never_pooled_by_mean():
     assert "the best of n runs over seeds x lr" in best.markdown()
     err = grids.make_grid(t, "capacity", "d_model", "pe", "token_acc", "error", split="test", best_of=("lr",))
     assert err.mean.at["rope", 16] == pytest.approx(10.0)  # error: the lowest
+
+
+def test_a_cell_counts_seeds_not_runs():
+    # the same seed trained twice (two `synthlab train` runs, or two studies' files joined) is one
+    # sample: n 1 and no spread, not n 2 with sd 0; a best-of cell still picks among the runs
+    twice = [{**rec("rope", 16, 0, 0.9, 0.5), "study": st} for st in ("a", "b")]
+    twice.append({**rec("rope", 16, 1, 0.7, 0.5), "study": "a"})
+    g = grids.make_grid(grids.tidy(twice), "capacity", "d_model", "pe", "token_acc", "accuracy", split="test")
+    assert g.n.at["rope", 16] == 2 and g.mean.at["rope", 16] == pytest.approx(80.0)
+    assert g.std.at["rope", 16] == pytest.approx(math.sqrt(200.0))  # sample sd of 90, 70, not of 90, 90, 70
+    g = grids.make_grid(grids.tidy(twice[:2]), "capacity", "d_model", "pe", "token_acc", "accuracy", split="test")
+    assert g.n.at["rope", 16] == 1 and math.isnan(g.std.at["rope", 16]) and g.labels() == [["90.0\n(n 1)"]]

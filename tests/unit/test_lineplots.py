@@ -12,7 +12,7 @@ import pytest
 
 from synthlab import grids
 from synthlab.curves_plot import curve_table, draw_curves
-from synthlab.lineplots import by_length
+from synthlab.lineplots import by_length, draw_by_length
 
 
 def rec(pe, seed, acc, task="even_pairs", d_model=16, by_len=True, curve=None, status="ok", study=None):
@@ -143,3 +143,11 @@ def test_run_pictures_draw_without_pyplot_or_a_backend_switch(tmp_path, no_backe
     fig = plot.bias("alibi", max_distance=8)
     fig.savefig(tmp_path / "alibi.png")
     assert fig.canvas.manager is None and (tmp_path / "alibi.png").stat().st_size > 1000
+
+
+def test_the_by_length_line_counts_a_seed_run_twice_once():
+    recs = [rec("rope", 0, 0.5, study="a"), rec("rope", 0, 0.5, study="b"), rec("rope", 1, 0.7, study="a")]
+    fig = draw_by_length(by_length(grids.tidy(recs)))
+    line = fig.axes[0].lines[0]
+    assert list(line.get_xdata()) == [41, 60, 80]
+    assert line.get_ydata()[0] == pytest.approx(60.0)  # mean of seeds 0 and 1, not of 50, 50, 70

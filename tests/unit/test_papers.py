@@ -394,3 +394,18 @@ def test_selective_copy_paper_cells_name_the_paper_presets_cope():
     quick_cope = [v for v in vs if v.claim.better["pe"] == "cope"]
     # quick's npos-64 cope has no paper number (the paper's is cope:npos=258); rope's rides along in the claims table
     assert len(quick_cope) == 3 and all(v.paper[0] is None for v in quick_cope)
+
+
+def test_the_same_seed_twice_is_one_seed_never_a_spread_of_zero():
+    # `synthlab train` twice with seed 0 (no study: both records count), CPU-deterministic: one seed
+    # counted twice gave sd 0 and "reproduced" for a 0.1-point gap
+    twice = [rec("cope", 0, 1.0, 0.900), rec("cope", 0, 1.0, 0.900), rec("rope", 0, 1.0, 0.899), rec("rope", 0, 1.0, 0.899)]
+    st = papers.measure(tidy(twice), {"pe": "cope", "split": "ood-sparse"}, "token_acc", "error")
+    assert st.n == 1 and math.isnan(st.sd)
+    (v,) = papers.verdicts(twice, spec())
+    assert v.verdict == papers.NOT_REPRODUCED and "one seed" in v.reason
+    # two studies' files joined (a re-run under another study name): seeds 0, 1 count once each
+    joined = [{**rec("rope", s, 1.0, a), "study": st_, "cell": f"c{s}"}
+              for st_ in ("t-quick", "t-quick-rerun") for s, a in ((0, 0.90), (1, 0.92))]
+    st = papers.measure(tidy(joined), {"pe": "rope", "split": "ood-sparse"}, "token_acc", "error")
+    assert st.n == 2 and st.mean == pytest.approx(9.0) and st.sd == pytest.approx(math.sqrt(2.0))
