@@ -25,7 +25,8 @@ from synthlab.records import read_results
 
 # what a record's run was, besides its seed: the candidates for a grid axis, and what the runs
 # a paper's cell pools must agree on
-SETTING_COLUMNS = ("task", "pe", "positions", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr")
+SETTING_COLUMNS = ("task", "pe", "positions", "rope_scaling", "d_model", "n_layers", "n_heads", "steps", "batch_size",
+                   "lr")
 
 
 def _num(v: Any) -> float:
@@ -41,13 +42,21 @@ def _or_nan(v: int | None) -> float:
     return math.nan if v is None else float(v)
 
 
+def _scheme(r: dict[str, Any], field: str) -> Any:
+    """A run's ``positions`` / ``rope_scaling``: ``"none"`` where the record says null (the token
+    index, no scaling: a setting, which must not pool with ``pose:...`` or ``linear`` as if it
+    were unknown), None where the record lacks the field (a failed run's record knows no scaling)."""
+    v = r.get(field)
+    return v if v is not None else ("none" if field in r else None)
+
+
 def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
     model = r.get("model") or {}
     train = r.get("train") or {}
     row: dict[str, Any] = {
         "record": i, "study": r.get("study"), "trial": r.get("trial"), "run_id": r.get("run_id"),
         "status": r.get("status"), "error": r.get("error"), "task": r.get("task"), "pe": r.get("pe"),
-        "positions": r.get("positions"), "seed": train.get("seed"),
+        "positions": _scheme(r, "positions"), "rope_scaling": _scheme(r, "rope_scaling"), "seed": train.get("seed"),
         "d_model": model.get("d_model"), "n_layers": model.get("n_layers"), "n_heads": model.get("n_heads"),
         "params": model.get("params"), "steps": train.get("steps"), "batch_size": train.get("batch_size"),
         "lr": train.get("lr"), "train_len": train.get("train_len"), "wall_s": r.get("wall_s"),

@@ -196,3 +196,14 @@ def test_a_cell_counts_seeds_not_runs():
     assert g.std.at["rope", 16] == pytest.approx(math.sqrt(200.0))  # sample sd of 90, 70, not of 90, 90, 70
     g = grids.make_grid(grids.tidy(twice[:2]), "capacity", "d_model", "pe", "token_acc", "accuracy", split="test")
     assert g.n.at["rope", 16] == 1 and math.isnan(g.std.at["rope", 16]) and g.labels() == [["90.0\n(n 1)"]]
+
+
+@pytest.mark.parametrize("field, other", [("positions", "pose:chunks=2,target=64"), ("rope_scaling", "linear")])
+def test_the_token_index_and_no_scaling_never_pool_with_a_scheme(field, other):
+    # null in a record is a setting (token index, no rope scaling), not an unknown value: rope
+    # with and without PoSE positions / linear scaling were averaged into one row of n 4
+    recs = [{**rec("rope", 16, s, 1.0, a), "rope_scaling": None} for s, a in ((0, 0.5), (1, 0.6))]
+    recs += [{**rec("rope", 16, s, 1.0, a), "rope_scaling": None, field: other} for s, a in ((0, 0.9), (1, 1.0))]
+    g = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["test", "ood-sparse"])
+    assert list(g.mean.index) == [f"rope {field}=none", f"rope {field}={other}"]
+    assert g.mean["ood-sparse"].tolist() == pytest.approx([55.0, 95.0]) and g.n["ood-sparse"].tolist() == [2, 2]

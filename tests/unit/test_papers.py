@@ -409,3 +409,15 @@ def test_the_same_seed_twice_is_one_seed_never_a_spread_of_zero():
               for st_ in ("t-quick", "t-quick-rerun") for s, a in ((0, 0.90), (1, 0.92))]
     st = papers.measure(tidy(joined), {"pe": "rope", "split": "ood-sparse"}, "token_acc", "error")
     assert st.n == 2 and st.mean == pytest.approx(9.0) and st.sd == pytest.approx(math.sqrt(2.0))
+
+
+def test_a_claim_cell_never_pools_rope_scaling_or_positions():
+    recs = [{**rec("cope", i, 1.0, 0.9), "rope_scaling": None} for i in range(2)]
+    recs += [{**rec("rope", i, 1.0, a), "rope_scaling": None} for i, a in enumerate((0.5, 0.52))]
+    recs += [{**rec("rope", i, 1.0, a), "rope_scaling": "linear"} for i, a in enumerate((0.99, 1.0))]
+    (v,) = papers.verdicts(recs, spec())
+    assert v.verdict == papers.AMBIGUOUS and "rope_scaling" in v.reason
+    named = spec(CLAIM.replace('worse = { pe = "rope", split = "ood-sparse" }',
+                               'worse = { pe = "rope", rope_scaling = "none", split = "ood-sparse" }'))
+    (v,) = papers.verdicts(recs, named)
+    assert v.verdict == papers.REPRODUCED and v.stats[1].n == 2 and v.stats[1].mean == pytest.approx(49.0)
