@@ -54,7 +54,7 @@ from typing import Any
 
 from synthlab.cells import with_dape_k
 from synthlab.model import parse_pe
-from synthlab.tables import SETTING_COLUMNS, per_seed, tidy
+from synthlab.tables import SETTING_COLUMNS, per_seed, tidy_with_presets
 
 DEFAULT_CLAIM_PRESETS = ("quick", "paper")
 DEFAULT_PAPER_PRESETS = ("paper",)
@@ -368,11 +368,13 @@ def verdicts(records: list[dict[str, Any]], spec) -> list[Verdict]:
     claims = getattr(spec, "claims", [])
     if not claims or not records:
         return []
-    table = tidy(records)
+    # a run that failed before the trainer made its record has no preset: its study's (tidy_with_presets),
+    # so that a cell whose every run failed that way is "not run", not left out of the table
+    table = tidy_with_presets(records)
     presets = list(dict.fromkeys(str(r.get("preset")) for r in records if r.get("status") == "ok")) or ["?"]
     out = []
     for preset in presets:
-        rows = table[table["record"].isin([i for i, r in enumerate(records) if str(r.get("preset")) == preset])]
+        rows = table[table["preset"].map(str) == preset]
         for c in claims:
             stats = [measure(rows, cell, spec.metric, spec.show) for cell in c.cells()]
             if not all(s.present for s in stats):

@@ -421,3 +421,14 @@ def test_a_claim_cell_never_pools_rope_scaling_or_positions():
                                'worse = { pe = "rope", rope_scaling = "none", split = "ood-sparse" }'))
     (v,) = papers.verdicts(recs, named)
     assert v.verdict == papers.REPRODUCED and v.stats[1].n == 2 and v.stats[1].mean == pytest.approx(49.0)
+
+
+def test_a_cell_whose_runs_all_failed_before_their_record_is_not_run():
+    # the scheduler's record of a trainer that raised (records.failed_record) has no preset: the
+    # claim was left out of the table instead of saying its cell did not run
+    from synthlab.records import failed_record
+
+    recs = [{**rec("rope", i, 1.0, 0.8), "study": "t-quick"} for i in range(3)]
+    recs += [failed_record("flipflop", "cope", None, {}, i, "t-quick", 3 + i, "RuntimeError: boom") for i in range(3)]
+    (v,) = papers.verdicts(recs, spec())
+    assert v.verdict == papers.NOT_RUN and v.preset == "quick" and v.stats[0].n == 0
