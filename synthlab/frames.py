@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from synthlab.errors import UsageError, check_input_file, naming
 from synthlab.records import latest_records, read_results
-from synthlab.tables import check_records
+from synthlab.tables import cell_overrides, check_records
 
 # (column, where in the record): the run's own fields, in this order
 RUN_FIELDS = (
@@ -164,15 +164,7 @@ def _prefixed(r: dict[str, Any]) -> dict[str, Any]:
 def _cell_settings(r: dict[str, Any]) -> dict[str, Any]:
     """A sweep cell's ``--set`` settings: the overrides in its key (a failed record's own
     ``overrides`` when it has no key)."""
-    cell = r.get("cell")
-    if isinstance(cell, str):
-        try:
-            key = json.loads(cell)
-        except json.JSONDecodeError:
-            key = None
-        if isinstance(key, dict) and isinstance(key.get("overrides"), dict):
-            return key["overrides"]
-    return r.get("overrides") if isinstance(r.get("overrides"), dict) else {}
+    return cell_overrides(r)
 
 
 _PREFIX_RANK = {"task.": 0, "pe.": 1, "model.": 2, "train.": 3, "set.": 4}

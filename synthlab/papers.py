@@ -54,7 +54,7 @@ from typing import Any
 
 from synthlab.cells import with_dape_k
 from synthlab.model import parse_pe
-from synthlab.tables import SETTING_COLUMNS, per_seed, tidy_with_presets
+from synthlab.tables import SETTING_COLUMNS, SETTING_PREFIXES, per_seed, tidy_with_presets
 
 DEFAULT_CLAIM_PRESETS = ("quick", "paper")
 DEFAULT_PAPER_PRESETS = ("paper",)
@@ -277,7 +277,7 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
     if metric not in ok.columns or ok.empty:
         return CellStat(math.nan, math.nan, 0)
     # the runs a cell pools must agree on everything but the seed
-    settings = [c for c in SETTING_COLUMNS if c in ok.columns] + [c for c in ok.columns if c.startswith("task.")]
+    settings = [c for c in SETTING_COLUMNS if c in ok.columns] + [c for c in ok.columns if c.startswith(SETTING_PREFIXES)]
     per_run_settings = ok.drop_duplicates("record")
     varies = tuple(c.removeprefix("task.") for c in settings if per_run_settings[c].nunique(dropna=True) > 1)
     if varies:

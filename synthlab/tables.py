@@ -9,12 +9,16 @@ grid cell shares: what a paper's number is matched against (``Grid.mark_papers``
 :func:`pooled_axes` / :func:`pooled_labels` name the runs a grid row or a plotted line holds
 when they differ in more than its label (never averaged as if they were seeds).
 A row names its run by the record's fields, the DAPE kernel and PoSE chunk number read back
-from the encoding and positions (``dape_k``, ``pose_chunks``) and the task parameters
-(``task.<name>``, also as ``<name>`` when no field has that name).
+from the encoding and positions (``dape_k``, ``pose_chunks``), the task parameters
+(``task.<name>``, also as ``<name>`` when no field has that name) and a sweep cell's other
+``--set`` keys (``train.weight_decay``: from the cell's key; run options such as
+``train.threads`` left out). ``positions`` / ``rope_scaling`` are ``"none"`` where the record
+says null. :func:`per_seed` gives the one value per seed that a mean ± sd is taken over.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any, Iterable
@@ -27,6 +31,17 @@ from synthlab.records import read_results
 # a paper's cell pools must agree on
 SETTING_COLUMNS = ("task", "pe", "positions", "rope_scaling", "d_model", "n_layers", "n_heads", "steps", "batch_size",
                    "lr")
+# prefixed columns that are settings too: task parameters, and a sweep cell's other --set keys
+SETTING_PREFIXES = ("task.", "model.", "train.")
+
+
+# a sweep cell's --set keys that the columns above already hold, and those that change no result
+# (how a run is executed); every other model. / train. key of a cell is a column of its own
+_COVERED = ("model.d_model", "model.n_layers", "model.n_heads", "train.steps", "train.batch_size", "train.lr",
+            "train.seed")
+_RUN_OPTIONS = ("train.threads", "train.data_workers", "train.eval_batch_size", "train.eval_every", "train.compile",
+                "train.compile_mode", "train.deterministic", "train.checkpoint_every", "train.checkpoint_minutes",
+                "train.check_memory")
 
 
 def _num(v: Any) -> float:
@@ -66,7 +81,23 @@ def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
         if isinstance(v, (int, float, str, bool)) or v is None:
             row[f"task.{k}"] = v
             row.setdefault(k, v)
+    for k, v in cell_overrides(r).items():  # a sweep axis on a --set key the record's fields do not hold
+        if k.startswith(("model.", "train.")) and k not in _COVERED + _RUN_OPTIONS and isinstance(v, (int, float, str)):
+            row[k] = v
     return row
+
+
+def cell_overrides(r: dict[str, Any]) -> dict[str, Any]:
+    """A sweep run's ``--set`` settings: the overrides in its cell key (a failed run's record: its own)."""
+    cell = r.get("cell")
+    if isinstance(cell, str):
+        try:
+            key = json.loads(cell)
+        except ValueError:
+            key = None
+        if isinstance(key, dict) and isinstance(key.get("overrides"), dict):
+            return key["overrides"]
+    return r.get("overrides") if isinstance(r.get("overrides"), dict) else {}
 
 
 def tidy(records: Iterable[dict[str, Any]] | str | os.PathLike):
@@ -152,7 +183,7 @@ def pooled_axes(df, x: str, y: str) -> list[str]:
     ``df`` (a composite ``task,pe`` included); ``x`` one too unless it is split or length."""
     used = {*x.split(","), *y.split(",")}
     cols = [c for c in SETTING_COLUMNS if c in df.columns]
-    cols += [c for c in df.columns if c.startswith("task.")]
+    cols += [c for c in df.columns if c.startswith(SETTING_PREFIXES)]
     keys = [y] + ([] if x in ("split", "length") else [x])
     per_run = df.drop_duplicates("record")
     out = []

@@ -207,3 +207,22 @@ def test_the_token_index_and_no_scaling_never_pool_with_a_scheme(field, other):
     g = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["test", "ood-sparse"])
     assert list(g.mean.index) == [f"rope {field}=none", f"rope {field}={other}"]
     assert g.mean["ood-sparse"].tolist() == pytest.approx([55.0, 95.0]) and g.n["ood-sparse"].tolist() == [2, 2]
+
+
+def _key(pe, seed, **overrides):
+    return json.dumps({"task": "flipflop", "pe": pe, "seed": seed, "positions": None, "rope_scaling": None,
+                       "overrides": overrides, "slot": 0}, sort_keys=True)
+
+
+def test_a_sweep_axis_on_another_set_key_joins_the_rows():
+    # a user's sweep file with an axis on train.weight_decay, which no record field holds (the cell
+    # key does): its values were averaged as if they were seeds (one row, n 6)
+    recs = [{**rec("rope", 16, s, 1.0, a, trial=t), "cell": _key("rope", s, **{"train.weight_decay": wd, "train.threads": 1})}
+            for t, (wd, s, a) in enumerate([(0.0, 0, 0.5), (0.0, 1, 0.52), (0.1, 0, 0.9), (0.1, 1, 0.92)])]
+    recs.append({**rec("rope", 16, 2, 1.0, 0.94, trial=9),  # a run option (threads) keeps no runs apart
+                 "cell": _key("rope", 2, **{"train.weight_decay": 0.1, "train.threads": 4})})
+    g = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["test", "ood-sparse"])
+    assert list(g.mean.index) == ["rope train.weight_decay=0", "rope train.weight_decay=0.1"]
+    assert g.mean["ood-sparse"].tolist() == pytest.approx([51.0, 92.0]) and g.n["ood-sparse"].tolist() == [2, 3]
+    g = grids.make_grid(grids.tidy(recs), "ood", "train.weight_decay", "pe", "token_acc", "accuracy", split="ood-sparse")
+    assert list(g.mean.columns) == [0.0, 0.1] and list(g.mean.index) == ["rope"]

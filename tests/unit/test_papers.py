@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -432,3 +433,14 @@ def test_a_cell_whose_runs_all_failed_before_their_record_is_not_run():
     recs += [failed_record("flipflop", "cope", None, {}, i, "t-quick", 3 + i, "RuntimeError: boom") for i in range(3)]
     (v,) = papers.verdicts(recs, spec())
     assert v.verdict == papers.NOT_RUN and v.preset == "quick" and v.stats[0].n == 0
+
+
+def test_a_claim_cell_never_pools_a_sweep_axis_on_another_set_key():
+    def key(pe, seed, wd):
+        return json.dumps({"task": "flipflop", "pe": pe, "seed": seed, "overrides": {"train.weight_decay": wd}})
+
+    recs = [{**rec("cope", i, 1.0, 0.95), "study": "t-quick", "cell": key("cope", i, 0.1)} for i in range(2)]
+    recs += [{**rec("rope", i, 1.0, a), "study": "t-quick", "cell": key("rope", i, wd)}
+             for wd, vals in ((0.0, (0.5, 0.52)), (0.1, (0.98, 1.0))) for i, a in enumerate(vals)]
+    (v,) = papers.verdicts(recs, spec())
+    assert v.verdict == papers.AMBIGUOUS and "train.weight_decay" in v.reason
