@@ -13,7 +13,7 @@ skip a torn line.
 A sweep's record names its grid cell (``cell``: the cell's key, :func:`with_cell`), so a cell
 recorded twice (files of several machines joined, or a file written before sweeps looked for
 a cell's record before training it) counts once: readers keep one record per (study, cell),
-the latest (:func:`latest_records`; a record without ``cell``, from before it existed, is
+the latest finished one, a failure only where none finished (:func:`latest_records`; a record without ``cell``, from before it existed, is
 known by the settings and seed it names; a ``synthlab train`` run, without a study, always
 counts).
 """
@@ -187,7 +187,9 @@ def identity(r: dict[str, Any]) -> str | None:
 
 
 def latest_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per run (:func:`identity`): the latest, in the place of the first."""
+    """One record per run (:func:`identity`): the latest finished one (a failure only where
+    none finished), in the place of the first. Files joined in any order give the same runs: a
+    cell that failed on one machine and finished on another is a finished run."""
     slot: dict[str, int] = {}
     out: list[dict[str, Any]] = []
     for r in records:
@@ -196,7 +198,7 @@ def latest_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if key is not None:
                 slot[key] = len(out)
             out.append(r)
-        else:
+        elif r.get("status") == "ok" or out[slot[key]].get("status") != "ok":
             out[slot[key]] = r
     return out
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import synthlab
+from synthlab import records
 from synthlab.frames import RUN_COLUMNS, TAIL_COLUMNS
 
 
@@ -98,3 +99,16 @@ def test_bad_inputs_say_what_is_wrong(tmp_path):
         synthlab.results(nan)
     with pytest.raises(ValueError, match="no results given"):
         synthlab.results([])
+
+
+def test_a_cell_finished_on_one_machine_and_failed_on_another_is_finished_in_either_order(tmp_path):
+    # the latest record by file order let machine 2's failure replace machine 1's finished run
+    # whenever the files were given in that order (a grid cell went from n 1 to failed)
+    a, b = tmp_path / "m1.jsonl", tmp_path / "m2.jsonl"
+    write(a, rec("rope", acc=0.7, cell=True, study="s", run_id="done"))
+    write(b, rec("rope", status="failed", cell=True, study="s", run_id="oom"))
+    for order in ([a, b], [b, a]):
+        df = synthlab.results(order)
+        assert list(df.run_id.unique()) == ["done"] and df.token_acc.iloc[0] == pytest.approx(0.7)
+    recs = [json.loads(line) for p in (a, b) for line in p.read_text().splitlines()]
+    assert [r["run_id"] for r in records.latest_records(recs)] == ["done"]
