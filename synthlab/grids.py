@@ -28,7 +28,7 @@ from synthlab.lineplots import by_length
 from synthlab.papers import canonical, same
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
-from synthlab.tables import cell_settings as _cell_settings, check_records, per_seed, pooled_axes, pooled_labels
+from synthlab.tables import cell_settings as _cell_settings, check_records, composite, per_seed, pooled_axes, pooled_labels
 from synthlab.tables import tidy_with_presets as tidy
 
 __all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
@@ -270,7 +270,7 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
     for field in (x, y):
         parts = field.split(",")
         if len(parts) > 1 and all(p in df.columns for p in parts):  # composite, e.g. "task,pe"
-            df[field] = df[parts].astype(str).agg(" ".join, axis=1)
+            df[field] = composite(df, parts)
         if field not in ("split", "length") and field not in df.columns:
             allowed = sorted(c for c in df.columns if c not in ("record", "error", "status"))
             raise ValueError(f"grid field {field!r} is not in the results (allowed: split, length, {', '.join(allowed)})")

@@ -176,6 +176,13 @@ def _fmt(v: Any) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
 
 
+def composite(df, parts: list[str]):
+    """Each row's values of ``parts`` joined by spaces (a composite axis ``d_model,n_heads``:
+    ``"64 4"``), whole numbers without ``.0`` and a missing value (a failed run's record that
+    never named the setting) as ``-``."""
+    return df[parts].apply(lambda col: col.map(_fmt)).agg(" ".join, axis=1)
+
+
 def pooled_axes(df, x: str, y: str) -> list[str]:
     """Settings that differ between the runs a cell would average (other than the seed),
     e.g. ``n_vars`` in an encoding x split grid of a sweep over 1 and 3 variables. Named by

@@ -226,3 +226,16 @@ def test_a_sweep_axis_on_another_set_key_joins_the_rows():
     assert g.mean["ood-sparse"].tolist() == pytest.approx([51.0, 92.0]) and g.n["ood-sparse"].tolist() == [2, 3]
     g = grids.make_grid(grids.tidy(recs), "ood", "train.weight_decay", "pe", "token_acc", "accuracy", split="ood-sparse")
     assert list(g.mean.columns) == [0.0, 0.1] and list(g.mean.index) == ["rope"]
+
+
+def test_a_composite_axis_with_a_setting_a_failed_record_never_named():
+    # a sweep run whose trainer raised has a record naming only the cell's overrides (no n_heads
+    # here): `--x d_model,n_heads` crashed (pandas' str dtype keeps NaN: " ".join got a float)
+    from synthlab.records import failed_record
+
+    recs = [rec("rope", 16, s, 0.8, 0.5) for s in range(2)]
+    recs.append(failed_record("flipflop", "rope", None, {"model.d_model": 16}, 3, "s", 9, "RuntimeError: boom"))
+    g = grids.make_grid(grids.tidy(recs), "capacity", "d_model,n_heads", "pe", split="test")
+    assert list(g.mean.columns) == ["16 2", "16 -"]  # whole numbers as set, the unknown one as -
+    assert list(g.mean.index) == ["rope"] and g.mean.at["rope", "16 2"] == pytest.approx(80.0)
+    assert g.n_failed.at["rope", "16 -"] == 1 and g.n_failed.at["rope", "16 2"] == 0
