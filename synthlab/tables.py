@@ -209,7 +209,7 @@ def pooled_labels(df, y: str, pooled: list[str]) -> tuple[str, Any]:
     "rope d_model=16")``: how a grid's rows and a line plot's lines name runs that differ in
     more than ``y``, so that they are never averaged as if they were seeds."""
     name = ", ".join([*y.split(","), *pooled])  # "task,pe" + d_model -> "task, pe, d_model"
-    joined = df[y].astype(str)
+    joined = df[y].map(_fmt)  # a run that never named y (a failed one): "-", never a NaN label that drops it
     for a in pooled:
         joined = joined + f" {a}=" + df[_axis_col(df, a)].map(_fmt)
     return name, joined

@@ -239,3 +239,16 @@ def test_a_composite_axis_with_a_setting_a_failed_record_never_named():
     assert list(g.mean.columns) == ["16 2", "16 -"]  # whole numbers as set, the unknown one as -
     assert list(g.mean.index) == ["rope"] and g.mean.at["rope", "16 2"] == pytest.approx(80.0)
     assert g.n_failed.at["rope", "16 -"] == 1 and g.n_failed.at["rope", "16 2"] == 0
+
+
+def test_a_failed_run_in_a_joined_row_label_is_shown_not_dropped():
+    # rows d_model joined with n_layers; the failed run's record never named d_model: its label was
+    # NaN ("64.0 ..." + NaN), so the header said 1 run failed while no cell showed it
+    from synthlab.records import failed_record
+
+    recs = [rec("rope", 16, s, 0.9, a) for s, a in ((0, 0.5), (1, 0.6))]
+    recs += [{**rec("rope", 16, s, 0.9, 0.7), "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}} for s in range(2)]
+    recs.append(failed_record("flipflop", "rope", None, {"model.n_layers": 2}, 7, "s", 9, "RuntimeError: boom"))
+    g = grids.make_grid(grids.tidy(recs), "ood", "split", "d_model", "token_acc", "accuracy", split=["test", "ood-sparse"])
+    assert list(g.mean.index) == ["16 n_layers=1", "16 n_layers=2", "- n_layers=2"]
+    assert int(g.n_failed.to_numpy().sum()) == 2 and g.runs_failed == 1  # its row, both split columns
