@@ -28,7 +28,8 @@ from synthlab.lineplots import by_length
 from synthlab.papers import canonical, same
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
-from synthlab.tables import cell_settings as _cell_settings, check_records, composite, per_seed, pooled_axes, pooled_labels
+from synthlab.tables import cell_settings as _cell_settings, check_records, composite, in_percent, is_error, per_seed
+from synthlab.tables import pooled_axes, pooled_labels
 from synthlab.tables import tidy_with_presets as tidy
 
 __all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
@@ -298,7 +299,7 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
         elif split is not None:
             ok = ok[ok["split"] == split]
     vals = ok[value_col].astype(float)
-    ok = ok.assign(_v=100.0 * (1.0 - vals) if show == "error" else 100.0 * vals)
+    ok = ok.assign(_v=in_percent(vals, value_col, show))  # in show's unit, whichever kind the metric is
     if x == "split" or y == "split":
         col_split = split if isinstance(split, list) else _order(ok["split"])
     key_y = _order(list(ok[y]) + ([] if y in ("split", "length") else list(failed[y])))
@@ -431,7 +432,7 @@ def load_results(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def _what(metric: str, show: str) -> str:
-    return f"error = 1 - {metric}" if show == "error" else metric
+    return metric if (show == "error") == is_error(metric) else f"{show} = 1 - {metric}"
 
 
 def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,

@@ -54,7 +54,7 @@ from typing import Any
 
 from synthlab.cells import with_dape_k
 from synthlab.model import parse_pe
-from synthlab.tables import SETTING_COLUMNS, SETTING_PREFIXES, per_seed, tidy_with_presets
+from synthlab.tables import SETTING_COLUMNS, SETTING_PREFIXES, in_percent, per_seed, tidy_with_presets
 
 DEFAULT_CLAIM_PRESETS = ("quick", "paper")
 DEFAULT_PAPER_PRESETS = ("paper",)
@@ -283,7 +283,7 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
     if varies:
         return CellStat(math.nan, math.nan, 0, varies=varies)
     per_run = per_seed(ok, [], metric)[metric].astype(float)  # one value per seed: n counts seeds
-    vals = (100.0 * (1.0 - per_run) if show == "error" else 100.0 * per_run).to_numpy(dtype=float)
+    vals = in_percent(per_run, metric, show).to_numpy(dtype=float)
     if not len(vals):
         return CellStat(math.nan, math.nan, 0)
     sd = float(vals.std(ddof=1)) if len(vals) > 1 else math.nan

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from synthlab.config import PRESETS  # a sweep file has one section per preset the trainer knows
 from synthlab.errors import check_input_file, naming
 from synthlab.papers import parse_claims, parse_papers
+from synthlab.tables import is_error
 
 _SWEEP_KEYS = {
     "name": "the sweep's name (default: the file name)",
@@ -28,7 +29,8 @@ _SWEEP_KEYS = {
     "description": "one line",
     "default_preset": "smoke, quick or paper",
     "metric": "headline metric in record.metrics[split] (e.g. token_acc)",
-    "show": "'accuracy' (100 * metric) or 'error' (100 * (1 - metric))",
+    "show": "'accuracy' or 'error' in %: 100 * metric, or 100 * (1 - metric) where the metric is the other kind "
+            "(token_acc shown as error, read_error as accuracy)",
     "in_dist": "the in-distribution split (capacity grid)",
     "ood": "list of OOD splits (ood grid)",
     "ood_x": "column of the ood grid: 'split', 'length' or a record field",
@@ -303,7 +305,9 @@ def load_sweep(task_or_file: str | os.PathLike) -> SweepSpec:
 
 
 def lower_is_better(spec: SweepSpec) -> bool:
-    return spec.show == "error" and spec.metric.endswith(("error", "_rate"))
+    """Whether the objective (the metric itself) is minimised: an error metric, whatever ``show``
+    displays (token_acc shown as error is still maximised)."""
+    return is_error(spec.metric)
 
 
 def objective_split(spec: SweepSpec) -> str:

@@ -44,6 +44,19 @@ _RUN_OPTIONS = ("train.threads", "train.data_workers", "train.eval_batch_size", 
                 "train.check_memory")
 
 
+def is_error(metric: str) -> bool:
+    """Whether ``metric`` counts misses (``read_error``, ``glitch_rate``, ``seq_error``: lower is
+    better) rather than hits (``token_acc``, ``answer_acc``)."""
+    return metric.endswith(("error", "_rate"))
+
+
+def in_percent(values, metric: str, show: str):
+    """Fractions of ``metric`` in a grid's unit: percent accuracy (``show`` accuracy) or percent
+    error (``show`` error), whichever kind the metric is: token_acc shown as error is
+    100 (1 - m), read_error shown as error 100 m (as accuracy 100 (1 - m))."""
+    return 100.0 * (1.0 - values) if (show == "error") != is_error(metric) else 100.0 * values
+
+
 def _num(v: Any) -> float:
     if isinstance(v, bool) or v is None:
         return math.nan

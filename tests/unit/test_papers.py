@@ -444,3 +444,30 @@ def test_a_claim_cell_never_pools_a_sweep_axis_on_another_set_key():
              for wd, vals in ((0.0, (0.5, 0.52)), (0.1, (0.98, 1.0))) for i, a in enumerate(vals)]
     (v,) = papers.verdicts(recs, spec())
     assert v.verdict == papers.AMBIGUOUS and "train.weight_decay" in v.reason
+
+
+def test_an_error_metric_shown_as_error_is_not_inverted():
+    # metric = "read_error" (a metric the records hold, 1 - token_acc) with show = "error": the grid
+    # printed 100 (1 - read_error), i.e. accuracy labelled error, and the claim came out the other
+    # way round, while the sweep's objective minimised read_error
+    from synthlab.sweepfile import lower_is_better
+
+    s = parse_sweep(BASE.replace('metric = "token_acc"', 'metric = "read_error"') + CLAIM, "t.toml", name="t")
+
+    def r(pe, seed, err):
+        out = rec(pe, seed, 1.0, 1.0 - err)
+        out["metrics"]["ood-sparse"]["read_error"] = err
+        return out
+
+    recs = [r("cope", i, e) for i, e in enumerate((0.04, 0.05, 0.06))] + [r("rope", i, e) for i, e in enumerate((0.2, 0.21, 0.22))]
+    (v,) = papers.verdicts(recs, s)
+    assert v.verdict == papers.REPRODUCED and v.stats[0].mean == pytest.approx(5.0)
+    g = make_grid(tidy(recs), "ood", "split", "pe", "read_error", "error", split=["ood-sparse"])
+    assert g.mean["ood-sparse"].tolist() == pytest.approx([5.0, 21.0])
+    acc = make_grid(tidy(recs), "ood", "split", "pe", "read_error", "accuracy", split=["ood-sparse"])
+    assert acc.mean["ood-sparse"].tolist() == pytest.approx([95.0, 79.0])
+    assert lower_is_better(s)
+    # an accuracy is maximised whatever it is shown as, an error minimised (read_error shown as accuracy too)
+    assert not lower_is_better(spec()) and lower_is_better(parse_sweep(
+        BASE.replace('metric = "token_acc"', 'metric = "read_error"').replace('show = "error"', 'show = "accuracy"'),
+        "t.toml", name="t"))
