@@ -109,12 +109,13 @@ class CellStat:
     n: int
     varies: tuple[str, ...] = ()  # settings (besides the seed) in which the matched runs differ
     present: bool = True  # some run (finished or not) matches the cell's settings
+    failed: int = 0  # matched runs that did not finish (not in n: a claim states them beside it)
 
     def label(self) -> str:
         if self.n == 0:
-            return "-"
+            return f"- ({self.failed} failed)" if self.failed else "-"
         sd = f" ± {self.sd:.1f}" if self.n > 1 else ""
-        return f"{self.mean:.1f}{sd} (n {self.n})"
+        return f"{self.mean:.1f}{sd} (n {self.n}" + (f", {self.failed} failed)" if self.failed else ")")
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,10 +252,11 @@ def canonical(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
-    """Mean, sd and n over the finished runs (one value per run) that match ``cell``, in the
+    """Mean, sd and n over the finished runs (one value per seed) that match ``cell``, in the
     grid's unit (percent accuracy, or percent error for show = error). A cell without a
     ``length`` reads the split's aggregate rows; one with a ``length`` reads that length's
-    rows, whose value is ``token_acc`` when the metric has no per-length value (as the grids)."""
+    rows, whose value is ``token_acc`` when the metric has no per-length value (as the grids);
+    ``failed`` counts the matching runs that did not finish."""
     cell = canonical(cell)
     runs = table
     for k, v in cell.items():  # any run of the cell, finished or not (a failed run has no split)
@@ -267,6 +269,7 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
     if runs.empty:
         return CellStat(math.nan, math.nan, 0, present=False)
     ok = runs[runs["status"] == "ok"]
+    failed = int(runs.loc[runs["status"] != "ok", "record"].nunique())
     if "length" not in cell:
         ok = ok[ok["length"].isna()]
     for k in ("split", "length"):
@@ -275,19 +278,19 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
     if "length" in cell and (metric not in ok.columns or ok[metric].isna().all()):
         metric = "token_acc"
     if metric not in ok.columns or ok.empty:
-        return CellStat(math.nan, math.nan, 0)
+        return CellStat(math.nan, math.nan, 0, failed=failed)
     # the runs a cell pools must agree on everything but the seed
     settings = [c for c in SETTING_COLUMNS if c in ok.columns] + [c for c in ok.columns if c.startswith(SETTING_PREFIXES)]
     per_run_settings = ok.drop_duplicates("record")
     varies = tuple(c.removeprefix("task.") for c in settings if per_run_settings[c].nunique(dropna=True) > 1)
     if varies:
-        return CellStat(math.nan, math.nan, 0, varies=varies)
+        return CellStat(math.nan, math.nan, 0, varies=varies, failed=failed)
     per_run = per_seed(ok, [], metric)[metric].astype(float)  # one value per seed: n counts seeds
     vals = in_percent(per_run, metric, show).to_numpy(dtype=float)
     if not len(vals):
-        return CellStat(math.nan, math.nan, 0)
+        return CellStat(math.nan, math.nan, 0, failed=failed)
     sd = float(vals.std(ddof=1)) if len(vals) > 1 else math.nan
-    return CellStat(float(vals.mean()), sd, len(vals))
+    return CellStat(float(vals.mean()), sd, len(vals), failed=failed)
 
 
 def _goodness(x: float, show: str) -> float:
@@ -417,6 +420,7 @@ def rows(vs: list[Verdict]) -> list[dict[str, Any]]:
         for role, cell, s, p in zip(("better", "worse") if v.claim.cell is None else ("cell",), v.claim.cells(),
                                     v.stats, v.paper):
             row.update({f"{role}": _cell_label(cell), f"{role}_mean": s.mean, f"{role}_sd": s.sd, f"{role}_n": s.n,
+                        f"{role}_failed": s.failed,
                         f"{role}_paper": p.value if p else math.nan,
                         f"{role}_paper_spread": p.spread if p and p.spread is not None else math.nan})
         out.append(row)

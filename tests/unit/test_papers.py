@@ -471,3 +471,16 @@ def test_an_error_metric_shown_as_error_is_not_inverted():
     assert not lower_is_better(spec()) and lower_is_better(parse_sweep(
         BASE.replace('metric = "token_acc"', 'metric = "read_error"').replace('show = "error"', 'show = "accuracy"'),
         "t.toml", name="t"))
+
+
+def test_the_claims_table_names_a_cells_failed_seeds():
+    # a CoPE seed diverged: the grid said "(n 2, 1 failed)", the claims table only "(n 2)"
+    recs = [rec("cope", i, 1.0, a) for i, a in enumerate((0.95, 0.96))] + [rec("cope", 2, 0, 0, status="failed")]
+    recs += [rec("rope", i, 1.0, a) for i, a in enumerate((0.8, 0.82, 0.84))]
+    (v,) = papers.verdicts(recs, spec())
+    assert v.stats[0].failed == 1 and v.stats[1].failed == 0
+    assert "cope ood-sparse 4.5 ± 0.7 (n 2, 1 failed)" in papers.markdown([v], "error")
+    assert papers.rows([v])[0]["better_failed"] == 1
+    dead = [rec("cope", i, 0, 0, status="failed") for i in range(3)] + recs[3:]
+    (v,) = papers.verdicts(dead, spec())
+    assert v.verdict == papers.NOT_RUN and v.stats[0].label() == "- (3 failed)"
