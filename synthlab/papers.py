@@ -41,7 +41,7 @@ Verdicts (one per claim and preset found in the results), the rule stated once h
 - ``not comparable (other scale)``: the results come from a preset the claim does not name
   (e.g. the ``smoke`` preset, or ``quick`` for a claim about the paper's absolute numbers);
 - ``not comparable (cell matches several settings)``: the runs a cell matches differ in more
-  than the seed (say ``d_model = 256`` in the cell);
+  than the seed (say ``d_model = 256`` in the cell), or in the split (a cell names its split);
 - ``not run``: runs of the cell are in the results but none finished. A claim whose cells
   match no run at all (an encoding the sweep did not train) is left out.
 """
@@ -275,6 +275,8 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
     for k in ("split", "length"):
         if k in cell and k in ok.columns:
             ok = ok[ok[k].map(lambda a, v=cell[k]: same(a, v))]
+    if "split" not in cell and ok["split"].nunique(dropna=True) > 1:  # never a mean over test and OOD
+        return CellStat(math.nan, math.nan, 0, varies=("split",), failed=failed)
     if "length" in cell and (metric not in ok.columns or ok[metric].isna().all()):
         metric = "token_acc"
     if metric not in ok.columns or ok.empty:

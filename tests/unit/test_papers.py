@@ -484,3 +484,14 @@ def test_the_claims_table_names_a_cells_failed_seeds():
     dead = [rec("cope", i, 0, 0, status="failed") for i in range(3)] + recs[3:]
     (v,) = papers.verdicts(dead, spec())
     assert v.verdict == papers.NOT_RUN and v.stats[0].label() == "- (3 failed)"
+
+
+def test_a_claim_cell_without_a_split_never_averages_the_splits():
+    # { pe = "cope" } read the mean of test and ood-sparse per run: a number no grid shows, judged
+    no_split = '[[claim]]\ntext = "t"\nsource = "s"\nbetter = { pe = "cope" }\nworse = { pe = "rope" }\n'
+    recs = [rec("cope", i, 0.99, a) for i, a in enumerate((0.6, 0.62, 0.64))]
+    recs += [rec("rope", i, 0.8, a) for i, a in enumerate((0.5, 0.52, 0.54))]
+    (v,) = papers.verdicts(recs, spec(no_split))
+    assert v.verdict == papers.AMBIGUOUS and "split" in v.reason
+    (v,) = papers.verdicts(recs, spec(no_split.replace('" }\n', '", split = "test" }\n')))
+    assert v.verdict == papers.REPRODUCED and v.stats[0].mean == pytest.approx(1.0)
