@@ -17,7 +17,7 @@ import re
 from typing import Any, Iterable
 
 from synthlab.errors import UsageError, check_output_dir
-from synthlab.lineplots import LINE, PANEL, draw_lines, line_labels, panel_labels
+from synthlab.lineplots import LINE, PANEL, draw_lines, line_labels, one_per_seed, panel_labels
 from synthlab.tables import tidy
 
 HINT = "train with --set train.eval_every=N"
@@ -111,7 +111,7 @@ def draw_curves(results: str | os.PathLike | Iterable[str | os.PathLike], metric
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", f"curves-{metric}" + (f"-{split}" if split is not None else ""))
     tasks = list(dict.fromkeys(drawn["task"].astype(str)))
     fraction = bool(drawn[metric].between(0.0, 1.0).all())  # accuracies, error rates: the grids' fixed scale
-    fig = draw_lines(drawn, "step", metric, xlabel="training step", ylabel=metric,
+    fig = draw_lines(one_per_seed(drawn, "step", metric), "step", metric, xlabel="training step", ylabel=metric,
                      title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''}: learning curves ({metric})",
                      ylim=(-0.02, 1.02) if fraction else None)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -64,12 +64,17 @@ def draw_by_length(lengths, show: str = "accuracy") -> Any:
     (``show``, as the heatmap beside it), a line per encoding, mean ± sd over seeds."""
     acc = lengths["accuracy"].astype(float)
     data = lengths.assign(value=100.0 * (1.0 - acc) if show == "error" else 100.0 * acc)
-    # one point per seed, as the grids count (synthlab.tables.per_seed): a seed run twice is one sample
-    data = data.groupby([PANEL, LINE, "length", "seed"], sort=False, dropna=False, as_index=False)["value"].mean()
+    data = one_per_seed(data, "length", "value")
     tasks = list(dict.fromkeys(lengths["task"].astype(str)))
     title = f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''}: {show} per test length"
     return draw_lines(data, "length", "value", title=title, xlabel="test length", ylabel=f"{show} (%)",
                       ylim=(-2.0, 102.0))
+
+
+def one_per_seed(data, x: str, y: str):
+    """One point per panel, line, ``x`` and seed (the mean of its runs), as the grids count
+    (:func:`synthlab.tables.per_seed`): a seed run twice is one sample, not two that narrow the band."""
+    return data.groupby([PANEL, LINE, x, "seed"], sort=False, dropna=False, as_index=False)[y].mean()
 
 
 def draw_lines(data, x: str, y: str, *, title: str, xlabel: str, ylabel: str,

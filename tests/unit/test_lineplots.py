@@ -151,3 +151,19 @@ def test_the_by_length_line_counts_a_seed_run_twice_once():
     line = fig.axes[0].lines[0]
     assert list(line.get_xdata()) == [41, 60, 80]
     assert line.get_ydata()[0] == pytest.approx(60.0)  # mean of seeds 0 and 1, not of 50, 50, 70
+
+
+def test_the_learning_curve_band_counts_a_seed_run_twice_once(tmp_path, monkeypatch, no_backend_switch):
+    import synthlab.curves_plot as cp
+
+    drawn = {}
+    real = cp.draw_lines
+    monkeypatch.setattr(cp, "draw_lines", lambda data, *a, **k: drawn.setdefault("data", data) is not None and real(data, *a, **k))
+    recs = [rec("rope", 0, 0.8, task="flipflop", curve=points(0.8, 0, ("test",)), study=st) for st in ("a", "b")]
+    recs.append(rec("rope", 1, 0.8, task="flipflop", curve=points(0.8, 1, ("test",)), study="a"))
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    draw_curves(path, split="test")
+    last = drawn["data"][drawn["data"]["step"] == 20]
+    assert sorted(last["seed"]) == [0, 1]  # one point per seed: the band is the sd of two seeds, not three runs
+    assert last["token_acc"].mean() == pytest.approx(0.805)
