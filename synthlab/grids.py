@@ -277,7 +277,8 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
             raise ValueError(f"grid field {field!r} is not in the results (allowed: split, length, {', '.join(allowed)})")
     if metric not in df.columns:
         df[metric] = math.nan
-    pooled = [a for a in pooled_axes(df, x, y) if a not in best_of]
+    tuned = {b.rsplit(".", 1)[-1] for b in best_of}  # "lr" or "train.lr": a best-of cell picks among them
+    pooled = [a for a in pooled_axes(df, x, y) if a.rsplit(".", 1)[-1] not in tuned]
     if pooled:  # never average over a grid axis as if it were seeds: it joins the rows instead
         y, labels = pooled_labels(df, y, pooled)
         df[y] = labels

@@ -282,7 +282,7 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
     if metric not in ok.columns or ok.empty:
         return CellStat(math.nan, math.nan, 0, failed=failed)
     # the runs a cell pools must agree on everything but the seed
-    settings = [c for c in SETTING_COLUMNS if c in ok.columns] + [c for c in ok.columns if c.startswith(SETTING_PREFIXES)]
+    settings = [c for c in ok.columns if c in SETTING_COLUMNS or c.startswith(SETTING_PREFIXES)]
     per_run_settings = ok.drop_duplicates("record")
     varies = tuple(c.removeprefix("task.") for c in settings if per_run_settings[c].nunique(dropna=True) > 1)
     if varies:

@@ -24,7 +24,7 @@ import os
 from typing import Any, Iterable
 
 from synthlab.cells import dape_k_of, pose_chunks_of
-from synthlab.config import PRESETS
+from synthlab.config import PRESETS, resolve_key
 from synthlab.records import read_results
 
 # what a record's run was, besides its seed: the candidates for a grid axis, and what the runs
@@ -95,9 +95,20 @@ def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
             row[f"task.{k}"] = v
             row.setdefault(k, v)
     for k, v in cell_overrides(r).items():  # a sweep axis on a --set key the record's fields do not hold
-        if k.startswith(("model.", "train.")) and k not in _COVERED + _RUN_OPTIONS and isinstance(v, (int, float, str)):
-            row[k] = v
+        key = _dotted(k, r)
+        if key is not None and key not in _COVERED + _RUN_OPTIONS and isinstance(v, (int, float, str)):
+            row[key] = v
     return row
+
+
+def _dotted(key: str, r: dict[str, Any]) -> str | None:
+    """A cell's model / train ``--set`` key as ``section.name`` (a bare ``weight_decay`` too);
+    None for a task parameter (a ``task.`` column already) or a key synthlab does not know."""
+    try:
+        section, name = resolve_key(key, tuple(r.get("task_params") or {}))
+    except ValueError:
+        return None
+    return f"{section}.{name}" if section in ("model", "train") else None
 
 
 def cell_overrides(r: dict[str, Any]) -> dict[str, Any]:

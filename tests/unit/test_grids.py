@@ -252,3 +252,16 @@ def test_a_failed_run_in_a_joined_row_label_is_shown_not_dropped():
     g = grids.make_grid(grids.tidy(recs), "ood", "split", "d_model", "token_acc", "accuracy", split=["test", "ood-sparse"])
     assert list(g.mean.index) == ["16 n_layers=1", "16 n_layers=2", "- n_layers=2"]
     assert int(g.n_failed.to_numpy().sum()) == 2 and g.runs_failed == 1  # its row, both split columns
+
+
+def test_a_bare_set_key_axis_joins_the_rows_and_a_tuned_one_is_picked_among():
+    # [axes] weight_decay = [...] (a bare key: the cell's overrides say "weight_decay") and a
+    # preset that tunes it ([tune] weight_decay): joined rows in the plain grid, best-of in the other
+    recs = [{**rec("rope", 16, s, 1.0, a, trial=t), "cell": _key("rope", s, weight_decay=wd)}
+            for t, (wd, s, a) in enumerate([(0.0, 0, 0.5), (0.0, 1, 0.52), (0.1, 0, 0.9), (0.1, 1, 0.92)])]
+    g = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"])
+    assert list(g.mean.index) == ["rope train.weight_decay=0", "rope train.weight_decay=0.1"]
+    best = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"],
+                           best_of=("weight_decay",))
+    assert list(best.mean.index) == ["rope"] and best.mean.at["rope", "ood-sparse"] == pytest.approx(92.0)
+    assert best.n.at["rope", "ood-sparse"] == 4
