@@ -239,6 +239,10 @@ class Task(ABC):
     #: splits drawn from the training distribution, kept disjoint from train by input hash
     HELD_OUT_SPLITS: ClassVar[tuple[str, ...]] = ("test",)
     HASH_BUCKETS: ClassVar[int] = 16
+    #: after this many rejected draws :meth:`sample_one` calls :meth:`draw_params` again (None:
+    #: never): a drawn count whose tiny sample space has no sample on the split's side of the
+    #: hash partition (counting: some 3-5 statement programs) must not stall or fail the sample
+    REDRAW_AFTER: ClassVar[int | None] = None
     #: the parameter that sets a sample's length, if one does (CHE: "length")
     length_param: ClassVar[str | None] = None
     #: BiPE: tokens that START a segment, for tasks without a natural closing separator
@@ -305,8 +309,9 @@ class Task(ABC):
 
     def draw_params(self, rng: np.random.Generator, p: dict[str, Any]) -> dict[str, Any]:
         """Per-sample parameters drawn once, before the hash rejection of :meth:`sample_one`
-        (arithmetic: the operator count), so that rejection cannot reweight them: a held-out
-        split keeps the training mix. Default: ``p`` unchanged, nothing drawn."""
+        (arithmetic: the operator count; counting: the statement count), so that rejection
+        cannot reweight them: a held-out split keeps the training mix (drawn again only after
+        ``REDRAW_AFTER`` rejections). Default: ``p`` unchanged, nothing drawn."""
         return p
 
     def loss_positions(self, ids: np.ndarray, scored: np.ndarray, target_ids: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -358,10 +363,12 @@ class Task(ABC):
             p = self.resolved_split_params(split, overrides)
         rng = example_rng(seed, split, index, overrides)
         q = self.draw_params(rng, p)
-        for _ in range(10_000):
+        for attempt in range(1, 10_001):
             ids, scored, target_ids = self.generate(rng, q)
             if self._accept(ids, split):
                 break
+            if self.REDRAW_AFTER and attempt % self.REDRAW_AFTER == 0:
+                q = self.draw_params(rng, p)
         else:  # pragma: no cover - only with a degenerate parameter choice
             raise ValueError(f"task {self.name!r}: split {split!r} has too few distinct samples to hold out a test set")
         loss_pos, loss_tgt = self.loss_positions(ids, scored, target_ids, p)

@@ -111,6 +111,17 @@ def test_arithmetic_test_mix_is_the_training_mix_held_out():
     assert "test-mix" not in generators.get_task("arithmetic", n_ops=3, min_ops=3, ood_ops_max=0).splits
 
 
+def test_counting_held_out_splits_keep_the_statement_count_law():
+    """The hash rejection must not redraw the statement count: a few short programs carry
+    most of a short count's mass, so a count whose frequent program hashes into the held-out
+    bucket would be over-represented in test (4 statements: 28 % of test instead of 1/10)."""
+    task = generators.get_task("counting", max_steps=12, n_vars=1)
+    for split in ("test", "ood-short"):
+        counts = np.bincount([s.tokens.count(";") for s in task.sample(split, 240, seed=0)], minlength=13)[3:]
+        share = counts / counts.sum()  # U{3..12}: 0.1 each (sd 0.019) where held-out programs exist
+        assert share.max() < 0.18, (split, share.round(3))
+
+
 def test_answer_acc_by_ops_groups_by_operator_count():
     task = generators.get_task("arithmetic", n_ops=3, ood_ops_max=0)
     samples = task.sample("test-mix", 60, seed=3)
