@@ -128,7 +128,8 @@ def greedy_right(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, k
     """Arithmetic: decode greedily from each prompt (``task.prompt_length``) until ``<eos>``;
     a sample is right when the token before the generated ``<eos>`` is ``task.answer_id``.
     Returns one bool per sample, (N,). Batched: every row advances one token per step (no KV
-    cache, causal model)."""
+    cache, causal model) up to its own :func:`decode_width` (not its chunk's longest sample's:
+    a verbose model's answers would otherwise depend on the eval batch size)."""
     task = ctx.task
     eos = task.token_id("<eos>")
     n = len(samples)
@@ -137,12 +138,13 @@ def greedy_right(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, k
     for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, False)):
         chunk = [samples[i] for i in idx]
         plen = torch.tensor([task.prompt_length(s) for s in chunk])
-        width = decode_width(max(len(s) for s in chunk))  # the model never sees more (max_len covers it)
+        limit = torch.tensor([decode_width(len(s)) for s in chunk])  # (B,) each row's room
+        width = int(limit.max())  # the model never sees more (max_len covers it)
         budget = width - int(plen.min())  # new tokens allowed
         buf = torch.full((len(chunk), width), ctx.pad_id, dtype=torch.long)
         for r, s in enumerate(chunk):
             buf[r, : plen[r]] = torch.from_numpy(s.ids[: plen[r]])
-        buf, cur = buf.to(ctx.device), plen.to(ctx.device)
+        buf, cur, limit = buf.to(ctx.device), plen.to(ctx.device), limit.to(ctx.device)
         rows = torch.arange(len(chunk), device=ctx.device)
         done = torch.zeros(len(chunk), dtype=torch.bool, device=ctx.device)
         answer = torch.full((len(chunk),), -1, dtype=torch.long, device=ctx.device)
@@ -153,12 +155,12 @@ def greedy_right(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, k
                 ids = buf[:, :t_now]
                 logits = model(ids) if pos is None else model(ids, positions=pos[:t_now])  # (B, t, V)
             nxt = logits[rows, cur - 1].argmax(-1)  # (B,)
-            live = ~done & (cur < width)
+            live = ~done & (cur < limit)
             buf[rows[live], cur[live]] = nxt[live]
             ended = live & (nxt == eos)
             answer[ended] = buf[rows[ended], cur[ended] - 1]
             cur = cur + live.long()
-            done |= ended | (cur >= width)
+            done |= ended | (cur >= limit)
             if bool(done.all()):
                 break
         want = torch.tensor([task.answer_id(s) for s in chunk], device=ctx.device)

@@ -4,6 +4,7 @@ records, validation before writing, evaluation details (greedy decoding, rope sc
 import json
 import os
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -227,6 +228,23 @@ def test_greedy_decoding_reads_the_answer_before_eos():
     ctx = EvalContext(task=task, pad_id=len(task.vocab), batch_size=4, device=torch.device("cpu"))
     assert greedy_right(_Oracle(samples, len(task.vocab) + 1), samples, ctx).all()
     assert not greedy_right(_Oracle(samples, len(task.vocab) + 1, wrong_answer=True), samples, ctx).any()
+
+
+def test_greedy_decoding_budget_is_per_sample_whatever_the_batch():
+    """A right but verbose model (it repeats ``= answer`` before ``<eos>``) reaches its
+    ``<eos>`` within a sample's own decode_width or not, whoever shares its chunk: answer_acc
+    is the same at every eval batch size (it was 0.33 alone, 0.89 in one chunk of 64)."""
+    task = generators.get_task("arithmetic", modulus=5, n_ops=4, ood_ops_max=0)
+    samples = task.sample("test-mix", 24, seed=0)
+    eq, eos = task.token_id("="), task.token_id("<eos>")
+    verbose = []
+    for s in samples:  # the true chain, then "= x" repeated 0.5 x its length, then <eos>
+        ids = [int(i) for i in s.ids[:-1]]
+        verbose.append(SimpleNamespace(ids=np.array(ids + [eq, ids[-1]] * (len(s) // 2) + [eos])))
+    model = _Oracle(verbose, len(task.vocab) + 1)
+    accs = [greedy_right(model, samples, EvalContext(task=task, pad_id=len(task.vocab), batch_size=bs,
+                                                     device=torch.device("cpu"))).mean() for bs in (1, 24)]
+    assert accs[0] == accs[1] < 1.0, accs
 
 
 class _Recorder(torch.nn.Module):
