@@ -111,7 +111,10 @@ def score_samples(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, 
     ok = np.zeros(n, dtype=np.int64)
     tot = np.zeros(n, dtype=np.int64)
     order = sorted(range(n), key=lambda i: len(samples[i]))  # less padding
-    for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, not ctx.causal)):
+    # one length per chunk where the chunk's longest sample would set a shorter one's rope
+    # factor or sampled positions (its score would depend on the eval batch size)
+    same = not ctx.causal or ctx.positions is not None or bool(ctx.rope_scaling and ctx.rotary)
+    for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, same)):
         b = collate([samples[i] for i in idx], ctx.pad_id)
         ids, sc = b.ids.to(ctx.device), b.scored.to(ctx.device)
         with _rope_scaled(model, ctx, int(b.lengths.max())):

@@ -14,7 +14,7 @@ import generators
 import generators.che
 from synthlab.cli import main
 from synthlab.data import eval_sets
-from synthlab.evaluation import EvalContext, evaluate, greedy_right
+from synthlab.evaluation import EvalContext, evaluate, greedy_right, score_samples
 from synthlab.training import lr_factor, resolve_config, train
 
 CHE_TASKS = tuple(generators.che.TASKS)
@@ -274,6 +274,25 @@ def test_rope_scaling_factor_is_eval_over_train_length():
     assert [(T, s) for _, T, s in fwd] == [(7, ("yarn", 7 / 6)), (8, ("yarn", 8 / 6)), (9, ("yarn", 9 / 6))]
     assert m.scale is None  # reset after evaluation
     assert set(groups["ood"]) == {"6", "7", "8"}
+
+
+def test_rope_scaling_factor_is_each_samples_own_in_a_mixed_length_split():
+    """A split of mixed lengths (counting) with eval-time rope scaling: every chunk holds one
+    length, so no sample is scaled (or padded) by a longer batch-mate's factor and its score
+    does not depend on the eval batch size."""
+    task = generators.get_task("counting", max_steps=16)
+    samples = task.sample("test", 24, seed=0)
+    assert len({len(s) for s in samples}) > 3
+    m = _Recorder(len(task.vocab) + 1)
+    seen = []
+    m.forward = lambda ids, positions=None: (seen.append((ids, m.scale)), torch.zeros(*ids.shape, m.V))[1]
+    ctx = EvalContext(task=task, pad_id=len(task.vocab), batch_size=8, device=torch.device("cpu"),
+                      rope_scaling="linear", rotary=True, train_len=10)
+    score_samples(m, samples, ctx)
+    assert sum(ids.shape[0] for ids, _ in seen) == len(samples)
+    for ids, scale in seen:
+        assert not (ids == len(task.vocab)).any()  # no padding: one length per chunk
+        assert scale == ("linear", ids.shape[1] / 10)
 
 
 def test_cli_train_prints_table_and_appends(tmp_path, capsys):
