@@ -32,7 +32,8 @@ class Counting(Task):
     Scored: the token ``v`` after ``print`` (its target is the answer). Metric: error %.
     Splits: train / test w_pass = 50, ``ood-long`` w_pass = 100, ``ood-short`` w_pass = 10.
     The OOD splits can produce the same program as train (short programs), so they are held
-    out by the input hash too (``HELD_OUT_SPLITS``). BiPE separator: ``;``.
+    out by the input hash too (``HELD_OUT_SPLITS``); the statement count is drawn before that
+    rejection (:meth:`draw_params`), so every split keeps n ~ U{3..max_steps}. BiPE separator: ``;``.
     """
 
     name = "counting"
