@@ -237,6 +237,10 @@ class Task(ABC):
     #: headline metric names reported besides token_acc / seq_acc
     metrics: ClassVar[tuple[str, ...]] = ()
     #: splits drawn from the training distribution, kept disjoint from train by input hash
+    #: the generator's revision: raised whenever one seed and the same parameters give other
+    #: samples (a fixed defect, a changed law). Records carry it (``task_revision``) so that grids
+    #: never average runs of two revisions; records written before it existed read as 1.
+    REVISION: ClassVar[int] = 1
     HELD_OUT_SPLITS: ClassVar[tuple[str, ...]] = ("test",)
     HASH_BUCKETS: ClassVar[int] = 16
     #: after this many rejected draws :meth:`sample_one` calls :meth:`draw_params` again (None:

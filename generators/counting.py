@@ -78,6 +78,10 @@ class Counting(Task):
         w_pass = {"ood-long": p["w_pass_long"], "ood-short": p["w_pass_short"]}.get(split, p["w_pass"])
         return {k: p[k] for k in ("n_vars", "max_steps", "max_value", "w_set", "w_incr")} | {"w_pass": w_pass}
 
+    #: 2: the statement count drawn once, before the hash rejection (draw_params); 1 redrew it
+    #: with each rejected program, reweighting the held-out splits' counts
+    REVISION = 2
+
     #: a statement count with (almost) no program on a split's side of the hash partition
     #: (3-5 statements: a few programs carry the mass) is redrawn after this many tries
     REDRAW_AFTER = 500

@@ -30,7 +30,8 @@ from synthlab.tables import cell_overrides, check_records
 # (column, where in the record): the run's own fields, in this order
 RUN_FIELDS = (
     ("run_id", ("run_id",)), ("study", ("study",)), ("trial", ("trial",)), ("cell", ("cell",)),
-    ("task", ("task",)), ("pe", ("pe",)), ("positions", ("positions",)), ("rope_scaling", ("rope_scaling",)),
+    ("task", ("task",)), ("task_revision", ("task_revision",)), ("pe", ("pe",)), ("pe_revision", ("pe_revision",)),
+    ("positions", ("positions",)), ("rope_scaling", ("rope_scaling",)),
     ("preset", ("preset",)), ("seed", ("train", "seed")), ("d_model", ("model", "d_model")),
     ("n_layers", ("model", "n_layers")), ("n_heads", ("model", "n_heads")), ("params", ("model", "params")),
     ("steps", ("train", "steps")), ("batch_size", ("train", "batch_size")), ("lr", ("train", "lr")),
@@ -42,7 +43,7 @@ RUN_FIELDS = (
 RUN_COLUMNS = tuple(c for c, _ in RUN_FIELDS) + ("split",)
 TAIL_COLUMNS = ("wall_s", "device", "synthlab", "git", "schema")
 # columns whose values are whole numbers (nullable: a failed run may not know them)
-INT_COLUMNS = ("trial", "seed", "d_model", "n_layers", "n_heads", "params", "steps", "batch_size", "train_len",
+INT_COLUMNS = ("trial", "task_revision", "pe_revision", "seed", "d_model", "n_layers", "n_heads", "params", "steps", "batch_size", "train_len",
                "threads", "schema")
 FLOAT_COLUMNS = ("lr", "wall_s")
 # record fields that become the columns above, prefixed columns, or rows elsewhere

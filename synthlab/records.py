@@ -123,8 +123,13 @@ def failed_record(task: str, pe: str, positions: str | None, overrides: dict[str
                   study: str, trial: int, error: str) -> dict[str, Any]:
     """The record of a run whose trainer raised instead of returning one: what the cell sets,
     so the failure sits in the right grid row."""
+    import generators
+    from synthlab.model.registry import PE_REVISION
+
     ov = overrides
-    return {"schema": SCHEMA, "task": task, "task_params": _section(ov, "task"), "pe": pe, "positions": positions,
+    revision = generators.TASKS[task].REVISION if task in generators.TASKS else None
+    return {"schema": SCHEMA, "task": task, "task_params": _section(ov, "task"), "task_revision": revision,
+            "pe_revision": PE_REVISION, "pe": pe, "positions": positions,
             "model": _section(ov, "model"), "train": {**_section(ov, "train"), "seed": seed}, "overrides": ov,
             "study": study, "trial": trial, "status": "failed", "error": error}
 

@@ -13,7 +13,8 @@ from the encoding and positions (``dape_k``, ``pose_chunks``), the task paramete
 (``task.<name>``, also as ``<name>`` when no field has that name) and a sweep cell's other
 ``--set`` keys (``train.weight_decay``: from the cell's key; run options such as
 ``train.threads`` left out). ``positions`` / ``rope_scaling`` are ``"none"`` where the record
-says null. :func:`per_seed` gives the one value per seed that a mean ± sd is taken over.
+says null. ``task_revision`` / ``pe_revision`` (the generator's and the encodings' forms) are
+settings too: runs of two revisions are never averaged. :func:`per_seed` gives the one value per seed that a mean ± sd is taken over.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from synthlab.records import read_results
 # what a record's run was, besides its seed: the candidates for a grid axis, and what the runs
 # a paper's cell pools must agree on
 SETTING_COLUMNS = ("task", "pe", "positions", "rope_scaling", "d_model", "n_layers", "n_heads", "steps", "batch_size",
-                   "lr")
+                   "lr", "task_revision", "pe_revision")
 # prefixed columns that are settings too: task parameters, and a sweep cell's other --set keys
 SETTING_PREFIXES = ("task.", "model.", "train.")
 
@@ -85,6 +86,9 @@ def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
         "record": i, "study": r.get("study"), "trial": r.get("trial"), "run_id": r.get("run_id"),
         "status": r.get("status"), "error": r.get("error"), "task": r.get("task"), "pe": r.get("pe"),
         "positions": _scheme(r, "positions"), "rope_scaling": _scheme(r, "rope_scaling"), "seed": train.get("seed"),
+        # a generator's revision (records from before it was recorded: 1, the first); the
+        # encodings' (unknown before it was recorded: pools with any)
+        "task_revision": r.get("task_revision", 1), "pe_revision": r.get("pe_revision"),
         "d_model": model.get("d_model"), "n_layers": model.get("n_layers"), "n_heads": model.get("n_heads"),
         "params": model.get("params"), "steps": train.get("steps"), "batch_size": train.get("batch_size"),
         "lr": train.get("lr"), "train_len": train.get("train_len"), "wall_s": r.get("wall_s"),

@@ -259,6 +259,7 @@ def new_record(cfg: RunConfig, spec: PESpec, run_id: str, model: dict[str, Any],
     tc = cfg.train
     return {
         "schema": SCHEMA, "run_id": run_id, "task": cfg.task, "task_params": cfg.task_params,
+        "task_revision": generators.TASKS[cfg.task].REVISION, "pe_revision": PE_REVISION,
         "pe": spec.name, "pe_params": spec.params, "positions": cfg.positions, "rope_scaling": cfg.rope_scaling,
         "preset": cfg.preset, "model": model,
         "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len,

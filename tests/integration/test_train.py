@@ -16,6 +16,7 @@ from synthlab.cli import main
 from synthlab.data import eval_sets
 from synthlab.evaluation import EvalContext, evaluate, greedy_right, score_samples
 from synthlab.training import lr_factor, resolve_config, train
+from synthlab.model.registry import PE_REVISION
 
 CHE_TASKS = tuple(generators.che.TASKS)
 RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",
@@ -112,6 +113,8 @@ def test_record_fields(tmp_path):
                             "compile_mode": "default"}
     assert rec["task_params"]["n_pairs"] == 8
     assert (rec["study"], rec["trial"], rec["schema"], rec["device"]) == ("s", 3, 1, "cpu")
+    # the generator's and the encodings' revisions: grids never average runs of two
+    assert (rec["task_revision"], rec["pe_revision"]) == (generators.TASKS["flipflop"].REVISION, PE_REVISION)
     cfg = json.loads((tmp_path / rec["run_id"] / "config.json").read_text())
     assert cfg["model"]["d_model"] == 16 and cfg["train"]["steps"] == 5
     metrics = [json.loads(l) for l in (tmp_path / rec["run_id"] / "metrics.jsonl").read_text().splitlines()]

@@ -265,3 +265,26 @@ def test_a_bare_set_key_axis_joins_the_rows_and_a_tuned_one_is_picked_among():
                            best_of=("weight_decay",))
     assert list(best.mean.index) == ["rope"] and best.mean.at["rope", "ood-sparse"] == pytest.approx(92.0)
     assert best.n.at["rope", "ood-sparse"] == 4
+
+
+def test_two_generator_revisions_are_never_averaged_and_an_old_record_reads_as_the_first():
+    # records of a generator before and after a fixed defect (counting 1 -> 2) must not pool as
+    # seeds; a record written before revisions were recorded is revision 1
+    recs = [rec("rope", 16, s, 1.0, a, task="counting") for s, a in ((0, 0.5), (1, 0.6))]  # no field: 1
+    recs += [{**rec("rope", 16, s, 1.0, a, task="counting"), "task_revision": 2} for s, a in ((0, 0.9), (1, 1.0))]
+    g = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["test", "ood-sparse"])
+    assert list(g.mean.index) == ["rope task_revision=1", "rope task_revision=2"]
+    assert g.mean["ood-sparse"].tolist() == pytest.approx([55.0, 95.0]) and g.n["ood-sparse"].tolist() == [2, 2]
+    same = [{**r, "task_revision": 2} for r in recs[:2]] + recs[2:]
+    g = grids.make_grid(grids.tidy(same), "ood", "split", "pe", "token_acc", "accuracy", split=["test", "ood-sparse"])
+    assert list(g.mean.index) == ["rope"] and g.n.at["rope", "ood-sparse"] == 2  # seeds 0 and 1, each run twice
+
+
+def test_an_unknown_encoding_revision_pools_but_two_known_ones_do_not():
+    old = [rec("alibi", 16, s, 1.0, a) for s, a in ((0, 0.5), (1, 0.6))]  # before pe_revision was recorded
+    r2 = [{**rec("alibi", 16, s, 1.0, a), "pe_revision": 2} for s, a in ((2, 0.7), (3, 0.8))]
+    r3 = [{**rec("alibi", 16, s, 1.0, a), "pe_revision": 3} for s, a in ((2, 0.9), (3, 1.0))]
+    g = grids.make_grid(grids.tidy(old + r3), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"])
+    assert list(g.mean.index) == ["alibi"] and g.n.at["alibi", "ood-sparse"] == 4
+    g = grids.make_grid(grids.tidy(r2 + r3), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"])
+    assert list(g.mean.index) == ["alibi pe_revision=2", "alibi pe_revision=3"]
