@@ -45,8 +45,9 @@ def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximi
                tuned: list[str]) -> list[dict[str, Any]]:
     """The records a grid shows when a sweep tunes parameters (``trials_per_cell`` > 1): of each
     cell's tuned slots, the one whose objective, averaged over seeds, is best; its records for
-    every seed. A slot with a failed seed counts that seed as missing; a cell with no finished
-    slot keeps slot 0 (drawn blank)."""
+    every seed. A slot with fewer finished seeds never wins over one with more (a setting that
+    diverged on a seed must not win on the mean of its survivors); a cell with no finished slot
+    keeps slot 0 (drawn blank)."""
     groups: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for cell, rec in pairs:
         named = {k: v for k, v in cell.axes.items() if k not in ("seed", "slot", *tuned)}
@@ -58,9 +59,9 @@ def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximi
         for slot, recs in slots.items():
             vals = [v for v in (objective(spec, r) for r in recs if r.get("status") == "ok") if v is not None]
             if vals:
-                scored[slot] = sum(vals) / len(vals)
-        if scored:
-            best = min(scored, key=lambda s: (-scored[s] if maximize else scored[s], s))  # ties: lowest slot
+                scored[slot] = (len(vals), sum(vals) / len(vals))
+        if scored:  # most finished seeds, then the best mean; ties: the lowest slot
+            best = min(scored, key=lambda s: (-scored[s][0], -scored[s][1] if maximize else scored[s][1], s))
         else:
             best = min(slots)
         out += slots[best]

@@ -186,3 +186,22 @@ def test_a_pe_list_keeps_each_specs_own_parameters():
     spec = sw.load_sweep("flipflop")
     cells = sw.expand_cells(spec, "smoke", pe=split_pe_list("cope:npos=16,sep_keys=1,rope"))
     assert sorted({c.pe for c in cells}) == ["cope:npos=16,sep_keys=1", "rope"]
+
+
+def test_a_tuned_slot_with_a_failed_seed_never_wins_on_its_survivors():
+    # slot 1's third seed diverged; ranked on the two that finished (0.9) it beat slot 0's three
+    # finished seeds (0.6): the grid showed a setting that fails a third of the time
+    spec = sw.load_sweep("flipflop")
+
+    def rec(slot, seed, acc):
+        c = cells.Cell("flipflop", "rope", seed, {"train.lr": [1e-3, 1e-2][slot]}, None, None, slot,
+                       {"pe": "rope", "seed": seed, "slot": slot})
+        metrics = {} if acc is None else {sw.objective_split(spec): {spec.metric: acc}}
+        return c, {"status": "failed" if acc is None else "ok", "metrics": metrics, "slot": slot}
+
+    pairs = [rec(0, s, 0.6) for s in range(3)] + [rec(1, 0, 0.9), rec(1, 1, 0.9), rec(1, 2, None)]
+    shown = sw.best_tuned(spec, pairs, maximize=True, tuned=["lr"])
+    assert {r["slot"] for r in shown} == {0} and len(shown) == 3
+    # with every seed finished in both, the better mean wins as before
+    pairs = [rec(0, s, 0.6) for s in range(3)] + [rec(1, s, 0.9) for s in range(3)]
+    assert {r["slot"] for r in sw.best_tuned(spec, pairs, maximize=True, tuned=["lr"])} == {1}
