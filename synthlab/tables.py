@@ -45,6 +45,11 @@ _RUN_OPTIONS = ("train.threads", "train.data_workers", "train.eval_batch_size", 
                 "train.check_memory")
 
 
+# settings a record holds besides the columns above (records older than them lack them: unknown)
+RECORD_SETTINGS = {"model": ("dropout", "causal", "tie_embeddings"),
+                   "train": ("warmup", "schedule", "weight_decay", "grad_clip", "n_train", "eval_samples")}
+
+
 def is_error(metric: str) -> bool:
     """Whether ``metric`` counts misses (``read_error``, ``glitch_rate``, ``seq_error``: lower is
     better) rather than hits (``token_acc``, ``answer_acc``)."""
@@ -98,10 +103,15 @@ def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
         if isinstance(v, (int, float, str, bool)) or v is None:
             row[f"task.{k}"] = v
             row.setdefault(k, v)
+    for section, names in RECORD_SETTINGS.items():
+        for k in names:
+            if k in (r.get(section) or {}):  # None is a setting too (n_train none: fresh samples)
+                v = r[section][k]
+                row[f"{section}.{k}"] = "none" if v is None else v
     for k, v in cell_overrides(r).items():  # a sweep axis on a --set key the record's fields do not hold
         key = _dotted(k, r)
         if key is not None and key not in _COVERED + _RUN_OPTIONS and isinstance(v, (int, float, str)):
-            row[key] = v
+            row.setdefault(key, v)
     return row
 
 

@@ -109,8 +109,10 @@ def test_record_fields(tmp_path):
     assert rec["model"]["d_model"] == 16 and rec["model"]["params"] > 0
     # the thread count is recorded: CPU results repeat exactly for the same seed and thread count
     assert rec["train"] == {"steps": 5, "batch_size": 16, "lr": 3e-3, "seed": 0, "train_len": 16, "threads": 1,
-                            "deterministic": False, "precision": "fp32", "compile": False,
+                            "warmup": 2, "schedule": "linear", "weight_decay": 0.1, "grad_clip": 1.0, "n_train": None,
+                            "eval_samples": 32, "deterministic": False, "precision": "fp32", "compile": False,
                             "compile_mode": "default"}
+    assert (rec["model"]["dropout"], rec["model"]["causal"], rec["model"]["tie_embeddings"]) == (0.0, True, False)
     assert rec["task_params"]["n_pairs"] == 8
     assert (rec["study"], rec["trial"], rec["schema"], rec["device"]) == ("s", 3, 1, "cpu")
     # the generator's and the encodings' revisions: grids never average runs of two

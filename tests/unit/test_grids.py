@@ -288,3 +288,18 @@ def test_an_unknown_encoding_revision_pools_but_two_known_ones_do_not():
     assert list(g.mean.index) == ["alibi"] and g.n.at["alibi", "ood-sparse"] == 4
     g = grids.make_grid(grids.tidy(r2 + r3), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"])
     assert list(g.mean.index) == ["alibi pe_revision=2", "alibi pe_revision=3"]
+
+
+def test_train_runs_differing_in_a_recorded_setting_are_never_one_seed():
+    # two `synthlab train` runs of seed 0 (no study, no cell key), weight decay 0 and 0.1: the
+    # record held no such field, so the grid took them for one seed trained twice and averaged them
+    def run(wd, acc):
+        r = {**rec("rope", 16, 0, 1.0, acc), "study": None, "trial": None}
+        r["train"] = {**r["train"], "weight_decay": wd, "n_train": None}
+        return r
+
+    g = grids.make_grid(grids.tidy([run(0.0, 0.5), run(0.1, 0.9)]), "ood", "split", "pe", "token_acc", "accuracy",
+                        split=["ood-sparse"])
+    assert list(g.mean.index) == ["rope train.weight_decay=0", "rope train.weight_decay=0.1"]
+    assert g.mean["ood-sparse"].tolist() == pytest.approx([50.0, 90.0])
+    assert set(grids.tidy([run(0.0, 0.5)])["train.n_train"]) == {"none"}  # fresh samples: a setting, not unknown
