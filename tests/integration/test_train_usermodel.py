@@ -41,7 +41,7 @@ def test_a_factory_model_is_trained_evaluated_and_recorded(tmp_path):
     rec = train("flipflop", "nope", preset="smoke", out=tmp_path, overrides=OV, model=lstm)
     assert rec["status"] == "ok", rec.get("error")
     n = sum(p.numel() for p in TinyLSTM(len(generators.get_task("flipflop", n_pairs=16).vocab) + 1, 16).parameters())
-    assert rec["model"] == {"factory": NAME, "params": n}
+    assert rec["model"] == {"factory": NAME, "params": n, "dropout": 0.0, "causal": True, "tie_embeddings": False}
     assert set(rec["metrics"]) == {"test", "ood-sparse", "ood-dense"}
     run_dir = tmp_path / rec["run_id"]
     config = json.loads((run_dir / "config.json").read_text())
