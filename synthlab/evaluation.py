@@ -68,11 +68,14 @@ def autocast(ctx: EvalContext) -> Any:
     return contextlib.nullcontext()
 
 
-def _chunks(order: list[int], samples: list[Any], size: int, same_length: bool) -> list[list[int]]:
+def _chunks(order: list[int], samples: list[Any], size: int, same_length: bool,
+            length: Callable[[Any], int] = len) -> list[list[int]]:
+    """``order`` cut into chunks of at most ``size``; with ``same_length``, each chunk of one
+    ``length`` (a sample's tokens; greedy decoding: its prompt's)."""
     out: list[list[int]] = []
     cur: list[int] = []
     for i in order:
-        if cur and (len(cur) == size or (same_length and len(samples[i]) != len(samples[cur[0]]))):
+        if cur and (len(cur) == size or (same_length and length(samples[i]) != length(samples[cur[0]]))):
             out.append(cur)
             cur = []
         cur.append(i)
@@ -138,7 +141,10 @@ def greedy_right(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, k
     n = len(samples)
     right = np.zeros(n, dtype=bool)
     order = sorted(range(n), key=lambda i: task.prompt_length(samples[i]))
-    for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, False)):
+    # under rope scaling each step's factor is the batch's current length / train_len: rows of one
+    # prompt length advance in step, so each is scaled at its own length, whatever the batch size
+    same = bool(ctx.rope_scaling and ctx.rotary)
+    for c, idx in enumerate(_chunks(order, samples, ctx.batch_size, same, task.prompt_length)):
         chunk = [samples[i] for i in idx]
         plen = torch.tensor([task.prompt_length(s) for s in chunk])
         limit = torch.tensor([decode_width(len(s)) for s in chunk])  # (B,) each row's room

@@ -385,7 +385,7 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
     d = _defaults_for(records)
     metric = metric or d["metric"]
     show = show or d["show"]
-    table = tidy(records)
+    table = tidy(records, d["spec"])
     if kind == "capacity":
         x = x or d["capacity_x"]
         y = y or d["capacity_y"]
@@ -445,7 +445,7 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,
     if not records:
         return []
     out_dir = Path(out_dir)
-    table = tidy(records)
+    table = tidy(records, spec)
     suffix = stem or ("-best" if best_of else "")
     best_title = f", best of seeds x {', '.join(best_of)}" if best_of else ""
     title = spec.name

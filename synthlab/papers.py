@@ -40,6 +40,10 @@ Verdicts (one per claim and preset found in the results), the rule stated once h
   seed, whose spread is unknown); the reason is given beside it;
 - ``not comparable (other scale)``: the results come from a preset the claim does not name
   (e.g. the ``smoke`` preset, or ``quick`` for a claim about the paper's absolute numbers);
+- ``not comparable (other settings)``: the runs come from a preset the claim names but depart
+  from its table (``sweep flipflop --set task.n_pairs=256``, a ``train --set train.steps=100``
+  run): a preset setting that is not a sweep axis differs (:func:`synthlab.tables.preset_differences`);
+  the reason names it;
 - ``not comparable (cell matches several settings)``: the runs a cell matches differ in more
   than the seed (say ``d_model = 256`` in the cell), or in the split (a cell names its split);
 - ``not run``: runs of the cell are in the results but none finished. A claim whose cells
@@ -64,6 +68,7 @@ _CLAIM_KEYS = ("text", "source", "better", "worse", "cell", "at_least", "at_most
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 OTHER_SCALE = "not comparable (other scale)"
+OTHER_SETTINGS = "not comparable (other settings)"
 NOT_RUN = "not run"
 AMBIGUOUS = "not comparable (cell matches several settings)"
 
@@ -302,8 +307,11 @@ def _goodness(x: float, show: str) -> float:
 
 def judge(claim: Claim, stats: list[CellStat], show: str, preset: str) -> tuple[str, str]:
     """(verdict, reason) of one claim from its cells' stats (better, worse) or (cell,)."""
+    preset, _, departs = str(preset).partition(" (")  # a preset_label: "quick (task.n_pairs 256 (preset 64))"
     if preset not in claim.presets:
         return OTHER_SCALE, f"results at preset {preset!r}; the claim is for {', '.join(claim.presets)}"
+    if departs:
+        return OTHER_SETTINGS, f"the runs depart from the {preset} preset: {departs[:-1]}"
     for s in stats:
         if s.varies:
             return AMBIGUOUS, f"a cell's runs differ in {', '.join(s.varies)}: name it in the claim"
@@ -375,16 +383,18 @@ def verdicts(records: list[dict[str, Any]], spec) -> list[Verdict]:
         return []
     # a run that failed before the trainer made its record has no preset: its study's (tidy_with_presets),
     # so that a cell whose every run failed that way is "not run", not left out of the table
-    table = tidy_with_presets(records)
-    presets = list(dict.fromkeys(str(r.get("preset")) for r in records if r.get("status") == "ok")) or ["?"]
+    # a run that departs from its preset's table is labelled so (tables.preset_label): judged apart
+    table = tidy_with_presets(records, spec)
+    presets = list(dict.fromkeys(map(str, table.loc[table["status"] == "ok", "preset"]))) or ["?"]
     out = []
-    for preset in presets:
-        rows = table[table["preset"].map(str) == preset]
+    for label in presets:
+        rows = table[table["preset"].map(str) == label]
+        preset = label.partition(" (")[0]
         for c in claims:
             stats = [measure(rows, cell, spec.metric, spec.show) for cell in c.cells()]
             if not all(s.present for s in stats):
                 continue  # not part of these results (e.g. `--pe cope,rope` and a claim about NoPE)
-            verdict, reason = judge(c, stats, spec.show, preset)
+            verdict, reason = judge(c, stats, spec.show, label)
             out.append(Verdict(c, preset, stats, [paper_value_for(spec.papers, cell, preset) for cell in c.cells()],
                                verdict, reason))
     return out

@@ -40,7 +40,7 @@ SETTING_PREFIXES = ("task.", "model.", "train.")
 # (how a run is executed); every other model. / train. key of a cell is a column of its own
 _COVERED = ("model.d_model", "model.n_layers", "model.n_heads", "train.steps", "train.batch_size", "train.lr",
             "train.seed")
-_RUN_OPTIONS = ("train.threads", "train.data_workers", "train.eval_batch_size", "train.eval_every", "train.compile",
+RUN_OPTIONS = ("train.threads", "train.data_workers", "train.eval_batch_size", "train.eval_every", "train.compile",
                 "train.compile_mode", "train.deterministic", "train.checkpoint_every", "train.checkpoint_minutes",
                 "train.check_memory")
 
@@ -110,7 +110,7 @@ def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
                 row[f"{section}.{k}"] = "none" if v is None else v
     for k, v in cell_overrides(r).items():  # a sweep axis on a --set key the record's fields do not hold
         key = _dotted(k, r)
-        if key is not None and key not in _COVERED + _RUN_OPTIONS and isinstance(v, (int, float, str)):
+        if key is not None and key not in _COVERED + RUN_OPTIONS and isinstance(v, (int, float, str)):
             row.setdefault(key, v)
     return row
 
@@ -289,10 +289,55 @@ def _bad_value(v: Any, path: str) -> tuple[str, Any] | None:
     return path, v
 
 
-def tidy_with_presets(records: Iterable[dict[str, Any]] | str | os.PathLike):
+def preset_differences(r: dict[str, Any], spec: Any) -> tuple[str, ...]:
+    """Where a run departs from its preset's table in sweep file ``spec`` (a SweepSpec):
+    ``("task.n_pairs 256 (preset 64)",)`` for ``sweep flipflop --set task.n_pairs=256``; () for a
+    run that follows it. A key the preset sweeps (an axis) or tunes is no difference, nor is a
+    run option (threads, evaluation batch) or a field an older record lacks (unknown); a
+    preset the file does not have (a failed run's record names none) cannot be judged: ()."""
+    presets = getattr(spec, "presets", None) or {}
+    preset = r.get("preset")
+    if preset not in presets:
+        return ()
+    names = tuple(r.get("task_params") or {})
+    free = set()
+    for key in [*spec.preset_axes(preset), *spec.preset_tune_keys(preset)]:
+        try:
+            free.add(".".join(resolve_key(str(key), names)))
+        except ValueError:  # pe, dape_k, pose_chunks: name the run, not a preset setting
+            continue
+    out = []
+    for key, want in presets[preset]["overrides"].items():
+        if key in free or key in RUN_OPTIONS:
+            continue
+        section, _, name = key.partition(".")
+        have = (r.get("task_params") if section == "task" else r.get(section)) or {}
+        if name in have and not _same_setting(have[name], want):
+            out.append(f"{key} {have[name]} (preset {want})")
+    return tuple(out)
+
+
+def _same_setting(a: Any, b: Any) -> bool:
+    """A recorded value against a preset's: numbers by value (2e-3 == 0.002), else as given."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def preset_label(r: dict[str, Any], spec: Any) -> Any:
+    """A run's preset as the claims and the papers' marks read it: the name (``quick``) for a run
+    that follows the preset's table, the name and the differences (``quick (task.n_pairs 256
+    (preset 64))``) for one that does not, so that it is never judged as the preset."""
+    diffs = preset_differences(r, spec)
+    return f"{r.get('preset')} ({'; '.join(diffs)})" if diffs else r.get("preset")
+
+
+def tidy_with_presets(records: Iterable[dict[str, Any]] | str | os.PathLike, spec: Any = None):
     """:func:`tidy` with each row's ``preset`` (the record's; a failed run's
     record has none: the preset of the finished runs of its study, where they have one), which
-    the grids mark the papers' numbers by."""
+    the grids mark the papers' numbers by. With ``spec`` (the sweep file the records are judged
+    against), a run that departs from its preset's table reads :func:`preset_label`'s
+    ``quick (...)``: no paper number and no claim treats it as the preset."""
     if isinstance(records, (str, os.PathLike)):
         records = read_results(records)
     records = list(records)
@@ -300,11 +345,11 @@ def tidy_with_presets(records: Iterable[dict[str, Any]] | str | os.PathLike):
     by_study: dict[Any, set] = {}
     for r in records:
         if r.get("preset") in PRESETS:
-            by_study.setdefault(r.get("study"), set()).add(r["preset"])
+            by_study.setdefault(r.get("study"), set()).add(preset_label(r, spec))
 
     def preset_of(r: dict[str, Any]) -> Any:
         if r.get("preset") is not None:
-            return r["preset"]
+            return preset_label(r, spec)
         known = by_study.get(r.get("study")) if r.get("study") is not None else None
         return next(iter(known)) if known and len(known) == 1 else None
 

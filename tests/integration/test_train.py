@@ -300,6 +300,43 @@ def test_rope_scaling_factor_is_each_samples_own_in_a_mixed_length_split():
         assert scale == ("linear", ids.shape[1] / 10)
 
 
+class _ScaledOracle(_Oracle):
+    """The oracle, right only where it is scaled at the row's own length (its non-pad tokens)
+    over train_len: a model whose answers depend on the rope factor it is given."""
+
+    def __init__(self, samples, vocab_size, pad_id, train_len):
+        super().__init__(samples, vocab_size)
+        self.pad_id, self.train_len, self.scale = pad_id, train_len, None
+
+    def set_rope_scaling(self, kind, factor=None, train_len=None):
+        self.scale = None if kind is None else factor
+
+    def forward(self, ids, positions=None):
+        out = super().forward(ids)  # (B, T, V)
+        for b in range(ids.shape[0]):
+            own = int((ids[b] != self.pad_id).sum())
+            if own > self.train_len and self.scale != own / self.train_len:
+                out[b] = 0.0
+                out[b, :, 0] = 1.0  # scaled at another row's length: a wrong token
+        return out
+
+
+def test_greedy_decoding_scales_each_sample_at_its_own_length_whatever_the_batch():
+    """Greedy decoding under eval-time rope scaling: each step's factor is the current length
+    over train_len. A sample shared its chunk with longer prompts and was scaled at their
+    length, so its answer depended on the eval batch size (here: all right alone, 2 of 24 in one
+    chunk of 24); rows of one prompt length per chunk advance in step, each at its own length."""
+    task = generators.get_task("arithmetic", modulus=5, n_ops=4, ood_ops_max=0)
+    samples = task.sample("test-mix", 24, seed=0)
+    assert len({task.prompt_length(s) for s in samples}) > 2
+    pad = len(task.vocab)
+    model = _ScaledOracle(samples, pad + 1, pad, train_len=4)
+    accs = [greedy_right(model, samples, EvalContext(task=task, pad_id=pad, batch_size=bs, device=torch.device("cpu"),
+                                                     rope_scaling="linear", rotary=True, train_len=4)).mean()
+            for bs in (1, 24)]
+    assert accs == [1.0, 1.0], accs
+
+
 def test_cli_train_prints_table_and_appends(tmp_path, capsys):
     out = tmp_path / "runs"
     rc = main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--set", "steps=4", "--set", "model.d_model=16",
