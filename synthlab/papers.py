@@ -187,6 +187,9 @@ def parse_papers(where: str, raw: Any, allowed_presets: tuple[str, ...]) -> list
             spread=_number(where, f"{sec}.spread", e["spread"], 0.0, 100.0) if "spread" in e else None,
             presets=_presets(where, f"{sec}.presets", e.get("presets"), allowed_presets, DEFAULT_PAPER_PRESETS),
         ))
+        if "split" not in out[-1].cell:  # a paper reports a number on one evaluation set
+            raise ValueError(f"{where}: {sec}.cell: name the split the number is for (split = \"test\", "
+                             "\"ood-sparse\", ...): without one it would stand beside every split")
     return out
 
 

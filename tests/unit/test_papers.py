@@ -68,6 +68,7 @@ def test_parse_reads_paper_values_and_claims():
     ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\n', "'value' is required"),
     ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 120\n', "value: expected a number in [0, 100]"),
     ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 1\nbogus = 2\n', "unknown key 'bogus'"),
+    ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 1\n', "cell: name the split the number is for"),
     ('[[claim]]\ntext = "t"\nsource = "s"\nbetter = { pe = "cope" }\n', "needs both 'better' and 'worse'"),
     ('[[claim]]\ntext = "t"\nsource = "s"\ncell = { pe = "cope" }\n', "exactly one of at_least, at_most"),
     ('[[claim]]\ntext = "t"\nsource = "s"\nbetter = { pe = "a" }\nworse = { pe = "b" }\npresets = ["huge"]\n',
