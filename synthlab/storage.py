@@ -61,6 +61,7 @@ def check_storage(url: str) -> None:
         parent = Path(url).expanduser().resolve().parent
         if not parent.is_dir():
             raise ValueError(f"--storage {url!r}: directory {str(parent)!r} does not exist")
+        _check_journal_file(Path(url).expanduser(), url)
         return
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
@@ -90,6 +91,22 @@ def check_storage(url: str) -> None:
         raise ValueError(f"--storage {_redact(url)}: cannot connect: {msg}") from None
     finally:
         engine.dispose()
+
+
+def _check_journal_file(path: Path, url: str) -> None:
+    """An existing file named as a journal must be one (its first line a journal entry): the
+    torn-tail repair on opening would otherwise cut the last line off a sweep file or notes
+    named by mistake, before the corruption is reported. A first line without its newline may
+    be a torn first entry: left to the repair."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 24)
+    except OSError:  # missing (a new journal), a directory or unreadable: checked where it is written
+        return
+    why = _entry_ok(first) if first.endswith(b"\n") else None
+    if why is not None:
+        raise ValueError(f"--storage {url!r} is not an Optuna journal file (line 1: {why}); name a new file or "
+                         "an existing journal")
 
 
 def _redact(url: str) -> str:

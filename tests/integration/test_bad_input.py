@@ -139,6 +139,9 @@ CASES = {
     # sweep
     "sweep --out under a file": (["sweep", "tiny.toml", "--out", "afile/sw"], 2, "'afile' is a file"),
     "sweep --out not writable": (["sweep", "tiny.toml", "--out", f"{SYS}/sw"], 1, SYS),
+    # a file that is no journal (the sweep file itself, by a slip): the torn-tail repair cut its last line off
+    "sweep --storage a file that is no journal": (["sweep", "tiny.toml", "--storage", "tiny.toml", "--out", "sw"], 2,
+                                                  "--storage 'tiny.toml' is not an Optuna journal file (line 1:"),
     "sweep --storage DIR": (["sweep", "tiny.toml", "--storage", "adir", "--out", "sw"], 2,
                             "--storage 'adir' is a directory"),
     "sweep --study of 300 characters": (["sweep", "tiny.toml", "--study", "s" * 300], 2,
