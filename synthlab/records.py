@@ -79,7 +79,12 @@ def append_record(path: str | os.PathLike, record: dict[str, Any], *, ensure_asc
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, data)
+        # a full disk (or a file size limit) may take only part of the line and say so by the
+        # count alone: write on, so the next write raises the error instead of the record being
+        # torn in silence (the torn line is skipped by readers and ended by the next writer)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -97,9 +102,16 @@ def repair_jsonl(path: Path) -> None:
 
 def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     """Replace ``path`` by these records, atomically (a study's grid rebuilt from its trials)."""
+    from synthlab.errors import naming
+
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(_encode(records, ensure_ascii=True))
-    os.replace(tmp, path)
+    try:
+        with naming(path, tmp):  # an error names the file, not its temporary stand-in
+            tmp.write_bytes(_encode(records, ensure_ascii=True))
+            os.replace(tmp, path)
+    finally:  # a full disk: no temporary file left behind
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
 
 
 def with_cell(record: dict[str, Any], key: str) -> dict[str, Any]:

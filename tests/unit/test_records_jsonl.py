@@ -78,3 +78,55 @@ def test_a_torn_record_then_a_whole_one_on_the_same_line_keeps_the_whole_one(tmp
     # a character cut in two by the kill, then the next writer's record without a newline between
     path.write_bytes(_old_line(REC) + _old_line(REC)[:60] + "é".encode()[:1] + whole)
     assert [r["run_id"] for r in records.scan_records(path)[0]] == ["r1", "r2"]
+
+
+def _short_writes(monkeypatch, room: int):
+    """os.write as on a disk with ``room`` bytes left: a short count, then ENOSPC."""
+    import errno
+
+    real_write = os.write
+    left = {"n": room}
+
+    def write(fd, data):
+        if left["n"] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = real_write(fd, bytes(data)[:left["n"]])
+        left["n"] -= n
+        return n
+
+    monkeypatch.setattr(os, "write", write)
+
+
+def test_a_disk_full_mid_record_raises_instead_of_tearing_it_in_silence(tmp_path, monkeypatch):
+    path = tmp_path / "results.jsonl"
+    records.append_record(path, REC)
+    _short_writes(monkeypatch, 20)  # the disk takes 20 bytes of the next record, then is full
+    with pytest.raises(OSError) as e:
+        records.append_record(path, {**REC, "run_id": "r2"})
+    assert e.value.errno == 28
+    monkeypatch.undo()
+    assert [r["run_id"] for r in records.scan_records(path)[0]] == ["r1"]  # the torn line is skipped
+    records.append_record(path, {**REC, "run_id": "r3"})  # the next writer appends behind it
+    assert [r["run_id"] for r in records.read_results(path)] == ["r1", "r3"]
+
+
+def test_write_records_on_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    path = tmp_path / "study-results.jsonl"
+    records.write_records(path, [REC])
+    before = path.read_bytes()
+    real = Path.write_bytes
+
+    def full(self, data):  # the disk takes part of the file, then is full
+        real(self, bytes(data)[:10])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OSError) as e:
+        records.write_records(path, [REC, {**REC, "run_id": "r2"}])
+    monkeypatch.undo()
+    assert e.value.filename == str(path)  # the message names the file, not its stand-in
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study-results.jsonl"]
+    assert path.read_bytes() == before
