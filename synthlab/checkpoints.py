@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+import generators
 from synthlab.config import RunConfig
 
 DIRNAME = ".checkpoints"
@@ -45,7 +46,14 @@ def run_key(cfg: RunConfig, extra: dict[str, Any] | None = None) -> str:
         d["train"].pop("eval_every", None)
     if d["train"].get("precision") == "fp32":  # the default: the key a run had before train.precision existed
         d["train"].pop("precision")
-    blob = json.dumps({"cfg": d, **(extra or {})}, sort_keys=True, default=str)
+    extra = dict(extra or {})
+    # the generator's revision: one seed gives other samples after a fix, so a checkpoint of the
+    # old data must not resume under the new (its record would claim the new revision). Left
+    # out at revision 1, the key a run had before the revision was part of it
+    revision = getattr(generators.TASKS.get(cfg.task), "REVISION", 1)
+    if revision != 1:
+        extra["task_revision"] = revision
+    blob = json.dumps({"cfg": d, **extra}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 

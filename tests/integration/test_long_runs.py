@@ -122,6 +122,23 @@ def test_a_failed_run_drops_its_checkpoints(tmp_path, monkeypatch):
     assert json.loads(line)["status"] == "failed"
 
 
+def test_a_checkpoint_of_another_task_revision_is_not_resumed(tmp_path, monkeypatch):
+    """A generator fix (Task.REVISION raised) gives one seed other samples: a run killed before
+    it must start over, not resume on the old data under a record naming the new revision."""
+    import generators
+
+    with monkeypatch.context() as mp:
+        _stop_at(mp, 12)
+        with pytest.raises(KeyboardInterrupt):
+            train("flipflop", "rope", out=tmp_path, **KW)
+    old_dir, state = _state(tmp_path)
+    monkeypatch.setattr(generators.TASKS["flipflop"], "REVISION", generators.TASKS["flipflop"].REVISION + 1)
+    rec = train("flipflop", "rope", out=tmp_path, **KW)
+    assert rec["task_revision"] == generators.TASKS["flipflop"].REVISION
+    assert rec["run_id"] != state["run_id"]  # a new run, not the old one resumed
+    assert (old_dir / "last.ckpt").exists()  # the old revision's checkpoint was not taken
+
+
 @pytest.mark.slow
 def test_sigkilled_run_resumes_bit_identical(uninterrupted, tmp_path):
     """A real kill (SIGKILL right after the checkpoint of step 10 is written), then a resume."""
