@@ -244,11 +244,17 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"results file {str(p)!r} does not exist")
-    try:
-        text = p.read_text(encoding="utf-8", errors="strict")
-    except UnicodeDecodeError:
-        raise ValueError(f"results file {str(p)!r} is not JSON lines (not UTF-8 text)") from None
-    lines = [ln for ln in text.split("\n") if ln.strip()]
+    lines, undecodable = [], 0
+    for raw in p.read_bytes().split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:  # a record torn inside a character (a kill, a full disk): that line
+            undecodable += 1        # alone is skipped, or the whole record a later writer appended behind it read
+            lines.append(raw.decode("utf-8", errors="replace"))
+    if lines and undecodable == len(lines):
+        raise ValueError(f"results file {str(p)!r} is not JSON lines (not UTF-8 text)")
     records, bad = [], 0
     for n, obj in enumerate(_reader(lines), 1):
         if obj is None:

@@ -130,3 +130,17 @@ def test_write_records_on_a_full_disk_leaves_no_temporary_file(tmp_path, monkeyp
     assert e.value.filename == str(path)  # the message names the file, not its stand-in
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study-results.jsonl"]
     assert path.read_bytes() == before
+
+
+def test_a_record_torn_inside_a_character_loses_that_record_only(tmp_path):
+    """A full disk may cut a line in the middle of a UTF-8 character: the readers skip that
+    record (the sweep's scan did; read_results refused the whole file as not UTF-8)."""
+    path = tmp_path / "results.jsonl"
+    base = {"schema": 1, "task": "flipflop", "pe": "rope", "status": "ok", "train": {"seed": 0}, "metrics": {}}
+    records.append_record(path, {**base, "run_id": "a"})
+    data = records._encode([{**base, "run_id": "b", "status": "failed", "error": "loss ≥ 1e9"}], ensure_ascii=False)
+    with open(path, "ab") as f:
+        f.write(data[:data.index("≥".encode()) + 1])
+    records.append_record(path, {**base, "run_id": "c", "train": {"seed": 1}})  # appended behind the torn bytes
+    assert [r["run_id"] for r in records.scan_records(path)[0]] == ["a", "c"]
+    assert [r["run_id"] for r in records.read_results(path)] == ["a", "c"]
