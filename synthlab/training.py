@@ -37,7 +37,7 @@ from synthlab.fitting import QuickHookName, deterministic, fit, threads
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
 from synthlab.model.registry import PE_REVISION, PESpec
 from synthlab.presets import build_config
-from synthlab.records import SCHEMA, clean
+from synthlab.records import SCHEMA, clean, scan_records
 from synthlab.sizing import check_run_fits
 
 
@@ -377,11 +377,18 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     progress = (not quiet) and sys.stdout.isatty()
 
     # a run killed after a checkpoint resumes from it, under the run id it began with
-    ck = RunCheckpoints.open(out, cfg, {"pe_revision": PE_REVISION, "synthlab": __version__, **named})
+    ck_extra = {"pe_revision": PE_REVISION, "synthlab": __version__, **named}
+    ck = RunCheckpoints.open(out, cfg, ck_extra)
+    results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
+    if ck is not None and ck.run_id is not None and results_path is not None and any(
+            r.get("run_id") == ck.run_id for r in scan_records(results_path)[0]):
+        # the earlier attempt has its record (killed between the record and its checkpoint's
+        # removal): resuming would train it again and record its run id twice; this is a new run
+        ck.finish()
+        ck = RunCheckpoints.open(out, cfg, ck_extra)
     again = ck is not None and ck.run_id is not None
     run_id = ck.run_id if again else rundir.make_run_id(cfg.task, spec.name, tc.seed)
     run_dir = Path(out) / run_id if out is not None else None
-    results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
     record = new_record(cfg, spec, run_id, {**described, "params": n_params}, train_len, study, trial)
     lines: list[dict[str, Any]] = []
     if ck is not None:

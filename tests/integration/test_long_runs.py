@@ -139,6 +139,27 @@ def test_a_checkpoint_of_another_task_revision_is_not_resumed(tmp_path, monkeypa
     assert (old_dir / "last.ckpt").exists()  # the old revision's checkpoint was not taken
 
 
+def test_a_run_killed_after_its_record_is_not_resumed_and_recorded_twice(tmp_path, monkeypatch):
+    """Killed between its record and its checkpoint's removal: the same command again is a new
+    run, not the recorded one resumed under the same run id (a second record of it, its
+    finished directory removed and trained again)."""
+    def killed(self):  # the process dies here: the checkpoint stays, unlocked
+        self.release()
+        raise SystemExit("killed")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(checkpoints.RunCheckpoints, "finish", killed)
+        with pytest.raises(SystemExit):
+            train("flipflop", "rope", out=tmp_path, **KW)
+    (first,) = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert (tmp_path / DIRNAME).exists()
+    again = train("flipflop", "rope", out=tmp_path, **KW)
+    ids = [json.loads(x)["run_id"] for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert ids == [first["run_id"], again["run_id"]] and again["run_id"] != first["run_id"]
+    assert (tmp_path / first["run_id"] / "model.safetensors").exists()  # the recorded run's files kept
+    assert not (tmp_path / DIRNAME).exists()
+
+
 @pytest.mark.slow
 def test_sigkilled_run_resumes_bit_identical(uninterrupted, tmp_path):
     """A real kill (SIGKILL right after the checkpoint of step 10 is written), then a resume."""
