@@ -211,3 +211,29 @@ def test_padded_leaky_relu_vmap_rule_equals_a_loop(p_dim, pad_dim):
         assert torch.allclose(grad.movedim(p_dim, 0), torch.stack([g for _, g in want]))
     else:
         assert torch.allclose(grad, sum(g for _, g in want))
+
+
+@needs_kernels
+@pytest.mark.parametrize("pe", ["cope", "cope+rope", "cope-alibi"])
+def test_stacked_cope_under_cpu_autocast_keeps_the_pytorch_path(pe, monkeypatch):
+    """train.precision=bf16-mixed with batched seeds: under vmap nn.Linear with stacked weights and
+    bias is not autocast (q stays float32) while q . pos_emb is a bfloat16 matmul. The C++ kernel,
+    which reads every operand as float32, read that bfloat16 table past its end (NaN logits or a
+    crash); under CPU autocast the PyTorch path runs, as it does for a single model."""
+    from synthlab.model.encoders import contextual
+
+    real = contextual._CoPEQKVKernel.apply
+
+    def checked(q, k, v, table, *rest):
+        assert table is None or table.dtype == torch.float32, f"native CoPE kernel given a {table.dtype} table"
+        return real(q, k, v, table, *rest)
+
+    monkeypatch.setattr(contextual._CoPEQKVKernel, "apply", checked)
+    stacked = stack_models(_models(pe, n=2))
+    ids = torch.randint(0, V, (2, B, T), generator=torch.Generator().manual_seed(7))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fast = stacked(ids)
+        monkeypatch.setenv("SYNTHLAB_NATIVE", "0")
+        ref = stacked(ids)
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, ref, atol=0, rtol=0)

@@ -164,6 +164,14 @@ class _FusedCoPEQKV:
         return _CoPEQKVKernel.apply(q.contiguous(), k.contiguous(), v.contiguous(), table, slopes, npos, scale)[0]
 
 
+def _cpu_autocast() -> bool:
+    """Whether autocast is on for CPU tensors (train.precision=bf16-mixed)."""
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
 def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
     """Half-precision values (bf16 autocast) in float32; float32 and float64 as they are."""
     return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
@@ -272,8 +280,12 @@ class CoPE(nn.Module):
                 and cope_triton.builds(q.device, H, T, D, self.npos, not self.alibi))
 
     def _native(self, G: torch.Tensor) -> bool:
+        """Whether the C++ kernel runs: float32 CPU operands and no CPU autocast. The kernel reads
+        every operand as float32, and under autocast the table q . pos_emb is a bfloat16 matmul
+        even where q is float32 (under vmap, batched seeds: nn.Linear with stacked weights and
+        bias is not autocast), so autocast keeps the PyTorch path, as it does for a single model."""
         params = [] if self.alibi else [self.pos_emb]
-        return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in [G, *params])
+        return (not _cpu_autocast() and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in [G, *params])
                 and cope_kernel() is not None)
 
     @staticmethod
