@@ -272,3 +272,18 @@ def test_model_same_logits_and_grads_with_and_without_kernel(pe, n_heads, monkey
     assert torch.allclose(fast, slow, atol=1e-5)
     for a, b in zip(fast_grads, slow_grads):
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_kernel_operand_that_is_not_contiguous_float32_is_refused():
+    """The ctypes kernels read raw float32 buffers: a bfloat16 or strided operand raised
+    nothing and was read past its end (NaN logits, a crash); now it is a TypeError."""
+    import torch
+
+    from synthlab.model.native import ptr
+
+    ok = torch.zeros(2, 3)
+    assert ptr(ok) == ok.data_ptr() and ptr(None) is None
+    with pytest.raises(TypeError, match="contiguous float32"):
+        ptr(ok.to(torch.bfloat16))
+    with pytest.raises(TypeError, match="strided"):
+        ptr(ok.t())

@@ -50,8 +50,15 @@ _OPENMP_LIB = re.compile(r"^lib(g|i|)omp[0-9]*([-.].*)?\.(so|dylib)(\.[0-9]+)*$"
 
 
 def ptr(t) -> int | None:
-    """A tensor's data pointer for a kernel argument (None -> NULL)."""
-    return None if t is None else t.data_ptr()
+    """A tensor's data pointer for a kernel argument (None -> NULL). The kernels read contiguous
+    float32 buffers: anything else (a bfloat16 table under autocast) is refused here, where it
+    would otherwise be read past its end in silence."""
+    if t is None:
+        return None
+    if str(t.dtype) != "torch.float32" or not t.is_contiguous():
+        raise TypeError(f"native kernel operand: expected a contiguous float32 tensor, got {t.dtype} "
+                        f"{'contiguous' if t.is_contiguous() else 'strided'} {tuple(t.shape)}")
+    return t.data_ptr()
 
 
 def cache_dir() -> Path:
