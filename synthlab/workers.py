@@ -100,19 +100,23 @@ def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[sub
     caller is worker 0); ``module`` passes the payload to :func:`helper_main`."""
     gpus = gpu_count()
     threads = threads_per_worker(n_workers)
-    procs = []
-    for i in range(1, n_workers):
-        env = dict(os.environ)
-        env["OMP_NUM_THREADS"] = str(threads)
-        if gpus:
-            visible = env.get("CUDA_VISIBLE_DEVICES")
-            ids = visible.split(",") if visible else [str(g) for g in range(gpus)]
-            env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
-        payload = json.dumps({**sweep_kwargs, "threads": threads, "parent": os.getpid()})
-        # a new process group: a Ctrl-C at the terminal reaches the main process only, which
-        # then stops the helpers itself (so they never race it to the journal)
-        procs.append(subprocess.Popen([sys.executable, "-m", module, payload], env=env,
-                                      stdin=subprocess.DEVNULL, start_new_session=True))
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(1, n_workers):
+            env = dict(os.environ)
+            env["OMP_NUM_THREADS"] = str(threads)
+            if gpus:
+                visible = env.get("CUDA_VISIBLE_DEVICES")
+                ids = visible.split(",") if visible else [str(g) for g in range(gpus)]
+                env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
+            payload = json.dumps({**sweep_kwargs, "threads": threads, "parent": os.getpid()})
+            # a new process group: a Ctrl-C at the terminal reaches the main process only, which
+            # then stops the helpers itself (so they never race it to the journal)
+            procs.append(subprocess.Popen([sys.executable, "-m", module, payload], env=env,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+    except BaseException:  # Ctrl-C (or a failed start) half-way: the caller never sees these helpers
+        stop(procs)
+        raise
     return procs
 
 
