@@ -58,7 +58,7 @@ from typing import Any
 
 from synthlab.cells import with_dape_k
 from synthlab.model import parse_pe
-from synthlab.tables import SETTING_COLUMNS, SETTING_PREFIXES, in_percent, per_seed, tidy_with_presets
+from synthlab.tables import SETTING_COLUMNS, SETTING_PREFIXES, in_percent, per_seed, same, tidy_with_presets
 
 DEFAULT_CLAIM_PRESETS = ("quick", "paper")
 DEFAULT_PAPER_PRESETS = ("paper",)
@@ -225,17 +225,6 @@ def parse_claims(where: str, raw: Any, allowed_presets: tuple[str, ...]) -> list
 # --------------------------------------------------------------------------------------------
 # measuring cells and judging claims
 # --------------------------------------------------------------------------------------------
-
-def same(a: Any, b: Any) -> bool:
-    """A cell key's value against a table value: numbers by value (64 == 64.0), else text."""
-    if a is None or (isinstance(a, float) and math.isnan(a)):
-        return False
-    if isinstance(b, (int, float)) and not isinstance(b, bool):
-        try:
-            return float(a) == float(b)
-        except (TypeError, ValueError):
-            return False
-    return str(a) == str(b)
 
 
 def _column(table, key: str) -> str | None:

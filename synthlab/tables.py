@@ -312,16 +312,21 @@ def preset_differences(r: dict[str, Any], spec: Any) -> tuple[str, ...]:
             continue
         section, _, name = key.partition(".")
         have = (r.get("task_params") if section == "task" else r.get(section)) or {}
-        if name in have and not _same_setting(have[name], want):
+        if name in have and not same(want, have[name]):
             out.append(f"{key} {have[name]} (preset {want})")
     return tuple(out)
 
 
-def _same_setting(a: Any, b: Any) -> bool:
-    """A recorded value against a preset's: numbers by value (2e-3 == 0.002), else as given."""
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
-        return float(a) == float(b)
-    return a == b
+def same(a: Any, b: Any) -> bool:
+    """A cell key's (or a preset's) value against a table (or a record's) value: numbers by value (64 == 64.0), else text."""
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return False
+    if isinstance(b, (int, float)) and not isinstance(b, bool):
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return False
+    return str(a) == str(b)
 
 
 def preset_label(r: dict[str, Any], spec: Any) -> Any:
