@@ -1,20 +1,24 @@
 """Whether a sweep worker is alive: pids on this host, heartbeats from other machines.
 
 A RUNNING trial names its worker (host, pid, the process's start time, so a reused pid is
-told apart); on the same host a dead pid frees its cell at once and a live silent one is
-paused, not dead; from another machine only the heartbeat (``Heartbeat``, a thread writing
-``heartbeat`` every ``interval`` seconds) can tell, within the grace period. The rules are
-:mod:`synthlab.scheduler`'s; this module is how they read a process.
+told apart, and its pid space: the machine's boot and the pid namespace, so two containers or
+machines with one hostname are told apart); in the same pid space a dead pid frees its cell at
+once and a live silent one is paused, not dead; from anywhere else only the heartbeat
+(``Heartbeat``, a thread writing ``heartbeat`` every ``interval`` seconds) can tell. Its
+silence is timed on this machine's clock (:class:`SilenceWatch`: how long the value has stood
+still here), since the value itself is the other machine's clock, which may be off by more than
+the grace period. The rules are :mod:`synthlab.scheduler`'s; this module is how they read a process.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from synthlab.progress import LiveTrial
 
@@ -43,8 +47,56 @@ def pid_alive(pid: int, start: str | None) -> bool:
     return True
 
 
-def worker_id() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": proc_start(os.getpid())}
+def pid_space() -> str | None:
+    """Where this process's pid means something: the machine's boot id (whatever its hostname)
+    and the pid namespace (a container has its own), or None where /proc cannot tell."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = ""
+    return f"{boot} {ns}" if boot and ns else None
+
+
+DEFAULT_BEAT = 30.0  # seconds between two heartbeats of a worker that does not say (an older synthlab)
+
+
+def worker_id(beat: float = DEFAULT_BEAT) -> dict[str, Any]:
+    """This process as a trial names its worker; ``beat``: its seconds between heartbeats."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": proc_start(os.getpid()),
+            "space": pid_space(), "beat": float(beat)}
+
+
+def same_pid_space(w: dict[str, Any], me: dict[str, Any]) -> bool:
+    """Whether worker ``w``'s pid can be checked here: same host name and pid space (a worker
+    named by an older synthlab has no space: its host name alone decides, as it did)."""
+    if w.get("host") != me["host"]:
+        return False
+    return w.get("space") is None or me.get("space") is None or w.get("space") == me.get("space")
+
+
+class SilenceWatch:
+    """How long each trial's heartbeat value has stood still, on this machine's monotonic clock.
+
+    The value is written with the worker's clock; comparing it with ``time.time()`` here is
+    only as good as the two clocks' agreement. A value seen unchanged for ``s`` seconds here
+    means no beat for at least ``s`` seconds, whatever the clocks say. The first sighting
+    starts the watch (0 s)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._seen: dict[Any, tuple[Any, float]] = {}
+        self._clock = clock
+
+    def still_for(self, key: Any, value: Any) -> float:
+        now = self._clock()
+        seen = self._seen.get(key)
+        if seen is None or seen[0] != value:
+            self._seen[key] = (value, now)
+            return 0.0
+        return now - seen[1]
 
 
 def _started_at(t) -> float:
@@ -52,19 +104,28 @@ def _started_at(t) -> float:
 
 
 def claim_key(me: dict[str, Any]) -> str:
-    return f"claim:{me['pid']}@{me['host']}"
+    """The user attr a worker's claim goes under: unique per process, even where two machines or
+    containers share a host name and a pid."""
+    space = me.get("space")
+    tag = f"/{hashlib.sha1(space.encode()).hexdigest()[:8]}" if space else ""
+    return f"claim:{me['pid']}@{me['host']}{tag}"
 
 
-def stale_reason(t, grace_period: float, me: dict[str, Any]) -> str | None:
-    """Why RUNNING trial ``t`` is dead, or None if it may still be alive."""
+def stale_reason(t, grace_period: float, me: dict[str, Any], watch: SilenceWatch | None = None) -> str | None:
+    """Why RUNNING trial ``t`` is dead, or None if it may still be alive. A worker elsewhere is
+    dead once its heartbeat has stood still for ``grace_period`` seconds on this machine's
+    clock (``watch``), or sooner where its last beat is also older than the grace period by
+    this machine's clock and it has stood still for three of its beats here (two clocks that
+    disagree cannot make a live worker's cell run twice: its beat keeps changing). Without a
+    ``watch`` the clocks alone decide (they must agree within the grace period)."""
     w = t.user_attrs.get("worker")
-    last = t.user_attrs.get("heartbeat", _started_at(t))
+    last = float(t.user_attrs.get("heartbeat", _started_at(t)))
     if not isinstance(w, dict):  # taken, its owner not written yet: the owner is one of the claimants
         claims = [c for k, c in t.user_attrs.items() if k.startswith("claim:") and isinstance(c, dict)]
-        if claims and all(c.get("host") == me["host"] and (c.get("pid"), c.get("start")) != (me["pid"], me["start"])
+        if claims and all(same_pid_space(c, me) and (c.get("pid"), c.get("start")) != (me["pid"], me["start"])
                           and not pid_alive(int(c["pid"]), c.get("start")) for c in claims):
             return f"worker process {claims[0]['pid']} on {claims[0]['host']} is gone"
-    if isinstance(w, dict) and w.get("host") == me["host"]:
+    if isinstance(w, dict) and same_pid_space(w, me):
         if w.get("pid") == me["pid"] and w.get("start") == me["start"]:
             return None  # our own trial
         if not pid_alive(int(w["pid"]), w.get("start")):
@@ -72,8 +133,16 @@ def stale_reason(t, grace_period: float, me: dict[str, Any]) -> str | None:
         # alive here but silent: paused (SIGSTOP, a suspended batch job, a sleeping laptop),
         # not dead; its heartbeat resumes with it. The grace period judges other machines only.
         return None
-    if time.time() - float(last) > grace_period:
-        return f"no heartbeat for {time.time() - float(last):.0f} s (grace period {grace_period:.0f} s)"
+    age = time.time() - last
+    if watch is None:
+        return f"no heartbeat for {age:.0f} s (grace period {grace_period:.0f} s)" if age > grace_period else None
+    still = watch.still_for(getattr(t, "number", id(t)), last)
+    beat = float(w.get("beat") or DEFAULT_BEAT) if isinstance(w, dict) else DEFAULT_BEAT
+    if still >= grace_period:
+        return f"heartbeat unchanged for {still:.0f} s on this machine's clock (grace period {grace_period:.0f} s)"
+    if age > grace_period and still >= min(grace_period, 3 * beat):
+        return (f"no heartbeat for {age:.0f} s (grace period {grace_period:.0f} s), "
+                f"unchanged for {still:.0f} s here")
     return None
 
 

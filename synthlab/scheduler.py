@@ -8,11 +8,12 @@ process is killed.
   no *lower-numbered live* trial exists for its cell (live: waiting, running, finished with a
   record), otherwise it is closed as PRUNED with ``duplicate_of``. Trial numbers are assigned
   atomically, so exactly one trial per cell runs;
-- a running trial carries ``worker`` (host, pid, process start time; until it is written, the
-  ``claim:<pid>@<host>`` attrs written before the take name the candidates) and a
+- a running trial carries ``worker`` (host, pid, process start time, pid space; until it is
+  written, the ``claim:<pid>@<host>`` attrs written before the take name the candidates) and a
   ``heartbeat`` user attr refreshed every ``heartbeat_interval`` seconds. A RUNNING trial
-  whose process is gone (same host: pid dead, while a live silent one there is paused, not
-  dead; another host: no heartbeat for ``grace_period`` seconds) is reaped (the atomic transition out of RUNNING picks one reaper): closed from its
+  whose process is gone (same host and pid space: pid dead, while a live silent one there is
+  paused, not dead; elsewhere: its heartbeat unchanged for ``grace_period`` seconds on this
+  machine's clock, or for three beats where it is also that old by this clock) is reaped (the atomic transition out of RUNNING picks one reaper): closed from its
   record if one is stored on it (the process died after its run: ``closed_from_record``),
   otherwise failed (``stale``) and its cell enqueued again, so a cell that was running when
   its process was killed is re-run once;
@@ -47,7 +48,7 @@ from typing import Any
 
 from synthlab.cells import Cell
 from synthlab.dashboard import AxisParams, Intermediate, TrialPlan, metric_attrs
-from synthlab.liveness import Heartbeat, claim_key, is_live, pid_alive, stale_reason, worker_id
+from synthlab.liveness import Heartbeat, SilenceWatch, claim_key, is_live, pid_alive, stale_reason, worker_id
 from synthlab.progress import QUIET, LiveTrial, SweepProgress
 from synthlab.records import append_record, clean, failed_record, scan_records, with_cell
 from synthlab.seedgroups import SCRATCH as _SCRATCH  # OUT/runs/.record-<trial>-<pid>.jsonl
@@ -74,7 +75,8 @@ class Runner(SeedGroups):
         self.params = AxisParams(cells)
         self.results = out / "results.jsonl"
         self.heartbeat_interval, self.grace_period, self.poll = heartbeat_interval, grace_period, poll
-        self.me = worker_id()
+        self.me = worker_id(heartbeat_interval)
+        self.silence = SilenceWatch()  # other machines' heartbeats, timed on this clock
         self.ran = 0
         self.retried: set[int] = set()
         self.batch_seeds = batch_seeds
@@ -198,7 +200,7 @@ class Runner(SeedGroups):
         for t in trials:
             if t.state != TrialState.RUNNING or "cell_key" not in t.user_attrs:
                 continue
-            reason = stale_reason(t, self.grace_period, self.me)
+            reason = stale_reason(t, self.grace_period, self.me, self.silence)
             if reason is None:
                 continue
             cell = self.by_key.get(t.user_attrs["cell_key"])

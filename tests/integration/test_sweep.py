@@ -233,9 +233,11 @@ def test_a_silent_trial_elsewhere_is_rerun_after_the_grace_period(tmp_path, fake
     st = optuna.create_study(study_name="tiny-smoke", storage=storage, direction="maximize")
     st.enqueue_trial({}, user_attrs={"cell_key": cells[1].key, "cell": cells[1].axes})
     t = st.ask()
-    storage.set_trial_user_attr(t._trial_id, "worker", {"host": "another-machine", "pid": 1, "start": "1"})
+    # its worker beat every 0.2 s: its old heartbeat, unchanged for three beats here, is dead
+    storage.set_trial_user_attr(t._trial_id, "worker", {"host": "another-machine", "pid": 1, "start": "1",
+                                                         "beat": 0.2})
     storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time() - 1000)
-    sweeping.sweep(path, out=out, grids=False, grace_period=60)
+    sweeping.sweep(path, out=out, grids=False, grace_period=60, poll=0.1)
     _, trials = study_trials(out, "tiny-smoke")
     old = next(x for x in trials if x.number == t.number)
     assert old.state == TrialState.FAIL and "no heartbeat" in old.user_attrs["stale"]
