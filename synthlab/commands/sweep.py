@@ -57,7 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-seeds", action="store_true",
                    help="train the seeds of a cell together as one stacked model (torch.func.vmap; each seed still "
                         "its own run and record): fills a GPU that one small model leaves idle. Cells whose "
-                        "seeds cannot stack (lengths varying per batch, dropout, --positions) train one by one")
+                        "seeds cannot stack (lengths varying per batch, dropout, --positions, train.eval_every, "
+                        "train.compile) train one by one")
     p.add_argument("--quiet", action="store_true", help="no progress output: nothing on stderr but errors")
     p.add_argument("--yes", action="store_true",
                    help=f"run a grid of more than {MAX_CELLS:,} cells (refused without it)")
