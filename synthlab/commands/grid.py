@@ -15,14 +15,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "on a fixed 0-100 % colour scale; a cell whose runs all failed is marked 'failed', one not run is blank. "
         "CSV and Markdown go beside the PNG. With per-length results (by_length), the OOD grid also gets "
         "a line plot of accuracy (or error) vs test length, a line per encoding, mean ± sd over seeds "
-        "(<name>-by-length.png + .csv beside it). A results file holds numbers or null (NaN, text metrics and "
+        "(<name>-by-length.png + .csv beside it); the claims of the task's sweep file and their verdicts go to "
+        "<name>-papers.md + .csv. A results file holds numbers or null (NaN, text metrics and "
         "unknown tasks are refused).",
         epilog="example: synthlab grid synthlab-runs/flipflop-quick/results.jsonl --kind ood -o ff-ood.png",
     )
     p.add_argument("results", metavar="RESULTS", help="results JSONL (from synthlab train or sweep)")
     p.add_argument("--kind", choices=("capacity", "ood"), default="ood", help="which grid (default: ood)")
-    p.add_argument("--x", help="column field (split, length, d_model, n_heads, pe, task, seed, ...)")
-    p.add_argument("--y", help="row field (default: pe)")
+    p.add_argument("--x", help="column field (split, length, d_model, n_heads, pe, task, seed, ...; default: the "
+                   "ood_x / capacity_x of the sweep file that lists the records' task, else split / d_model)")
+    p.add_argument("--y", help="row field (default: that sweep file's ood_y / capacity_y, else pe)")
     p.add_argument("-o", "--output", help="PNG path (default: grid-<kind>.png beside RESULTS)")
 
 
