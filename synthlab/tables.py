@@ -164,19 +164,29 @@ def tidy(records: Iterable[dict[str, Any]] | str | os.PathLike):
 
 def _length_entries(by_length: Any, metrics: dict[str, Any]) -> list[tuple[str, float, float]]:
     """(split, length, accuracy) of a record's ``by_length``: ``{"41": acc}`` (one grouped
-    split), ``{"ood/41": acc}`` (several) or ``{"ood": {"41": acc}}``."""
+    split), ``{"ood/41": acc}`` (several) or ``{"ood": {"41": acc}}``; a group of several
+    settings (mqar's ``"length=512,n_kv=32"``, :func:`synthlab.data.group_key`) by its length."""
     out: list[tuple[str, float, float]] = []
     if not isinstance(by_length, dict):
         return out
     for key, v in by_length.items():
         if isinstance(v, dict):
-            out += [(str(key), _num(k), _num(a)) for k, a in v.items()]
+            out += [(str(key), _group_length(k), _num(a)) for k, a in v.items()]
         elif "/" in str(key):
             split, _, length = str(key).rpartition("/")
-            out.append((split, _num(length), _num(v)))
+            out.append((split, _group_length(length), _num(v)))
         else:
-            out.append((_length_split(metrics), _num(key), _num(v)))
+            out.append((_length_split(metrics), _group_length(key), _num(v)))
     return out
+
+
+def _group_length(key: Any) -> float:
+    """An evaluation group's length: ``"41"``, or the ``length`` of ``"length=512,n_kv=32"``."""
+    key = str(key)
+    if "=" not in key:
+        return _num(key)
+    settings = dict(part.partition("=")[::2] for part in key.split(","))
+    return _num(settings.get("length"))
 
 
 def _length_split(metrics: dict[str, Any]) -> str:

@@ -27,7 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("task", help="task name (see `synthlab tasks`)")
     p.add_argument("--pe", required=True, metavar="SPEC", help="positional encoding spec, e.g. rope, cope, kerple+dape:k=3 (see `synthlab encodings`)")
-    p.add_argument("--preset", default="quick", choices=("smoke", "quick", "paper"), help="settings preset: the [presets.P] tables of the task's sweep file (default: quick)")
+    p.add_argument("--preset", choices=("smoke", "quick", "paper"),
+                   help="settings preset: the [presets.P] tables of the installed sweep file that lists the task "
+                   "(default: quick; a task no such file lists, a plugin's, has none: its settings come from --set)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a setting (repeatable): model.d_model=32, train.lr=3e-4, task.n_pairs=64, "
                    "or a bare unambiguous key like steps=100")
@@ -57,9 +59,22 @@ def run(args: argparse.Namespace) -> int:
     check_seed(args.seed, "--seed")
     check_logger(args.logger, "--logger")
     overrides = parse_assignments(args.set)
+    if args.preset is not None:
+        check_preset_exists(args.task, args.preset)
     # validates everything (task, params, settings, pe, positions, combination) before writing
-    record = train(args.task, args.pe, args.preset, seed=args.seed, out=args.out, positions=args.positions,
+    record = train(args.task, args.pe, args.preset or "quick", seed=args.seed, out=args.out, positions=args.positions,
                    rope_scaling=args.rope_scaling, quiet=args.quiet, results=args.results, overrides=overrides,
                    logger=args.logger)
     print(to_json(record) if args.json else format_result(record))
     return 0 if record.get("status") == "ok" else 1
+
+
+def check_preset_exists(task: str, preset: str) -> None:
+    """``--preset`` named for a task whose presets no installed sweep file holds (a plugin's
+    task) would run the config defaults under the preset's name: refused (ValueError)."""
+    import generators
+    from synthlab.presets import preset_family
+
+    if task in generators.TASKS and preset_family(task) is None:
+        raise ValueError(f"--preset {preset}: task {task!r} has no presets (no installed sweep file lists it); "
+                         "give its settings with --set, e.g. --set steps=50 --set d_model=32")

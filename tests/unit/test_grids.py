@@ -303,3 +303,17 @@ def test_train_runs_differing_in_a_recorded_setting_are_never_one_seed():
     assert list(g.mean.index) == ["rope train.weight_decay=0", "rope train.weight_decay=0.1"]
     assert g.mean["ood-sparse"].tolist() == pytest.approx([50.0, 90.0])
     assert set(grids.tidy([run(0.0, 0.5)])["train.n_train"]) == {"none"}  # fresh samples: a setting, not unknown
+
+
+def test_length_grid_from_groups_of_several_settings():
+    """mqar's OOD groups scale the pairs with the length (``"length=512,n_kv=32"``): read as
+    NaN lengths before, so `grid --x length` refused mqar and its sweep drew no ood-by-length."""
+    recs = [rec("rope", 16, s, 1, 1, by_length={"length=512,n_kv=32": 0.5 + s / 10, "length=1024,n_kv=64": 0.25},
+                task="mqar") for s in (0, 1)]
+    for r in recs:
+        r["metrics"] = {"test": {"token_acc": 1.0}, "ood-length": {"token_acc": 0.4}}
+    t = grids.tidy(recs)
+    rows = t[t.length.notna()]
+    assert sorted(set(zip(rows.split, rows.length))) == [("ood-length", 512.0), ("ood-length", 1024.0)]
+    g = grids.make_grid(t, "ood", "length", "pe", split="ood-length")
+    assert list(g.mean.columns) == [512, 1024] and g.mean.at["rope", 512] == pytest.approx(55.0)

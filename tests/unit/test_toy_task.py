@@ -107,3 +107,16 @@ train = {{ steps = 20, batch_size = 16, eval_samples = 16 }}
     assert sorted(r["pe"] for r in records) == ["alibi", "nope"]
     assert all(r["status"] == "ok" and r["task_params"] == {"n": 4, "ood_n": 6} for r in records)
     assert (out / "grids" / "ood.csv").exists()
+
+
+def test_train_preset_for_a_task_without_presets_exits_2_before_anything_is_written(toy, tmp_path, capsys):
+    """A plugin task has no preset tables: `--preset smoke` ran the config defaults (1,000
+    steps at d 64) and recorded them as "smoke". Now refused; no --preset keeps the defaults."""
+    from synthlab.cli import main
+
+    assert main(["train", toy, "--pe", "rope", "--preset", "smoke", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no presets" in err[0] and "--set" in err[0]
+    assert not (tmp_path / "o").exists()
+    assert main(["train", toy, "--pe", "rope", "--set", "steps=5", "--set", "d_model=16", "--set", "n_layers=1",
+                 "--set", "eval_samples=8", "--quiet", "--out", str(tmp_path / "o")]) == 0
