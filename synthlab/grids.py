@@ -201,8 +201,8 @@ class Grid:
 
 def _paper_matches(p: Any, have: dict[str, Any]) -> bool:
     """Paper value ``p`` describes a grid cell whose runs share ``have`` (Grid.settings)."""
-    if have.get("preset") not in p.presets:
-        return False
+    if have.get("preset") not in p.presets or have.get("departs", "?") != "":
+        return False  # another preset, or runs that depart from its table (or not all alike)
     for k, v in canonical(p.cell).items():
         col = k if k in have else f"task.{k}"
         if col not in have or not same(have[col], v):

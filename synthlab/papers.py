@@ -297,13 +297,14 @@ def _goodness(x: float, show: str) -> float:
     return -x if show == "error" else x
 
 
-def judge(claim: Claim, stats: list[CellStat], show: str, preset: str) -> tuple[str, str]:
-    """(verdict, reason) of one claim from its cells' stats (better, worse) or (cell,)."""
-    preset, _, departs = str(preset).partition(" (")  # a preset_label: "quick (task.n_pairs 256 (preset 64))"
+def judge(claim: Claim, stats: list[CellStat], show: str, preset: str, departs: str = "") -> tuple[str, str]:
+    """(verdict, reason) of one claim from its cells' stats (better, worse) or (cell,), for runs
+    of ``preset`` that depart from its table by ``departs`` (tables.preset_differences, joined)."""
+    preset = str(preset)
     if preset not in claim.presets:
         return OTHER_SCALE, f"results at preset {preset!r}; the claim is for {', '.join(claim.presets)}"
     if departs:
-        return OTHER_SETTINGS, f"the runs depart from the {preset} preset: {departs[:-1]}"
+        return OTHER_SETTINGS, f"the runs depart from the {preset} preset: {departs}"
     for s in stats:
         if s.varies:
             return AMBIGUOUS, f"a cell's runs differ in {', '.join(s.varies)}: name it in the claim"
@@ -375,18 +376,18 @@ def verdicts(records: list[dict[str, Any]], spec) -> list[Verdict]:
         return []
     # a run that failed before the trainer made its record has no preset: its study's (tidy_with_presets),
     # so that a cell whose every run failed that way is "not run", not left out of the table
-    # a run that departs from its preset's table is labelled so (tables.preset_label): judged apart
+    # runs that depart from their preset's table (tables.preset_differences) are judged apart
     table = tidy_with_presets(records, spec)
-    presets = list(dict.fromkeys(map(str, table.loc[table["status"] == "ok", "preset"]))) or ["?"]
+    ok = table[table["status"] == "ok"]
+    groups = list(dict.fromkeys(zip(map(str, ok["preset"]), ok["departs"]))) or [("?", "")]
     out = []
-    for label in presets:
-        rows = table[table["preset"].map(str) == label]
-        preset = label.partition(" (")[0]
+    for preset, departs in groups:
+        rows = table[(table["preset"].map(str) == preset) & (table["departs"] == departs)]
         for c in claims:
             stats = [measure(rows, cell, spec.metric, spec.show) for cell in c.cells()]
             if not all(s.present for s in stats):
                 continue  # not part of these results (e.g. `--pe cope,rope` and a claim about NoPE)
-            verdict, reason = judge(c, stats, spec.show, label)
+            verdict, reason = judge(c, stats, spec.show, preset, departs)
             out.append(Verdict(c, preset, stats, [paper_value_for(spec.papers, cell, preset) for cell in c.cells()],
                                verdict, reason))
     return out

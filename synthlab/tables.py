@@ -339,37 +339,36 @@ def same(a: Any, b: Any) -> bool:
     return str(a) == str(b)
 
 
-def preset_label(r: dict[str, Any], spec: Any) -> Any:
-    """A run's preset as the claims and the papers' marks read it: the name (``quick``) for a run
-    that follows the preset's table, the name and the differences (``quick (task.n_pairs 256
-    (preset 64))``) for one that does not, so that it is never judged as the preset."""
-    diffs = preset_differences(r, spec)
-    return f"{r.get('preset')} ({'; '.join(diffs)})" if diffs else r.get("preset")
-
-
 def tidy_with_presets(records: Iterable[dict[str, Any]] | str | os.PathLike, spec: Any = None):
-    """:func:`tidy` with each row's ``preset`` (the record's; a failed run's
-    record has none: the preset of the finished runs of its study, where they have one), which
-    the grids mark the papers' numbers by. With ``spec`` (the sweep file the records are judged
-    against), a run that departs from its preset's table reads :func:`preset_label`'s
-    ``quick (...)``: no paper number and no claim treats it as the preset."""
+    """:func:`tidy` with each row's ``preset`` (the record's; a failed run's record has none:
+    the preset of the finished runs of its study, where they have one), which the grids mark
+    the papers' numbers by, and ``departs``: where the run departs from that preset's table in
+    ``spec`` (the sweep file the records are judged against; :func:`preset_differences`
+    joined by "; "), empty where it follows it. No paper number and no claim treats a run that
+    departs as its preset."""
     if isinstance(records, (str, os.PathLike)):
         records = read_results(records)
     records = list(records)
     table = tidy(records)
+
+    def own(r: dict[str, Any]) -> tuple[Any, str]:
+        return r.get("preset"), "; ".join(preset_differences(r, spec))
+
     by_study: dict[Any, set] = {}
     for r in records:
         if r.get("preset") in PRESETS:
-            by_study.setdefault(r.get("study"), set()).add(preset_label(r, spec))
+            by_study.setdefault(r.get("study"), set()).add(own(r))
 
-    def preset_of(r: dict[str, Any]) -> Any:
+    def preset_of(r: dict[str, Any]) -> tuple[Any, str]:
         if r.get("preset") is not None:
-            return preset_label(r, spec)
+            return own(r)
         known = by_study.get(r.get("study")) if r.get("study") is not None else None
-        return next(iter(known)) if known and len(known) == 1 else None
+        return next(iter(known)) if known and len(known) == 1 else (None, "")
 
     presets = [preset_of(r) for r in records]
-    table["preset"] = [presets[int(i)] for i in table["record"]] if len(table) else []
+    rows = [presets[int(i)] for i in table["record"]] if len(table) else []
+    table["preset"] = [p for p, _ in rows]
+    table["departs"] = [d for _, d in rows]
     return table
 
 
@@ -385,10 +384,11 @@ def _shared(rows, cols: list[str]) -> dict[str, Any]:
 
 def cell_settings(ok, failed, x: str, y: str, split: Any, index: list[Any], columns: list[Any]):
     """(row, column) -> the settings every run of the cell shares (SETTING_COLUMNS, the DAPE
-    kernel, the PoSE chunk number, the task parameters, the preset) and the split / length the
+    kernel, the PoSE chunk number, the task parameters, the preset and how the runs depart from
+    it) and the split / length the
     cell reads: what a paper cell is matched against (Grid.mark_papers)."""
     cols = [c for c in ok.columns if c in SETTING_COLUMNS or c.startswith("task.")
-            or c in ("dape_k", "pose_chunks", "preset")]
+            or c in ("dape_k", "pose_chunks", "preset", "departs")]
     axes = {x, y} & {"split", "length"}
     groups: dict[tuple[Any, Any], list] = {}
     for (yi, xi), grp in ok.groupby([y, x], dropna=True):

@@ -14,7 +14,7 @@ import pytest
 
 from synthlab import papers
 from synthlab.sweeping import load_sweep
-from synthlab.tables import preset_differences, preset_label
+from synthlab.tables import preset_differences, tidy_with_presets
 
 
 def _flipflop(preset: str = "quick", n_pairs: int = 64, steps: int = 1000, **train) -> list[dict]:
@@ -82,11 +82,13 @@ def test_axes_tuned_keys_run_options_and_unknown_fields_are_no_departure():
          "model": {"d_model": 32, "n_layers": 3, "n_heads": 4},  # d_model: an axis of the preset (32 / 48 / 64)
          "train": {"seed": 2, "steps": 2000, "batch_size": 64, "lr": 0.002, "threads": 1}}  # no warmup: unknown
     assert preset_differences(r, spec) == ()
-    assert preset_label(r, spec) == "quick"
+    assert set(tidy_with_presets([r], spec)["departs"]) == {""}
     r["train"]["weight_decay"] = 0.1
     r["model"]["n_layers"] = 2
     assert preset_differences(r, spec) == ("model.n_layers 2 (preset 3)", "train.weight_decay 0.1 (preset 0.01)")
-    assert preset_label(r, spec).startswith("quick (model.n_layers 2 (preset 3); train.weight_decay")
+    table = tidy_with_presets([r], spec)
+    assert set(table["preset"]) == {"quick"}  # the preset's name, and apart from it how the run departs
+    assert set(table["departs"]) == {"model.n_layers 2 (preset 3); train.weight_decay 0.1 (preset 0.01)"}
     assert preset_differences({**r, "preset": None}, spec) == ()  # a failed run's record: its study's
     che = load_sweep("che")  # the paper preset tunes lr: any lr is the preset's
     tuned = che.preset_tune_keys("paper")
