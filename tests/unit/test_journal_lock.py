@@ -29,8 +29,7 @@ def _name(pid: int, start: str | None, **other) -> bytes:
     return json.dumps({"host": me["host"], "space": me["space"], "pid": pid, "start": start, **other}).encode()
 
 
-def _taking(lock) -> threading.Event:
-    """A thread taking ``lock``; the event is set once it holds it."""
+def _acquire_within(lock, seconds: float) -> bool:
     done = threading.Event()
 
     def take():
@@ -38,11 +37,7 @@ def _taking(lock) -> threading.Event:
         done.set()
 
     threading.Thread(target=take, daemon=True).start()
-    return done
-
-
-def _acquire_within(lock, seconds: float) -> bool:
-    return _taking(lock).wait(seconds)
+    return done.wait(seconds)
 
 
 def test_a_dead_holders_lock_on_this_machine_is_broken_at_once(tmp_path):
@@ -67,13 +62,11 @@ def test_a_paused_holders_lock_on_this_machine_is_kept_past_the_grace_period(tmp
         held = _name(paused.pid, liveness.proc_start(paused.pid))
         Path(str(path) + ".lock").write_bytes(held)
         lock = _lock(path, grace=0.2)
-        taken = _taking(lock)
-        assert not taken.wait(2.0)  # ten grace periods: still the paused holder's
+        assert not _acquire_within(lock, 2.0)  # ten grace periods: still the paused holder's
         assert Path(str(path) + ".lock").read_bytes() == held
         paused.kill()
         paused.wait()
-        assert taken.wait(10)  # gone: broken at once
-        lock.release()
+        assert _acquire_within(lock, 10)  # gone: broken at once
     finally:
         if paused.poll() is None:
             paused.kill()
