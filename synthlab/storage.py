@@ -4,8 +4,7 @@ Default storage: an Optuna journal file (``JournalFileBackend``) in the output d
 an append-only log written under a lock file with one ``write`` + ``fsync`` per operation, so
 several processes on one machine share it without "database is locked" errors (SQLite's
 failure mode under concurrent writers), and a hard kill loses at most the operation in flight;
-a lock left by a killed process is broken (at once where its holder was on this machine, after
-a short grace period where it was elsewhere), a paused live holder's never.
+a lock left by a killed process is broken after a short grace period.
 
 A journal is one JSON object per line. A write cut by a kill, a full disk or a power loss
 leaves a torn last entry, which Optuna reads past until the next writer appends behind it and
@@ -34,7 +33,7 @@ from typing import Any
 
 JOURNAL_NAME = "study.journal"
 TORN_SUFFIX = ".torn-"
-LOCK_GRACE_PERIOD = 10  # seconds before a lock left by a killed process on another machine is broken
+LOCK_GRACE_PERIOD = 10  # seconds before a lock left by a killed process is broken
 
 
 def _is_journal_path(url: str) -> bool:
@@ -230,71 +229,28 @@ def _repairing_lock_class():
             return True
 
         def _take(self) -> None:
-            """Optuna's acquire, less its ``release()`` on any exception (interrupted while
-            waiting, Ctrl-C or SIGTERM, that removed the lock another process held), and with
-            the holder named in the lock file: a holder in this pid space that is gone has its
-            lock broken at once, a live one (paused: SIGSTOP, a suspended job) never; a holder
-            elsewhere (or unnamed: killed between the lock's creation and its name) after the
-            lock file stood still for the grace period, as Optuna does."""
-            from synthlab.liveness import pid_alive, same_pid_space, worker_id
-
-            me = worker_id()  # per call: a forked child is another holder
-            name = json.dumps({k: me[k] for k in ("host", "space", "pid", "start")}).encode()
+            """Optuna's acquire, less its ``release()`` on any exception: interrupted while
+            waiting (Ctrl-C, SIGTERM), that removed the lock another process held."""
             delay, seen, since = 0.001, None, time.monotonic()
             while True:
                 try:
-                    fd = os.open(self._lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                    os.close(os.open(self._lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                    return
                 except FileExistsError:
                     pass
-                else:
-                    try:
-                        os.write(fd, name)
-                    finally:
-                        os.close(fd)
-                    return
                 try:
-                    st = os.stat(self._lock_file)
-                    with open(self._lock_file, "rb") as f:
-                        raw = f.read()
+                    mtime = os.stat(self._lock_file).st_mtime
                 except OSError:
                     continue  # just released: try again
-                try:
-                    holder = json.loads(raw)
-                except ValueError:  # being named, or its holder was killed naming it
-                    holder = None
-                judged = (st.st_ino, st.st_mtime_ns, raw)
-                if isinstance(holder, dict) and same_pid_space(holder, me) and holder.get("pid"):
-                    if not pid_alive(int(holder["pid"]), holder.get("start")):
-                        self._break(judged)
-                        delay = 0.001
-                        continue
-                elif judged != seen:
-                    seen, since = judged, time.monotonic()
-                elif time.monotonic() - since > self.grace_period:  # left by a killed process elsewhere
-                    self._break(judged)
+                if mtime != seen:
+                    seen, since = mtime, time.monotonic()
+                elif time.monotonic() - since > self.grace_period:  # left by a killed process
+                    with contextlib.suppress(RuntimeError):
+                        self.release()
                     delay = 0.001
                     continue
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
-
-        def _break(self, judged: tuple[int, int, bytes]) -> None:
-            """Remove the lock file judged dead (inode, mtime, holder), and only it: another
-            waiter may have broken it and taken the lock since (then the lock taken is put back)."""
-            aside = f"{self._lock_file}.{os.getpid()}.{random.getrandbits(32):08x}.broken"
-            try:
-                os.rename(self._lock_file, aside)
-            except OSError:
-                return
-            try:
-                st = os.stat(aside)
-                with open(aside, "rb") as f:
-                    now = (st.st_ino, st.st_mtime_ns, f.read())
-                if now != judged:  # a live holder's: back where it was
-                    with contextlib.suppress(OSError):
-                        os.link(aside, self._lock_file)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(aside)
 
     return RepairingLock
 
