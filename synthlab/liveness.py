@@ -5,9 +5,10 @@ told apart, and its pid space: the machine's boot and the pid namespace, so two 
 machines with one hostname are told apart); in the same pid space a dead pid frees its cell at
 once and a live silent one is paused, not dead; from anywhere else only the heartbeat
 (``Heartbeat``, a thread writing ``heartbeat`` every ``interval`` seconds) can tell. Its
-silence is timed on this machine's clock (:class:`SilenceWatch`: how long the value has stood
-still here), since the value itself is the other machine's clock, which may be off by more than
-the grace period. The rules are :mod:`synthlab.scheduler`'s; this module is how they read a process.
+silence is also timed on this machine's clock (:class:`SilenceWatch`: how long the value has
+stood still here), since the value itself is the other machine's clock, which may be off by more
+than the grace period (up to :data:`CLOCK_SKEW` is tolerated). The rules are
+:mod:`synthlab.scheduler`'s; this module is how they read a process.
 """
 
 from __future__ import annotations
@@ -33,13 +34,26 @@ def proc_start(pid: int) -> str | None:
         return None
 
 
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits for its parent to reap it (Linux: state Z or X)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def pid_alive(pid: int, start: str | None) -> bool:
+    """Whether process ``pid`` (started at ``start``, when known) still runs: a zombie (a killed
+    helper its parent has not waited for yet) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    if _zombie(pid):
+        return False
     if start is not None and Path("/proc").is_dir():
         now = proc_start(pid)
         if now is None or now != start:
@@ -111,13 +125,18 @@ def claim_key(me: dict[str, Any]) -> str:
     return f"claim:{me['pid']}@{me['host']}{tag}"
 
 
+#: how far two machines' clocks may disagree before a live worker elsewhere could be reaped at the
+#: first look (its heartbeat then reads older than the grace period plus this); within it a
+#: heartbeat older than the grace period is only trusted once it stood still here (SilenceWatch)
+CLOCK_SKEW = 600.0
+
+
 def stale_reason(t, grace_period: float, me: dict[str, Any], watch: SilenceWatch | None = None) -> str | None:
     """Why RUNNING trial ``t`` is dead, or None if it may still be alive. A worker elsewhere is
-    dead once its heartbeat has stood still for ``grace_period`` seconds on this machine's
-    clock (``watch``), or sooner where its last beat is also older than the grace period by
-    this machine's clock and it has stood still for three of its beats here (two clocks that
-    disagree cannot make a live worker's cell run twice: its beat keeps changing). Without a
-    ``watch`` the clocks alone decide (they must agree within the grace period)."""
+    dead once its last heartbeat is older than the grace period plus :data:`CLOCK_SKEW` by this
+    machine's clock (at the first look), or older than the grace period and unchanged here for
+    three of its beats, or unchanged here for the grace period whatever its time says (a clock
+    ahead). With ``watch=None`` the clocks alone decide (they must agree within the grace period)."""
     w = t.user_attrs.get("worker")
     last = float(t.user_attrs.get("heartbeat", _started_at(t)))
     if not isinstance(w, dict):  # taken, its owner not written yet: the owner is one of the claimants
@@ -134,8 +153,10 @@ def stale_reason(t, grace_period: float, me: dict[str, Any], watch: SilenceWatch
         # not dead; its heartbeat resumes with it. The grace period judges other machines only.
         return None
     age = time.time() - last
+    if age > grace_period + (CLOCK_SKEW if watch is not None else 0.0):
+        return f"no heartbeat for {age:.0f} s (grace period {grace_period:.0f} s)"
     if watch is None:
-        return f"no heartbeat for {age:.0f} s (grace period {grace_period:.0f} s)" if age > grace_period else None
+        return None
     still = watch.still_for(getattr(t, "number", id(t)), last)
     beat = float(w.get("beat") or DEFAULT_BEAT) if isinstance(w, dict) else DEFAULT_BEAT
     if still >= grace_period:

@@ -9,11 +9,12 @@ process is killed.
   record), otherwise it is closed as PRUNED with ``duplicate_of``. Trial numbers are assigned
   atomically, so exactly one trial per cell runs;
 - a running trial carries ``worker`` (host, pid, process start time, pid space; until it is
-  written, the ``claim:<pid>@<host>`` attrs written before the take name the candidates) and a
+  written, the ``claim:<pid>@<host>/<space>`` attrs written before the take name the candidates) and a
   ``heartbeat`` user attr refreshed every ``heartbeat_interval`` seconds. A RUNNING trial
   whose process is gone (same host and pid space: pid dead, while a live silent one there is
-  paused, not dead; elsewhere: its heartbeat unchanged for ``grace_period`` seconds on this
-  machine's clock, or for three beats where it is also that old by this clock) is reaped (the atomic transition out of RUNNING picks one reaper): closed from its
+  paused, not dead; elsewhere: its heartbeat older than ``grace_period`` plus the clock skew
+  allowed (``liveness.CLOCK_SKEW``), or that old and unchanged here for three beats, or unchanged
+  here for ``grace_period`` seconds) is reaped (the atomic transition out of RUNNING picks one reaper): closed from its
   record if one is stored on it (the process died after its run: ``closed_from_record``),
   otherwise failed (``stale``) and its cell enqueued again, so a cell that was running when
   its process was killed is re-run once;

@@ -59,12 +59,13 @@ def test_same_host_name_in_another_pid_space_is_judged_by_its_heartbeat_not_by_a
 
 
 def test_a_live_worker_whose_clock_is_behind_is_never_reaped():
-    """Its heartbeats read 1,000 s old here, but they keep changing. Before, the first look
-    reaped it (its run then could not be recorded, and its cell ran twice)."""
+    """Its heartbeats read 500 s old here (more than the grace period, within CLOCK_SKEW), but
+    they keep changing. Before, the first look reaped it (its run then could not be recorded,
+    and its cell ran twice)."""
     clock, me = Clock(), liveness.worker_id()
     watch = liveness.SilenceWatch(clock)
     for beat in range(20):  # one look per beat, for 20 beats
-        t = running(elsewhere(), time.time() - 1000 + beat * 30)
+        t = running(elsewhere(), time.time() - 500 + beat * 30)
         assert liveness.stale_reason(t, 180, me, watch) is None
         clock.now += 30
 
@@ -82,24 +83,45 @@ def test_a_dead_worker_whose_clock_is_ahead_is_reaped_after_the_grace_period_her
     assert "unchanged for 181 s" in liveness.stale_reason(t, 180, me, watch)
 
 
-def test_an_old_heartbeat_is_reaped_once_it_stands_still_for_three_beats_here():
-    """A worker dead for long (its heartbeat old by this clock too) is not made to wait the
-    whole grace period after a restart, only three of its beats."""
+def test_an_old_heartbeat_is_reaped_once_it_stands_still_for_three_beats_here_or_at_once_beyond_the_skew():
+    """A worker dead for a while (its heartbeat old by this clock too) is not made to wait the
+    whole grace period after a restart, only three of its beats; one dead for longer than any
+    clock skew is reaped at the first look (a batch job with --trials 1 looks once)."""
     clock, me = Clock(), liveness.worker_id()
     watch = liveness.SilenceWatch(clock)
-    t = running(elsewhere(beat=10.0), time.time() - 1000)
+    t = running(elsewhere(beat=10.0), time.time() - 300)
     assert liveness.stale_reason(t, 180, me, watch) is None  # first sighting
     clock.now += 29
     assert liveness.stale_reason(t, 180, me, watch) is None
     clock.now += 2
-    assert "no heartbeat for 1000 s" in liveness.stale_reason(t, 180, me, watch)
+    assert "no heartbeat for 300 s" in liveness.stale_reason(t, 180, me, watch)
     # a worker that names no beat (an older synthlab): 30 s beats, so 90 s here
-    t2 = running({k: v for k, v in elsewhere().items() if k != "beat"}, time.time() - 1000, number=8)
+    t2 = running({k: v for k, v in elsewhere().items() if k != "beat"}, time.time() - 300, number=8)
     assert liveness.stale_reason(t2, 180, me, watch) is None
     clock.now += 89
     assert liveness.stale_reason(t2, 180, me, watch) is None
     clock.now += 2
     assert liveness.stale_reason(t2, 180, me, watch) is not None
+    # older than the grace period plus CLOCK_SKEW: at the first look
+    t3 = running(elsewhere(), time.time() - 180 - liveness.CLOCK_SKEW - 5, number=9)
+    assert "no heartbeat" in liveness.stale_reason(t3, 180, me, liveness.SilenceWatch(clock))
+
+
+def test_a_killed_helper_not_yet_waited_for_is_dead():
+    """A zombie (SIGKILLed or OOM-killed helper whose parent has not waited yet) answers
+    kill(pid, 0) and keeps its start time: it was judged alive, so its cell was never reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = liveness.proc_start(child.pid)
+    try:
+        deadline = time.time() + 30
+        while liveness._zombie(child.pid) is False and time.time() < deadline:
+            time.sleep(0.05)
+        assert liveness._zombie(child.pid)
+        assert not liveness.pid_alive(child.pid, start)
+    finally:
+        child.wait()
+    me = liveness.worker_id()
+    assert liveness.pid_alive(os.getpid(), me["start"])
 
 
 def test_claims_of_one_pid_on_one_host_name_in_two_pid_spaces_do_not_collide():
