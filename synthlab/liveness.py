@@ -34,13 +34,27 @@ def proc_start(pid: int) -> str | None:
         return None
 
 
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits for its parent to reap it (Linux: state Z or X)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def pid_alive(pid: int, start: str | None) -> bool:
+    """Whether process ``pid`` (started at ``start``, when known) still runs. A zombie does not:
+    a helper killed outright (SIGKILL, the OOM killer) stays one until its main process waits for
+    it, which the main process does only at the end of its grid, after waiting for that cell."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    if _zombie(pid):
+        return False
     if start is not None and Path("/proc").is_dir():
         now = proc_start(pid)
         if now is None or now != start:

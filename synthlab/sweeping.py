@@ -219,10 +219,8 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
         raise
     finally:
         view.close()
-    for code in codes:
-        if code != 0:
-            print(f"synthlab sweep: warning: a worker process exited with code {code}; "
-                  "its running cell, if any, runs again on the next sweep", file=sys.stderr)
+    if any(codes):
+        _warn_dead_helpers(helpers, codes, runner.trials(), runner.by_key)
     pairs = runner.cell_records()
     records = [r for _, r in pairs]
     write_records(out_dir / "study-results.jsonl", records)
@@ -277,6 +275,22 @@ def _helper(payload: str) -> int:
     except OSError as e:
         print(f"synthlab sweep: error: {os_error_line(e)}", file=sys.stderr, flush=True)
         return 1
+
+
+def _warn_dead_helpers(helpers, codes: list[int], trials, cells: dict[str, Cell]) -> None:
+    """One line per helper that did not exit cleanly, and the cell it left running, if any (one
+    that died while this process still ran the grid had its cell reaped and run again here)."""
+    from optuna.trial import TrialState
+
+    for p, code in zip(helpers, codes):
+        if code == 0:
+            continue
+        left = [cells[k].label() if k in cells else f"trial {t.number}" for t in trials
+                if t.state == TrialState.RUNNING and (t.user_attrs.get("worker") or {}).get("pid") == p.pid
+                for k in [t.user_attrs.get("cell_key")]]
+        print(f"synthlab sweep: warning: worker process {p.pid} exited with code {code}"
+              + (f"; its running cell ({', '.join(left)}) runs again on the next sweep" if left else ""),
+              file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a subprocess (workers.spawn)

@@ -27,7 +27,7 @@ import pytest
 
 from synthlab import grids, records, sweeping
 
-from test_sweep import TINY, _env, study_trials, write_sweep
+from test_sweep import TINY, _env, study_trials, trials_so_far, wait_running, write_sweep
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")]
 
@@ -266,9 +266,7 @@ def test_sigkill_at_random_moments_never_trains_a_finished_cell_again(driver, se
             continue
         assert code == -signal.SIGKILL, se
         stats["kills"] += 1
-        if (out / "study.journal").exists():
-            _, trials = study_trials(out, STUDY)
-            stats["kills mid-cell"] += any(t.state == TrialState.RUNNING for t in trials)
+        stats["kills mid-cell"] += any(t.state == TrialState.RUNNING for t in trials_so_far(out, STUDY))
     retrained = 0
     for out in rounds:
         code, so, se = driver.run(out, sweep=path)
@@ -387,17 +385,7 @@ def test_a_journal_cut_at_random_offsets_recovers(driver, setup, tmp_path):
 
 
 def _wait_running(out: Path, n: int = 1, timeout: float = 180.0, proc=None) -> list:
-    from optuna.trial import TrialState
-
-    deadline = time.time() + timeout
-    while time.time() < deadline and (proc is None or proc.poll() is None):
-        time.sleep(0.2)
-        if (out / "study.journal").exists():
-            running = [t for t in study_trials(out, STUDY)[1]
-                       if t.state == TrialState.RUNNING and "worker" in t.user_attrs]
-            if len(running) >= n:
-                return running
-    raise AssertionError(f"no {n} cell(s) running in {out}")
+    return wait_running(out, STUDY, n, timeout, proc)
 
 
 def _assert_requeued(out: Path) -> None:

@@ -102,6 +102,30 @@ def study_trials(out: Path, name: str):
     return st, st.get_trials(deepcopy=False)
 
 
+def wait_running(out: Path, name: str, n: int = 1, timeout: float = 180.0, proc=None) -> list:
+    """The study's running trials once ``n`` of them have a worker (while ``proc`` lives)."""
+    from optuna.trial import TrialState
+
+    deadline = time.time() + timeout
+    while time.time() < deadline and (proc is None or proc.poll() is None):
+        time.sleep(0.1)
+        running = [t for t in trials_so_far(out, name) if t.state == TrialState.RUNNING and "worker" in t.user_attrs]
+        if len(running) >= n:
+            return running
+    raise AssertionError(f"no {n} cell(s) running in {out}")
+
+
+def trials_so_far(out: Path, name: str) -> list:
+    """The study's trials, or none while a starting (or killed) sweep has not written it yet: its
+    journal is made before the study is created in it."""
+    if not (out / sweeping.JOURNAL_NAME).exists():
+        return []
+    try:
+        return study_trials(out, name)[1]
+    except KeyError:  # optuna: "Record does not exist."
+        return []
+
+
 def completed_keys(trials):
     from optuna.trial import TrialState
 

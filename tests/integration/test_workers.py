@@ -6,13 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from synthlab import grids, workers
 
-from test_sweep import TINY, _env, completed_keys, study_trials, write_sweep
+from test_sweep import TINY, _env, completed_keys, study_trials, wait_running, write_sweep
 
 
 @pytest.mark.parametrize("value, want", [("1", 1), ("3", 3), (2, 2), ("auto", "auto"), ("AUTO", "auto")])
@@ -118,14 +117,7 @@ def test_ctrl_c_stops_every_worker_and_a_rerun_finishes_the_grid(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 180
-    running: list = []
-    while time.time() < deadline and len(running) < 2 and proc.poll() is None:
-        time.sleep(0.2)
-        if (out / "study.journal").exists():
-            running = [t for t in study_trials(out, "tiny-smoke")[1]
-                       if t.state == TrialState.RUNNING and "worker" in t.user_attrs]
-    assert len(running) == 2, "both workers should be training a cell"
+    running = wait_running(out, "tiny-smoke", 2, proc=proc)  # both workers train a cell
     helper_pid = next(t.user_attrs["worker"]["pid"] for t in running if t.user_attrs["worker"]["pid"] != proc.pid)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -138,3 +130,55 @@ def test_ctrl_c_stops_every_worker_and_a_rerun_finishes_the_grid(tmp_path):
     r = subprocess.run(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and "2/2 cells finished" in r.stdout, r.stderr
+
+
+@pytest.mark.slow
+def test_a_helper_killed_outright_has_its_cell_run_again_by_the_main_process(tmp_path):
+    """A helper SIGKILLed (the OOM killer) mid-cell is a zombie until the main process waits for
+    it, which it does at the end of its grid: the zombie passed for a live, paused worker, so the
+    main process waited for its cell forever. Now the cell is reaped and run again, once."""
+    from optuna.trial import TrialState
+
+    path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 2000,").replace("seed = [0, 1]", "seed = [0]"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        running = wait_running(out, "tiny-smoke", 2, proc=proc)  # both workers train a cell
+        helper = next(t for t in running if t.user_attrs["worker"]["pid"] != proc.pid)
+        os.kill(helper.user_attrs["worker"]["pid"], signal.SIGKILL)
+        out_text, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "2/2 cells finished" in out_text, err
+    pid = helper.user_attrs["worker"]["pid"]
+    assert f"worker process {pid} exited with code -9" in err and "runs again on the next sweep" not in err
+    trials = {t.number: t for t in study_trials(out, "tiny-smoke")[1]}
+    assert trials[helper.number].state == TrialState.FAIL and "record" not in trials[helper.number].user_attrs
+    keys = completed_keys(trials.values())
+    assert len(keys) == 2 == len(set(keys))
+
+
+def test_the_warning_for_a_dead_helper_names_the_cell_it_left_running(capsys):
+    """Before: "its running cell, if any, runs again on the next sweep" for every dead helper,
+    also for one whose cell this process had already reaped and run again."""
+    from types import SimpleNamespace
+
+    from optuna.trial import TrialState
+
+    from synthlab import sweeping
+    from synthlab.cells import Cell
+
+    cell = Cell(task="flipflop", pe="rope", seed=3, overrides={}, positions=None, rope_scaling=None, slot=0,
+                axes={"pe": "rope", "seed": 3})
+    helpers = [SimpleNamespace(pid=11), SimpleNamespace(pid=12), SimpleNamespace(pid=13)]
+    trials = [SimpleNamespace(number=4, state=TrialState.RUNNING,
+                              user_attrs={"cell_key": cell.key, "worker": {"pid": 12}}),
+              SimpleNamespace(number=5, state=TrialState.FAIL, user_attrs={"cell_key": cell.key, "worker": {"pid": 13}})]
+    sweeping._warn_dead_helpers(helpers, [0, -9, 1], trials, {cell.key: cell})
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"synthlab sweep: warning: worker process 12 exited with code -9; its running cell ({cell.label()}) "
+                   "runs again on the next sweep",
+                   "synthlab sweep: warning: worker process 13 exited with code 1"]

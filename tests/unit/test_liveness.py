@@ -107,6 +107,23 @@ def test_an_old_heartbeat_is_reaped_once_it_stands_still_for_three_beats_here_or
     assert "no heartbeat" in liveness.stale_reason(t3, 180, me, liveness.SilenceWatch(clock))
 
 
+def test_a_killed_helper_not_yet_waited_for_is_dead():
+    """A zombie (SIGKILLed or OOM-killed helper whose parent has not waited yet) answers
+    kill(pid, 0) and keeps its start time: it was judged alive, so its cell was never reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = liveness.proc_start(child.pid)
+    try:
+        deadline = time.time() + 30
+        while liveness._zombie(child.pid) is False and time.time() < deadline:
+            time.sleep(0.05)
+        assert liveness._zombie(child.pid)
+        assert not liveness.pid_alive(child.pid, start)
+    finally:
+        child.wait()
+    me = liveness.worker_id()
+    assert liveness.pid_alive(os.getpid(), me["start"])
+
+
 def test_claims_of_one_pid_on_one_host_name_in_two_pid_spaces_do_not_collide():
     a = {"host": "worker", "pid": 7, "start": "1", "space": "boot-a pid:[1]"}
     b = dict(a, space="boot-b pid:[1]")
