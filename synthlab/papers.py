@@ -341,6 +341,12 @@ class Verdict:
     paper: list[PaperValue | None]
     verdict: str
     reason: str
+    departs: str = ""  # how the runs depart from the preset's table (tables.preset_differences), if they do
+
+    def preset_label(self) -> str:
+        """The preset column: its name, and how the runs depart from it (runs of one preset
+        that depart differently are judged apart, so their rows must not read alike)."""
+        return f"{self.preset} (departs: {self.departs})" if self.departs else self.preset
 
 
 def _cell_label(cell: dict[str, Any]) -> str:
@@ -389,7 +395,7 @@ def verdicts(records: list[dict[str, Any]], spec) -> list[Verdict]:
                 continue  # not part of these results (e.g. `--pe cope,rope` and a claim about NoPE)
             verdict, reason = judge(c, stats, spec.show, preset, departs)
             out.append(Verdict(c, preset, stats, [paper_value_for(spec.papers, cell, preset) for cell in c.cells()],
-                               verdict, reason))
+                               verdict, reason, departs))
     return out
 
 
@@ -411,7 +417,7 @@ def markdown(vs: list[Verdict], show: str) -> str:
         settings = "; ".join(dict.fromkeys(p.setting for p in v.paper if p is not None and p.setting))
         if settings:
             paper += f" ({settings})"
-        lines.append(f"| {v.claim.text} | {v.claim.source} | {v.preset} | {paper} | {ours} | "
+        lines.append(f"| {v.claim.text} | {v.claim.source} | {v.preset_label()} | {paper} | {ours} | "
                      f"**{v.verdict}**: {v.reason} |")
     return head + "\n".join(lines) + "\n"
 
@@ -421,7 +427,7 @@ def rows(vs: list[Verdict]) -> list[dict[str, Any]]:
     out = []
     for v in vs:
         row: dict[str, Any] = {"claim": v.claim.text, "source": v.claim.source, "preset": v.preset,
-                               "verdict": v.verdict, "reason": v.reason}
+                               "departs": v.departs, "verdict": v.verdict, "reason": v.reason}
         for role, cell, s, p in zip(("better", "worse") if v.claim.cell is None else ("cell",), v.claim.cells(),
                                     v.stats, v.paper):
             row.update({f"{role}": _cell_label(cell), f"{role}_mean": s.mean, f"{role}_sd": s.sd, f"{role}_n": s.n,

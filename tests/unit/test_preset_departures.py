@@ -118,3 +118,22 @@ def test_every_installed_preset_writes_records_that_follow_it(name):
             model = {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_heads": cfg.model.n_heads}
             record = training.new_record(cfg, parse_pe(cfg.pe), "r", model, 16, f"{name}-{preset}", 0)
             assert preset_differences(record, spec) == (), (name, preset, c.task, c.pe)
+
+
+def test_runs_departing_differently_from_one_preset_get_rows_that_say_how():
+    """Two groups of quick runs (T 256, T 512) judged against a claim for another preset: the
+    rows read alike before ("quick", "not comparable (other scale)", the same reason)."""
+    import dataclasses
+
+    spec = load_sweep("flipflop")
+    claim = dataclasses.replace(spec.claims[0], presets=("paper",))
+    spec = dataclasses.replace(spec, claims=[claim])
+    vs = papers.verdicts(_flipflop(n_pairs=128) + _flipflop(n_pairs=256), spec)
+    assert [v.verdict for v in vs] == [papers.OTHER_SCALE] * 2
+    labels = [v.preset_label() for v in vs]
+    assert sorted(labels) == ["quick (departs: task.n_pairs 128 (preset 64))",
+                              "quick (departs: task.n_pairs 256 (preset 64))"]
+    table = papers.markdown(vs, spec.show)
+    assert all(label in table for label in labels)
+    assert sorted(r["departs"] for r in papers.rows(vs)) == ["task.n_pairs 128 (preset 64)",
+                                                            "task.n_pairs 256 (preset 64)"]
