@@ -35,12 +35,22 @@ def proc_start(pid: int) -> str | None:
 
 
 def _zombie(pid: int) -> bool:
-    """Whether ``pid`` has exited and waits for its parent to reap it (Linux: state Z or X)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
+    """Whether ``pid`` has exited and waits for its parent to reap it (Linux: state Z or X in
+    every thread; a process whose first thread exited while others run shows Z in its own stat)."""
+    def state(path: str) -> str | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
+
+    if state(f"/proc/{pid}/stat") not in ("Z", "X"):
         return False
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    return all(state(f"/proc/{pid}/task/{t}/stat") in ("Z", "X", None) for t in tasks)
 
 
 def pid_alive(pid: int, start: str | None) -> bool:

@@ -282,12 +282,19 @@ def _warn_dead_helpers(helpers, codes: list[int], trials, cells: dict[str, Cell]
     that died while this process still ran the grid had its cell reaped and run again here)."""
     from optuna.trial import TrialState
 
+    from synthlab.liveness import same_pid_space, worker_id
+
+    me = worker_id()
+
+    def by(t, pid: int) -> bool:  # the helper's, not a same-numbered pid's on another machine
+        w = t.user_attrs.get("worker") or {}
+        return w.get("pid") == pid and same_pid_space(w, me)
+
     for p, code in zip(helpers, codes):
         if code == 0:
             continue
         left = [cells[k].label() if k in cells else f"trial {t.number}" for t in trials
-                if t.state == TrialState.RUNNING and (t.user_attrs.get("worker") or {}).get("pid") == p.pid
-                for k in [t.user_attrs.get("cell_key")]]
+                if t.state == TrialState.RUNNING and by(t, p.pid) for k in [t.user_attrs.get("cell_key")]]
         print(f"synthlab sweep: warning: worker process {p.pid} exited with code {code}"
               + (f"; its running cell ({', '.join(left)}) runs again on the next sweep" if left else ""),
               file=sys.stderr)

@@ -142,9 +142,18 @@ class Driver:
                                      text=True, env=_env())
         assert self.proc.stdout.readline().strip() == "ready"
         self.n = 0
+        self.pending = False
 
     def spawn(self, out: Path, *args: str, sweep: Path, crash: dict | None = None) -> int:
-        """Start `synthlab sweep SWEEP --out OUT ARGS` in a child; its pid."""
+        """Start `synthlab sweep SWEEP --out OUT ARGS` in a child; its pid. A child that a failed
+        test left unwaited is killed first (the driver would read this job as its "wait", and
+        every later test would fail with it)."""
+        if self.pending:
+            self.kill(signal.SIGKILL)
+            self.proc.stdin.write("wait\n")
+            self.proc.stdin.flush()
+            self.proc.stdout.readline()  # its exit code (its output files may not exist)
+        self.pending = True
         self.n += 1
         self.last = (out.parent / f"{out.name}.{self.n}.stdout", out.parent / f"{out.name}.{self.n}.stderr")
         job = {"argv": ["sweep", str(sweep), "--out", str(out), *args], "stdout": str(self.last[0]),
@@ -163,6 +172,7 @@ class Driver:
         self.proc.stdin.write("wait\n")
         self.proc.stdin.flush()
         code = int(self.proc.stdout.readline())
+        self.pending = False
         return code, self.last[0].read_text(), self.last[1].read_text()
 
     def run(self, out: Path, *args: str, sweep: Path, crash: dict | None = None) -> tuple[int, str, str]:

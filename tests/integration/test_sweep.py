@@ -108,7 +108,7 @@ def wait_running(out: Path, name: str, n: int = 1, timeout: float = 180.0, proc=
 
     deadline = time.time() + timeout
     while time.time() < deadline and (proc is None or proc.poll() is None):
-        time.sleep(0.1)
+        time.sleep(0.2)  # each look replays the journal: not too often on a 2-core CI
         running = [t for t in trials_so_far(out, name) if t.state == TrialState.RUNNING and "worker" in t.user_attrs]
         if len(running) >= n:
             return running

@@ -139,7 +139,7 @@ def test_a_helper_killed_outright_has_its_cell_run_again_by_the_main_process(tmp
     main process waited for its cell forever. Now the cell is reaped and run again, once."""
     from optuna.trial import TrialState
 
-    path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 2000,").replace("seed = [0, 1]", "seed = [0]"))
+    path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,").replace("seed = [0, 1]", "seed = [0]"))
     out = tmp_path / "out"
     proc = subprocess.Popen(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -171,12 +171,16 @@ def test_the_warning_for_a_dead_helper_names_the_cell_it_left_running(capsys):
     from synthlab import sweeping
     from synthlab.cells import Cell
 
+    from synthlab.liveness import worker_id
+
+    me = worker_id()
     cell = Cell(task="flipflop", pe="rope", seed=3, overrides={}, positions=None, rope_scaling=None, slot=0,
                 axes={"pe": "rope", "seed": 3})
     helpers = [SimpleNamespace(pid=11), SimpleNamespace(pid=12), SimpleNamespace(pid=13)]
-    trials = [SimpleNamespace(number=4, state=TrialState.RUNNING,
-                              user_attrs={"cell_key": cell.key, "worker": {"pid": 12}}),
-              SimpleNamespace(number=5, state=TrialState.FAIL, user_attrs={"cell_key": cell.key, "worker": {"pid": 13}})]
+    here, elsewhere = {**me, "pid": 12}, {**me, "pid": 13, "host": me["host"] + "-other"}
+    trials = [SimpleNamespace(number=4, state=TrialState.RUNNING, user_attrs={"cell_key": cell.key, "worker": here}),
+              SimpleNamespace(number=5, state=TrialState.FAIL, user_attrs={"cell_key": cell.key, "worker": {**here, "pid": 13}}),
+              SimpleNamespace(number=6, state=TrialState.RUNNING, user_attrs={"cell_key": cell.key, "worker": elsewhere})]
     sweeping._warn_dead_helpers(helpers, [0, -9, 1], trials, {cell.key: cell})
     err = capsys.readouterr().err.splitlines()
     assert err == [f"synthlab sweep: warning: worker process 12 exited with code -9; its running cell ({cell.label()}) "

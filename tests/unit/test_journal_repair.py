@@ -3,7 +3,9 @@ kill windows (a fake trainer; the real processes are in tests/integration/test_f
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -240,3 +242,210 @@ def test_interrupted_while_waiting_for_the_lock_leaves_the_holders_lock(tmp_path
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
     assert held.exists()
+
+
+HOLDER = """
+import sys, time
+from synthlab import storage
+storage._local_fs = lambda folder: True  # whatever the test machine's /tmp is
+lock = storage._repairing_lock_class()(sys.argv[1])
+lock._take()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_live_holders_lock_is_never_broken_a_killed_ones_is(tmp_path, monkeypatch, capsys):
+    """A lock held for longer than the grace period by a live process here (paused: SIGSTOP, a
+    suspended job) stays its own; before, it was broken after the grace period and the paused
+    holder, resumed, wrote beside the breaker. Killed, its lock is broken as before."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    monkeypatch.setattr(storage, "_WAIT_WARNING", 1.0)
+    monkeypatch.setattr(storage, "_local_fs", lambda folder: True)
+    path = tmp_path / "study.journal"
+    _journal_with_trials(path, 1)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.send_signal(signal.SIGSTOP)
+        lock = storage._repairing_lock_class()(str(path))
+        lock.grace_period = 0.5
+        got = threading.Event()
+        waiter = threading.Thread(target=lambda: (lock.acquire(), got.set()), daemon=True)
+        waiter.start()
+        assert not got.wait(3.0), "the lock of a live (paused) holder was broken"
+        assert Path(str(path) + ".lock").exists()
+        assert f"held for over 0.5 s by process {holder.pid} on this machine" in capsys.readouterr().err
+        holder.kill()
+        holder.wait()
+        assert got.wait(10.0), "a killed holder's lock was never broken"
+        lock.release()
+        assert not Path(str(path) + ".lock").exists()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_breaker_removes_only_the_lock_file_that_stood_still(tmp_path, monkeypatch):
+    """Optuna's breaker removed whichever lock file was there once the old one had stood still
+    for the grace period: a new holder's, taken in the meantime, too (two writers)."""
+    monkeypatch.setattr(storage, "_local_fs", lambda folder: True)  # whatever the test machine's /tmp is
+    path = tmp_path / "study.journal"
+    _journal_with_trials(path, 1)
+    lock_file = Path(str(path) + ".lock")
+    lock_file.touch()
+    os.utime(lock_file, (time.time() - 60, time.time() - 60))
+    st = lock_file.stat()
+    old = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    lock_file.unlink()  # its holder let go; a new holder took the lock
+    new_holder = storage._repairing_lock_class()(str(path))
+    new_holder._take()
+    breaker = storage._repairing_lock_class()(str(path))
+    assert breaker._break(old) is True  # the file it watched is gone: watch again
+    assert lock_file.exists()  # the new holder's lock stays
+    st = lock_file.stat()
+    assert breaker._break((st.st_dev, st.st_ino, st.st_mtime_ns)) is False  # held by a live process (this one)
+    assert lock_file.exists()
+    new_holder.release()
+    assert not lock_file.exists()
+
+
+def test_a_lock_taken_by_an_interrupted_acquire_is_used_by_the_next_one(tmp_path):
+    """Ctrl-C after the lock was taken but before Optuna's ``try`` that releases it: the
+    worker's next write (its re-queue) waited forever on its own flock."""
+    path = tmp_path / "study.journal"
+    _journal_with_trials(path, 1)
+    lock = storage._repairing_lock_class()(str(path))
+    lock.acquire()  # ... and the KeyboardInterrupt arrives before `try: yield finally: release()`
+    import threading
+
+    lock.grace_period = 0.2
+    got = threading.Event()
+    threading.Thread(target=lambda: (lock.acquire(), got.set()), daemon=True).start()
+    assert got.wait(2.0), "waited on its own lock"
+    lock.release()
+    assert not Path(str(path) + ".lock").exists()
+    other = storage._repairing_lock_class()(str(path))
+    other.acquire()
+    other.release()
+
+
+def test_a_holder_whose_new_lock_was_broken_before_it_held_it_does_not_take_it(tmp_path, monkeypatch):
+    """Paused between creating the lock file and its flock for longer than the grace period: a
+    breaker removed the file, another process took the lock; resumed, the first took the flock of
+    the removed file and wrote as a second holder (review finding, reproduced)."""
+    import fcntl
+
+    monkeypatch.setattr(storage, "_local_fs", lambda folder: True)
+    path = tmp_path / "study.journal"
+    _journal_with_trials(path, 1)
+    lock_file = Path(str(path) + ".lock")
+    slow = storage._repairing_lock_class()(str(path))
+    other = storage._repairing_lock_class()(str(path))
+    real_flock, taken = fcntl.flock, []
+
+    def flock(fd, op):
+        if not taken and op == fcntl.LOCK_EX:  # the pause: the lock is broken and taken meanwhile
+            taken.append(True)
+            lock_file.unlink()
+            other._take()
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    assert slow._create() is False and slow._fd is None
+    monkeypatch.setattr(fcntl, "flock", real_flock)
+    assert other._fd is not None and lock_file.read_text().strip() == str(os.getpid())
+    other.release()
+    assert not lock_file.exists()
+
+
+def test_on_a_shared_file_system_the_grace_period_alone_decides(tmp_path, monkeypatch):
+    """NFS and the like: an flock there may stay on one client or outlive a crashed one at the
+    lock server, so a lock that stood still is broken as Optuna breaks it."""
+    path = tmp_path / "study.journal"
+    _journal_with_trials(path, 1)
+    monkeypatch.setattr(storage, "_local_fs", lambda folder: False)
+    holder = storage._repairing_lock_class()(str(path))
+    holder._take()
+    breaker = storage._repairing_lock_class()(str(path))
+    st = Path(str(path) + ".lock").stat()
+    assert breaker._break((st.st_dev, st.st_ino, st.st_mtime_ns)) is True
+    assert not Path(str(path) + ".lock").exists()
+    with pytest.raises(RuntimeError, match="was broken while this process held it"):  # the broken holder learns it
+        holder.release()
+
+
+def test_the_file_system_type_decides_the_flock(tmp_path, monkeypatch):
+    """By the mount id of the folder (a btrfs subvolume's device is in no mount line)."""
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            mnt = next(line.split()[1] for line in f.read().splitlines() if line.startswith("mnt_id:"))
+    finally:
+        os.close(fd)
+    for fstype, local in (("ext4", True), ("xfs", True), ("btrfs", True), ("tmpfs", True), ("overlay", True),
+                          ("nfs4", False), ("nfs", False), ("cifs", False), ("fuse.sshfs", False), ("lustre", False)):
+        info = (f"{int(mnt) + 1} 1 0:99 / /elsewhere rw - ext4 /dev/y rw\n"
+                f"{mnt} 1 0:12 / /data rw,relatime shared:1 - {fstype} /dev/x rw\n")
+        monkeypatch.setattr("builtins.open", _fake_open("/proc/self/mountinfo", info))
+        assert storage._local_fs(str(tmp_path)) is local, fstype
+        monkeypatch.undo()
+
+
+def _fake_open(name: str, text: str):
+    import builtins
+    import io
+
+    real = builtins.open
+
+    def fake(file, *args, **kwargs):
+        return io.StringIO(text) if file == name else real(file, *args, **kwargs)
+
+    return fake
+
+
+FORK_HOLDER = """
+import os, sys, time
+from synthlab import storage
+storage._local_fs = lambda folder: True  # whatever the test machine's /tmp is
+lock = storage._repairing_lock_class()(sys.argv[1])
+lock._take()
+if os.fork() == 0:  # a child forked while the lock is held (a DataLoader worker) lives on
+    time.sleep(60)
+    os._exit(0)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_child_forked_while_the_lock_was_held_does_not_keep_it(tmp_path, monkeypatch):
+    """The child shares the holder's open lock file and so its flock: with the holder killed, the
+    lock stayed until the child exited (review finding: 8 s for an 8-s child)."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    monkeypatch.setattr(storage, "_local_fs", lambda folder: True)
+    path = tmp_path / "study.journal"
+    _journal_with_trials(path, 1)
+    holder = subprocess.Popen([sys.executable, "-c", FORK_HOLDER, str(path)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.kill()
+        holder.wait()
+        lock = storage._repairing_lock_class()(str(path))
+        lock.grace_period = 0.5
+        got = threading.Event()
+        threading.Thread(target=lambda: (lock.acquire(), got.set()), daemon=True).start()
+        assert got.wait(15.0), "the forked child kept the killed holder's lock"
+        lock.release()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGKILL)
