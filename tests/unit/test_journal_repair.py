@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import records, storage, sweeping
+from synthlab import journallock, records, storage, sweeping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from test_sweep import FakeTrain, completed_keys, study_trials, write_sweep  # noqa: E402
@@ -246,8 +246,8 @@ def test_interrupted_while_waiting_for_the_lock_leaves_the_holders_lock(tmp_path
 
 HOLDER = """
 import sys, time
-from synthlab import storage
-storage._local_fs = lambda folder: True  # whatever the test machine's /tmp is
+from synthlab import journallock, storage
+journallock._local_fs = lambda folder: True  # whatever the test machine's /tmp is
 lock = storage._repairing_lock_class()(sys.argv[1])
 lock._take()
 print("held", flush=True)
@@ -264,8 +264,8 @@ def test_a_live_holders_lock_is_never_broken_a_killed_ones_is(tmp_path, monkeypa
     import sys
     import threading
 
-    monkeypatch.setattr(storage, "_WAIT_WARNING", 1.0)
-    monkeypatch.setattr(storage, "_local_fs", lambda folder: True)
+    monkeypatch.setattr(journallock, "_WAIT_WARNING", 1.0)
+    monkeypatch.setattr(journallock, "_local_fs", lambda folder: True)
     path = tmp_path / "study.journal"
     _journal_with_trials(path, 1)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
@@ -294,7 +294,7 @@ def test_a_live_holders_lock_is_never_broken_a_killed_ones_is(tmp_path, monkeypa
 def test_a_breaker_removes_only_the_lock_file_that_stood_still(tmp_path, monkeypatch):
     """Optuna's breaker removed whichever lock file was there once the old one had stood still
     for the grace period: a new holder's, taken in the meantime, too (two writers)."""
-    monkeypatch.setattr(storage, "_local_fs", lambda folder: True)  # whatever the test machine's /tmp is
+    monkeypatch.setattr(journallock, "_local_fs", lambda folder: True)  # whatever the test machine's /tmp is
     path = tmp_path / "study.journal"
     _journal_with_trials(path, 1)
     lock_file = Path(str(path) + ".lock")
@@ -341,7 +341,7 @@ def test_a_holder_whose_new_lock_was_broken_before_it_held_it_does_not_take_it(t
     the removed file and wrote as a second holder (review finding, reproduced)."""
     import fcntl
 
-    monkeypatch.setattr(storage, "_local_fs", lambda folder: True)
+    monkeypatch.setattr(journallock, "_local_fs", lambda folder: True)
     path = tmp_path / "study.journal"
     _journal_with_trials(path, 1)
     lock_file = Path(str(path) + ".lock")
@@ -369,7 +369,7 @@ def test_on_a_shared_file_system_the_grace_period_alone_decides(tmp_path, monkey
     lock server, so a lock that stood still is broken as Optuna breaks it."""
     path = tmp_path / "study.journal"
     _journal_with_trials(path, 1)
-    monkeypatch.setattr(storage, "_local_fs", lambda folder: False)
+    monkeypatch.setattr(journallock, "_local_fs", lambda folder: False)
     holder = storage._repairing_lock_class()(str(path))
     holder._take()
     breaker = storage._repairing_lock_class()(str(path))
@@ -393,7 +393,7 @@ def test_the_file_system_type_decides_the_flock(tmp_path, monkeypatch):
         info = (f"{int(mnt) + 1} 1 0:99 / /elsewhere rw - ext4 /dev/y rw\n"
                 f"{mnt} 1 0:12 / /data rw,relatime shared:1 - {fstype} /dev/x rw\n")
         monkeypatch.setattr("builtins.open", _fake_open("/proc/self/mountinfo", info))
-        assert storage._local_fs(str(tmp_path)) is local, fstype
+        assert journallock._local_fs(str(tmp_path)) is local, fstype
         monkeypatch.undo()
 
 
@@ -411,8 +411,8 @@ def _fake_open(name: str, text: str):
 
 FORK_HOLDER = """
 import os, sys, time
-from synthlab import storage
-storage._local_fs = lambda folder: True  # whatever the test machine's /tmp is
+from synthlab import journallock, storage
+journallock._local_fs = lambda folder: True  # whatever the test machine's /tmp is
 lock = storage._repairing_lock_class()(sys.argv[1])
 lock._take()
 if os.fork() == 0:  # a child forked while the lock is held (a DataLoader worker) lives on
@@ -431,7 +431,7 @@ def test_a_child_forked_while_the_lock_was_held_does_not_keep_it(tmp_path, monke
     import sys
     import threading
 
-    monkeypatch.setattr(storage, "_local_fs", lambda folder: True)
+    monkeypatch.setattr(journallock, "_local_fs", lambda folder: True)
     path = tmp_path / "study.journal"
     _journal_with_trials(path, 1)
     holder = subprocess.Popen([sys.executable, "-c", FORK_HOLDER, str(path)], stdout=subprocess.PIPE, text=True,
