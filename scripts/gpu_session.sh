@@ -13,6 +13,9 @@
 #       checkpoints in /tmp/paper and skips what is recorded.
 #   quick (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's Triton
 #       kernels on and off): issue 12's targets.
+#   papersweep: issue 12's "paper grid under 10 minutes on one GPU": `synthlab sweep flipflop
+#       --pe cope,rope --preset paper` (48 runs of 10k steps) with $PAPERSWEEP_WORKERS workers
+#       (default 8) for 9 minutes; prints the cells finished (a later call resumes the journal).
 #   sweep: the main command's wall time with 1..8 workers, with and without --batch-seeds.
 #   flex: the additive biases through compiled FlexAttention (SYNTHLAB_FLEX_ATTENTION=1)
 #       against the float mask: tests and per-step times (off by default until this says).
@@ -76,6 +79,13 @@ elif [[ $part == graphs ]]; then  # issue 12: CUDA graphs, and where a step's ti
         --compile --compile-mode reduce-overhead --encodings rope,cope
     step profile-paper 180 python3 benchmarks/profile_step.py --device cuda --size paper \
         --pe rope,cope,kerple+dape:k=3 --steps 5 --trace-dir "$out"
+elif [[ $part == papersweep ]]; then  # issue 12: the paper grid's wall time on one GPU
+    step paper-sweep 540 python3 -m synthlab.cli sweep flipflop --pe cope,rope --preset paper \
+        --workers "${PAPERSWEEP_WORKERS:-8}" --out /tmp/papersweep --quiet
+    python3 -c "import json, sys; recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(f'{sum(r.get(\"status\") == \"ok\" for r in recs)} of 48 paper cells finished so far')" \
+        /tmp/papersweep/results.jsonl 2>&1 | tee -a "$out/summary.txt"
+    cp /tmp/papersweep/results.jsonl "$out/papersweep-results.jsonl" 2>/dev/null
 elif [[ $part == sweep ]]; then
     step sweep-quick 330 python3 benchmarks/sweep_workers.py --preset quick --pe cope,rope --workers 1,4,8 \
         --batch-seeds both

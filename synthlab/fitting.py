@@ -104,20 +104,37 @@ def threads(n: int) -> Iterator[None]:
 CUBLAS_WORKSPACE = ":4096:8"  # what cuBLAS needs for reproducible results (CUDA docs, "Results reproducibility")
 
 
+def fix_cublas_workspace(strict: bool) -> None:
+    """``train.deterministic``: cuBLAS's fixed workspace, set before the run's first CUDA call.
+
+    torch reads ``CUBLAS_WORKSPACE_CONFIG`` once, when it sets up cuBLAS (the process's first GPU
+    matmul); set any later it is silently ignored and two runs of one seed may differ. A run
+    calls this before it touches the GPU (its memory check included); a process that had
+    already used CUDA without the setting gets a warning naming the fix. A value the user set
+    is kept."""
+    if not strict or "CUBLAS_WORKSPACE_CONFIG" in os.environ:
+        return
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+    if torch.cuda.is_initialized():
+        warnings.warn("train.deterministic: this process used CUDA before CUBLAS_WORKSPACE_CONFIG was set, so "
+                      "cuBLAS may keep its default workspace and two runs of one seed may differ; set "
+                      f"CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} before starting Python", RuntimeWarning, stacklevel=2)
+
+
 @contextlib.contextmanager
 def deterministic(strict: bool) -> Iterator[None]:
     """torch.use_deterministic_algorithms for the run only (restored afterwards).
 
     Always on with ``warn_only`` (CPU kernels are deterministic already; a nondeterministic op
     warns). ``strict`` (``train.deterministic``): an op without a deterministic implementation
-    raises, cuBLAS gets a fixed workspace (read when its handle is created, so set before the
-    first GPU matmul of the process) and cuDNN picks deterministic algorithms: two GPU runs of
-    one seed then agree."""
+    raises, cuBLAS gets a fixed workspace (:func:`fix_cublas_workspace`, which the run has
+    called before its first CUDA call) and cuDNN picks deterministic algorithms: two GPU runs
+    of one seed then agree."""
     before = torch.are_deterministic_algorithms_enabled()
     warn_before = torch.is_deterministic_algorithms_warn_only_enabled()
     cudnn_before = torch.backends.cudnn.deterministic
     if strict:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        fix_cublas_workspace(strict)
         torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True, warn_only=not strict)
     try:

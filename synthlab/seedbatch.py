@@ -37,7 +37,7 @@ from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig
 from synthlab.curves import Report, check_report, eval_context
 from synthlab.data import DataModule, StepLoader, has_batch_overrides, worker_steps
-from synthlab.fitting import QuickHookName, deterministic, fit, threads
+from synthlab.fitting import QuickHookName, deterministic, fit, fix_cublas_workspace, threads
 from synthlab.model.registry import PE_REVISION
 from synthlab.records import append_record, clean
 from synthlab.sizing import check_run_fits
@@ -263,6 +263,7 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
     task = training.make_task(cfg0)
     spec = m.parse_pe(cfg0.pe) if spec is None else spec
     seeds = [c.train.seed for c in cfgs]
+    fix_cublas_workspace(tc.deterministic)  # before any CUDA call of the run, the memory check's too
     if tc.check_memory:  # S models at once: as one run with S times the batch (activations dominate)
         big = copy.deepcopy(cfg0)
         big.train.batch_size = tc.batch_size * S

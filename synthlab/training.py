@@ -33,7 +33,7 @@ from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.curves import Report, check_report, curve_callback, eval_context
 from synthlab.errors import check_seed
 from synthlab.evaluation import by_length, check_metrics, decode_width, evaluate
-from synthlab.fitting import QuickHookName, deterministic, fit, threads
+from synthlab.fitting import QuickHookName, deterministic, fit, fix_cublas_workspace, threads
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
 from synthlab.model.registry import PE_REVISION, PESpec
 from synthlab.presets import build_config
@@ -347,6 +347,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     spec = m.parse_pe(cfg.pe) if spec is None else spec
     scheme = m.parse_positions(cfg.positions) if cfg.positions else None
     tc = cfg.train
+    fix_cublas_workspace(tc.deterministic)  # before any CUDA call of the run, the memory check's too
 
     if tc.check_memory and factory is None:  # before any set or batch is built: a few samples give the lengths
         check_run_fits(cfg, spec, scheme, task)

@@ -99,3 +99,14 @@ def test_every_gpu_kit_benchmark_command_parses():
         else:  # no GPU check before it would run: its options are validated up to --help
             proc = _run(script, *args, "--help", timeout=120)
             assert proc.returncode == 0, (argv, proc.stderr[-500:])
+
+
+def test_the_kit_paper_sweep_counts_against_the_grid_it_runs():
+    # gpu_session.sh papersweep prints "K of 48 paper cells finished": 48 must be the grid that
+    # `synthlab sweep flipflop --pe cope,rope --preset paper` runs (CoPE Table 8's, 3 seeds)
+    from synthlab import sweeping
+
+    text = (BENCHMARKS.parent / "scripts" / "gpu_session.sh").read_text()
+    assert "sweep flipflop --pe cope,rope --preset paper" in text and "of 48 paper cells" in text
+    cells = sweeping.expand_cells(sweeping.load_sweep("flipflop"), "paper", ["cope", "rope"])
+    assert len(cells) == 48
