@@ -20,6 +20,14 @@ ENV = "CUBLAS_WORKSPACE_CONFIG"
 SMOKE = {"steps": 4, "train.eval_samples": 4}
 
 
+@pytest.fixture(autouse=True)
+def restored_env(monkeypatch):
+    # setenv first so that monkeypatch records the variable's state and restores it afterwards:
+    # the code under test sets it with os.environ directly, which would leak into later tests
+    monkeypatch.setenv(ENV, "recorded")
+    monkeypatch.delenv(ENV)
+
+
 def _env_at_memory_check(monkeypatch, module) -> list:
     seen: list = []
     real = module.check_run_fits
@@ -34,7 +42,6 @@ def _env_at_memory_check(monkeypatch, module) -> list:
 
 @pytest.mark.parametrize("strict", [True, False])
 def test_train_sets_the_workspace_before_its_memory_check(monkeypatch, strict):
-    monkeypatch.delenv(ENV, raising=False)
     seen = _env_at_memory_check(monkeypatch, training)
     rec = synthlab.train("flipflop", "rope", preset="smoke", overrides={**SMOKE, "train.deterministic": strict})
     assert rec["status"] == "ok" and rec["train"]["deterministic"] is strict
@@ -42,7 +49,6 @@ def test_train_sets_the_workspace_before_its_memory_check(monkeypatch, strict):
 
 
 def test_batched_seeds_set_the_workspace_before_their_memory_check(monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
     seen = _env_at_memory_check(monkeypatch, seedbatch)
     recs = seedbatch.train_seeds("flipflop", "rope", [0, 1], preset="smoke",
                                  overrides={**SMOKE, "train.deterministic": True})
@@ -60,7 +66,6 @@ def test_a_value_the_user_set_is_kept(monkeypatch):
 
 
 def test_a_process_that_already_used_cuda_is_warned(monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.warns(RuntimeWarning, match="CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting Python"):
         fitting.fix_cublas_workspace(True)
@@ -68,7 +73,6 @@ def test_a_process_that_already_used_cuda_is_warned(monkeypatch):
 
 
 def test_nothing_is_set_without_the_switch(monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
