@@ -9,6 +9,9 @@ The public API (what notebooks and tests use; the CLI is a thin layer over it):
 - ``synthlab.sweep(task_or_file, pe=..., preset=...)`` -> list of result records
 - ``synthlab.grid(results, kind="ood")`` -> tidy table + heatmaps
 - ``synthlab.results(path_or_dir)`` -> a flat DataFrame, one row per run x split (docs/results.md)
+- ``synthlab.judge_claims(results)`` -> the sweep file's claims judged on these results (the
+  claims table's rows; docs/results.md "How a claim is decided")
+- ``synthlab.compare_seeds(better, worse)`` -> that test on two arms given as {seed: goodness}
 - ``generators.get_task(name, **params)`` for the data alone (numpy only).
 
 Heavy modules (torch, lightning, optuna, seaborn) are imported on first use, so
@@ -33,6 +36,8 @@ _LAZY = {
     "grid": ("synthlab.grids", "grid"),
     "tidy": ("synthlab.grids", "tidy"),
     "results": ("synthlab.frames", "results"),
+    "judge_claims": ("synthlab.claims", "judge_claims"),
+    "compare_seeds": ("synthlab.inference", "compare"),
     "load_run": ("synthlab.runs", "load_run"),
 }
 

@@ -4,7 +4,7 @@
 (:mod:`synthlab.cells`), runs each cell once as one trial of an Optuna study kept in a storage
 (:mod:`synthlab.storage`) by one or several workers (:mod:`synthlab.scheduler`,
 :mod:`synthlab.workers`), writes the records (:mod:`synthlab.records`) and draws the grids
-(:mod:`synthlab.grids`) and the papers' verdicts (:mod:`synthlab.papers`). This module owns
+(:mod:`synthlab.grids`) and the papers' verdicts (:mod:`synthlab.claims`). This module owns
 that orchestration: everything is validated (:func:`validate_cells` asks the trainer) before
 anything is written; for a tuned sweep, :func:`best_tuned` picks which of a cell's runs its
 grid shows. While it runs, the main process alone prints progress (:mod:`synthlab.progress`)
@@ -23,7 +23,7 @@ from typing import Any
 
 from synthlab import dashboard
 from synthlab import grids as grids_mod
-from synthlab import papers
+from synthlab import claims
 from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
@@ -240,11 +240,11 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
         for g in tables:
             print()
             print(g.markdown())
-        verdicts = papers.verdicts(shown, spec)
+        verdicts = claims.verdicts(shown, spec, out=str(out_dir))
         if verdicts:
-            papers.save(verdicts, spec.show, out_dir / "grids")
+            claims.save(verdicts, spec.show, out_dir / "grids")
             print()
-            print(papers.markdown(verdicts, spec.show))
+            print(claims.markdown(verdicts, spec.show))
     return records
 
 

@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from synthlab import papers
+    from synthlab import claims
     from synthlab.errors import check_output_file
     from synthlab.grids import grid, load_results, sweep_spec_for
 
@@ -50,10 +50,10 @@ def run(args: argparse.Namespace) -> int:
     g = grid(records, kind=args.kind, x=args.x, y=args.y, out=out)
     print(g.markdown())
     wrote = list(g.files.values())
-    verdicts = papers.verdicts(records, spec) if spec is not None else []
+    verdicts = claims.verdicts(records, spec) if spec is not None else []
     if verdicts:  # the sweep file's claims, judged on these results
-        print(papers.markdown(verdicts, spec.show))
-        files = papers.save(verdicts, spec.show, png.parent, stem=f"{png.stem}-papers")
+        print(claims.markdown(verdicts, spec.show))
+        files = claims.save(verdicts, spec.show, png.parent, stem=f"{png.stem}-papers")
         wrote += [files["md"], files["csv"]]
     print(f"wrote {', '.join(wrote)}")
     return 0

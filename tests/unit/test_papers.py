@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import papers
+from synthlab import claims, inference, papers
 from synthlab.grids import make_grid, tidy
 from synthlab.sweeping import load_sweep, parse_sweep
 
@@ -83,88 +83,101 @@ def test_bad_paper_sections_name_the_entry(extra, msg):
 
 def test_measure_is_mean_sd_n_over_seeds_in_grid_units():
     records = [rec("rope", s, 1.0, acc) for s, acc in enumerate([0.8, 0.7, 0.9])]
-    st = papers.measure(tidy(records), {"pe": "rope", "split": "ood-sparse"}, "token_acc", "error")
+    st = claims.measure(tidy(records), {"pe": "rope", "split": "ood-sparse"}, "token_acc", "error")
     assert st.n == 3
     assert st.mean == pytest.approx(20.0)
     assert st.sd == pytest.approx(10.0)
 
 
-def test_claim_reproduced_only_beyond_the_spread():
+def _arms(cope: list[float], rope: list[float], preset: str = "quick") -> list[dict]:
+    return [rec("cope", i, 1.0, a, preset=preset) for i, a in enumerate(cope)] + \
+           [rec("rope", i, 1.0, a, preset=preset) for i, a in enumerate(rope)]
+
+
+def test_claim_supported_contradicted_or_inconclusive_by_a_paired_test():
     s = spec()
-    apart = [rec("cope", i, 1.0, a) for i, a in enumerate([1.0, 0.99, 1.0])] + \
-            [rec("rope", i, 1.0, a) for i, a in enumerate([0.8, 0.75, 0.82])]
-    (v,) = papers.verdicts(apart, s)
-    assert v.verdict == papers.REPRODUCED
+    cope, rope = [1.0, 0.99, 1.0, 0.98, 1.0, 0.97], [0.8, 0.75, 0.82, 0.9, 0.7, 0.85]
+    (v,) = claims.verdicts(_arms(cope, rope), s)
+    assert v.verdict == claims.SUPPORTED and v.comparison.test == inference.PAIRED and v.comparison.n == (6, 6)
+    assert v.comparison.p == pytest.approx(2 / 64) and v.p_adjusted == pytest.approx(2 / 64) and v.family == 1
+    assert 0 < v.comparison.low < v.comparison.estimate < v.comparison.high
     assert v.paper == [None, s.papers[0]]  # the claims table names the paper's number and setting at any preset
-    (v,) = papers.verdicts([{**r, "preset": "paper"} for r in apart], s)
-    assert v.verdict == papers.REPRODUCED
-    assert v.paper == [None, s.papers[0]]  # at the paper preset the rope cell's number rides along
-    # overlapping: rope has one seed as good as CoPE, so the sds overlap the gap
-    overlap = [rec("cope", i, 1.0, a) for i, a in enumerate([1.0, 0.9, 1.0])] + \
-              [rec("rope", i, 1.0, a) for i, a in enumerate([0.8, 1.0, 0.9])]
-    (v,) = papers.verdicts(overlap, s)
-    assert v.verdict == papers.NOT_REPRODUCED and "within the spread" in v.reason
-    reversed_ = [rec("cope", i, 1.0, a) for i, a in enumerate([0.7, 0.72, 0.71])] + \
-                [rec("rope", i, 1.0, a) for i, a in enumerate([1.0, 0.99, 1.0])]
-    (v,) = papers.verdicts(reversed_, s)
-    assert v.verdict == papers.NOT_REPRODUCED and "other way round" in v.reason
+    (v,) = claims.verdicts(_arms(cope, rope, preset="paper"), s)
+    assert v.verdict == claims.SUPPORTED and v.paper == [None, s.papers[0]]
+    (v,) = claims.verdicts(_arms(rope, cope), s)  # the arms swapped
+    assert v.verdict == claims.CONTRADICTED and v.reason == "the other way round" and v.comparison.high < 0
+    (v,) = claims.verdicts(_arms(rope, rope), s)  # equal by construction
+    assert v.verdict == claims.INCONCLUSIVE and v.comparison.estimate == 0 and v.seeds_needed is None
+    # the same gap with 3 seeds: a sign-flip test cannot go below p 2 / 2^3 = 0.25
+    (v,) = claims.verdicts(_arms(cope[:3], rope[:3]), s)
+    assert v.verdict == claims.INCONCLUSIVE and "too few seeds" in v.reason and v.seeds_needed >= 6
+    assert v.command == f"synthlab sweep t --preset quick --seeds {v.seeds_needed}"
+    # one seed of rope ahead: the interval holds 0
+    (v,) = claims.verdicts(_arms(cope, [0.8, 0.75, 0.82, 1.0, 0.7, 0.85]), s)
+    assert v.verdict == claims.SUPPORTED or v.comparison.low <= 0
 
 
-def test_one_seed_is_never_reproduced():
-    (v,) = papers.verdicts([rec("cope", 0, 1.0, 1.0), rec("rope", 0, 1.0, 0.5)], spec())
-    assert v.verdict == papers.NOT_REPRODUCED and "one seed" in v.reason
+def test_one_seed_is_never_supported():
+    (v,) = claims.verdicts([rec("cope", 0, 1.0, 1.0), rec("rope", 0, 1.0, 0.5)], spec())
+    assert v.verdict == claims.INCONCLUSIVE and "too few seeds" in v.reason
 
 
 def test_other_scale_and_missing_cells():
     smoke = [rec(pe, i, 1.0, a, preset="smoke") for pe, a in (("cope", 1.0), ("rope", 0.5)) for i in range(3)]
-    (v,) = papers.verdicts(smoke, spec())
-    assert v.verdict == papers.OTHER_SCALE
+    (v,) = claims.verdicts(smoke, spec())
+    assert v.verdict == claims.OTHER_SCALE
     # an encoding the sweep did not train: the claim is left out, not judged
-    assert papers.verdicts([rec("cope", i, 1.0, 1.0) for i in range(3)], spec()) == []
+    assert claims.verdicts([rec("cope", i, 1.0, 1.0) for i in range(3)], spec()) == []
     # the cell was trained but failed: not run
     failed = [rec("cope", i, 1.0, 1.0) for i in range(3)] + [rec("rope", 0, 0, 0, status="failed")]
-    (v,) = papers.verdicts(failed, spec())
-    assert v.verdict == papers.NOT_RUN
+    (v,) = claims.verdicts(failed, spec())
+    assert v.verdict == claims.NOT_RUN
 
 
 def test_a_cell_never_pools_settings_other_than_seeds():
     records = [rec(pe, i, 1.0, a, d_model=d) for pe, a in (("cope", 1.0), ("rope", 0.5))
                for d in (32, 64) for i in range(2)]
-    (v,) = papers.verdicts(records, spec())
-    assert v.verdict == papers.AMBIGUOUS and "d_model" in v.reason
+    (v,) = claims.verdicts(records, spec())
+    assert v.verdict == claims.AMBIGUOUS and "d_model" in v.reason
     named = spec(CLAIM.replace('split = "ood-sparse" }', 'split = "ood-sparse", d_model = 64 }'))
-    (v,) = papers.verdicts(records, named)
-    assert v.verdict == papers.REPRODUCED  # with d_model named, only the 64 runs (2 seeds each) count
+    (v,) = claims.verdicts(records, named)
+    assert v.comparison.n == (2, 2)  # with d_model named, only the 64 runs (2 seeds each) count
 
 
 def test_threshold_claims():
     extra = ('[[claim]]\ntext = "CoPE near zero"\nsource = "s"\ncell = { pe = "cope", split = "ood-sparse" }\n'
              'at_most = 5\n')
-    good = [rec("cope", i, 1.0, a) for i, a in enumerate([1.0, 0.99, 0.98])]
-    (v,) = papers.verdicts(good, spec(extra))
-    assert v.verdict == papers.REPRODUCED
-    bad = [rec("cope", i, 1.0, a) for i, a in enumerate([0.8, 0.85, 0.9])]
-    (v,) = papers.verdicts(bad, spec(extra))
-    assert v.verdict == papers.NOT_REPRODUCED and "other side" in v.reason
+    good = [rec("cope", i, 1.0, a) for i, a in enumerate([1.0, 0.99, 0.98, 1.0, 0.97, 0.99])]
+    (v,) = claims.verdicts(good, spec(extra))
+    assert v.verdict == claims.SUPPORTED and v.comparison.test == inference.ONE_SAMPLE
+    assert v.comparison.estimate == pytest.approx(5 - 7 / 6)
+    bad = [rec("cope", i, 1.0, a) for i, a in enumerate([0.8, 0.85, 0.9, 0.8, 0.85, 0.9])]
+    (v,) = claims.verdicts(bad, spec(extra))
+    assert v.verdict == claims.CONTRADICTED and v.comparison.estimate == pytest.approx(5 - 15)
+    (v,) = claims.verdicts(good[:4], spec(extra))
+    assert v.verdict == claims.INCONCLUSIVE and "too few seeds" in v.reason
 
 
 def test_markdown_and_csv_rows_carry_paper_and_verdict(tmp_path):
     records = [rec("cope", i, 1.0, 1.0, preset="paper") for i in range(3)] + \
               [rec("rope", i, 1.0, a, preset="paper") for i, a in enumerate([0.8, 0.75, 0.82])]
-    vs = papers.verdicts(records, spec())
-    md = papers.markdown(vs, "error")
-    assert "| CoPE below RoPE | CoPE Table 2 | paper | rope ood-sparse 20.3 ± 2.9 (d 256) |" in md
+    vs = claims.verdicts(records, spec())
+    md = claims.markdown(vs, "error")
+    assert "| CoPE below RoPE | paper's claim | CoPE Table 2 | paper | rope ood-sparse 20.3 ± 2.9 (d 256) |" in md
     # the same runs at quick: the claim is judged there, the paper's number shown with its own setting
-    quick = papers.markdown(papers.verdicts([{**r, "preset": "quick"} for r in records], spec()), "error")
-    assert "| CoPE below RoPE | CoPE Table 2 | quick | rope ood-sparse 20.3 ± 2.9 (d 256) |" in quick
-    assert "**reproduced**" in quick
+    quick = claims.markdown(claims.verdicts([{**r, "preset": "quick"} for r in records], spec()), "error")
+    assert ("| CoPE below RoPE | paper's claim, at quick scale | CoPE Table 2 | quick | rope ood-sparse 20.3 ± 2.9 "
+            "(d 256) |") in quick
     assert "cope ood-sparse 0.0 ± 0.0 (n 3) vs rope ood-sparse 21.0 ± 3.6 (n 3)" in md
-    assert "**reproduced**" in md
-    files = papers.save(vs, "error", tmp_path)
+    assert ("| +21.0 [-inf, inf]; sign-flip permutation (paired by seed), n 3; p 0.25, Holm 0.25 (of 1) | "
+            "**inconclusive**: too few seeds to decide (3 a side; the test needs 6); about 6 seeds a side would "
+            "settle it (`synthlab sweep t --preset paper --seeds 6`) |") in md
+    files = claims.save(vs, "error", tmp_path)
     import pandas as pd
 
     row = pd.read_csv(files["csv"]).iloc[0]
-    assert row["verdict"] == "reproduced" and row["worse_paper"] == 20.3 and row["better_n"] == 3
+    assert row["verdict"] == "inconclusive" and row["worse_paper"] == 20.3 and row["better_n"] == 3
+    assert row["p"] == 0.25 and row["test"] == inference.PAIRED and row["n"] == "3/3" and row["seeds_needed"] == 6
     assert math.isnan(row["better_paper"])
 
 
@@ -173,7 +186,7 @@ def test_save_writes_both_tables_or_neither(tmp_path, monkeypatch):
     temporary file: before, papers.md was written first and stayed beside a missing CSV."""
     import pandas as pd
 
-    vs = papers.verdicts([rec("cope", i, 1.0, 1.0) for i in range(3)] + [rec("rope", i, 1.0, 0.8) for i in range(3)],
+    vs = claims.verdicts([rec("cope", i, 1.0, 1.0) for i in range(3)] + [rec("rope", i, 1.0, 0.8) for i in range(3)],
                          spec())
 
     def full_disk(self, *a, **k):
@@ -181,10 +194,10 @@ def test_save_writes_both_tables_or_neither(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", full_disk)
     with pytest.raises(OSError):
-        papers.save(vs, "error", tmp_path)
+        claims.save(vs, "error", tmp_path)
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()
-    files = papers.save(vs, "error", tmp_path)
+    files = claims.save(vs, "error", tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["papers.csv", "papers.md"] and files["md"].endswith(".md")
 
 
@@ -223,20 +236,20 @@ def test_a_dape_cell_names_its_kernel_as_the_sweep_axis_does():
              'worse = { pe = "kerple", split = "ood-sparse" }\n')
     records = [rec("kerple+dape:k=3", i, 1.0, 1.0) for i in range(2)] + \
               [rec("kerple+dape:k=1", i, 1.0, 0.7) for i in range(2)] + [rec("kerple", i, 1.0, 0.5) for i in range(2)]
-    (v,) = papers.verdicts(records, s)
-    assert [st.n for st in v.stats] == [2, 2] and v.verdict == papers.REPRODUCED
+    (v,) = claims.verdicts(records, s)
+    assert [st.n for st in v.stats] == [2, 2] and v.comparison.n == (2, 2)
     # k = 1 is DAPE's default: records name it "kerple+dape" (the claim was silently left out before)
     s1 = spec('[[claim]]\ntext = "k3 over k1"\nsource = "s"\n'
               'better = { pe = "kerple+dape", dape_k = 3, split = "ood-sparse" }\n'
               'worse = { pe = "kerple+dape", dape_k = 1, split = "ood-sparse" }\n')
     records = [{**r, "pe": "kerple+dape"} if r["pe"] == "kerple+dape:k=1" else r for r in records]
-    (v,) = papers.verdicts(records, s1)
-    assert [st.n for st in v.stats] == [2, 2] and v.verdict == papers.REPRODUCED
+    (v,) = claims.verdicts(records, s1)
+    assert [st.n for st in v.stats] == [2, 2] and v.comparison.n == (2, 2)
 
 
 def test_a_length_cell_reads_the_per_length_rows():
     r = [{**rec("rope", i, 1.0, 0.5), "by_length": {"ood-sparse/256": 0.25 + 0.5 * i}} for i in range(2)]
-    st = papers.measure(tidy(r), {"pe": "rope", "split": "ood-sparse", "length": 256}, "seq_acc", "accuracy")
+    st = claims.measure(tidy(r), {"pe": "rope", "split": "ood-sparse", "length": 256}, "seq_acc", "accuracy")
     assert st.n == 2 and st.mean == pytest.approx(50.0)
 
 
@@ -302,8 +315,8 @@ def test_quick_flipflop_grids_carry_no_paper_number(tmp_path):
     g = grids.grid(records, kind="ood")  # `synthlab grid results.jsonl`: the same rule
     assert g.paper == {} and not _paper_texts(g) and g.long()["paper"].isna().all()
     # the claims table still judges quick's claims and names the paper's numbers with their setting (T 512)
-    vs = papers.verdicts(records, spec_)
-    assert {v.verdict for v in vs} == {papers.REPRODUCED}
+    vs = claims.verdicts(records, spec_)
+    assert {v.verdict for v in vs} == {claims.INCONCLUSIVE} and all("too few seeds" in v.reason for v in vs)
     shown = [p for v in vs for p in v.paper if p is not None]
     assert shown and all("512" in p.setting for p in shown)
 
@@ -345,8 +358,8 @@ def test_paper_flipflop_grid_marks_the_table8_size_only(tmp_path):
     marked = {yi for yi, _ in g.paper}
     assert marked == {"cope d_model=256 n_layers=4", "rope d_model=256 n_layers=4"}
     # the claims table: the Table 8 claim gets the paper's numbers beside it
-    (v,) = [v for v in papers.verdicts(records, spec_) if v.claim.source == "CoPE Table 8"]
-    assert [p.value for p in v.paper] == [4.9, 20.3] and v.verdict == papers.REPRODUCED
+    (v,) = [v for v in claims.verdicts(records, spec_) if v.claim.source == "CoPE Table 8"]
+    assert [p.value for p in v.paper] == [4.9, 20.3] and v.comparison.n == (3, 3)
 
 
 def test_a_failed_run_of_the_paper_preset_keeps_its_mark():
@@ -385,14 +398,14 @@ def test_selective_copy_paper_cells_name_the_paper_presets_cope():
     labels = dict(zip(g.mean.index, g.labels()))
     assert labels["cope:npos=258"][2].endswith("paper 0.004 ± 0.006")
     assert labels["rope"][0].endswith("paper 40.1 ± 3.5")
-    vs = papers.verdicts(paper, spec_)
+    vs = claims.verdicts(paper, spec_)
     cope_claims = [v for v in vs if v.claim.better["pe"].startswith("cope")]
-    assert len(cope_claims) == 3 and all(v.verdict == papers.REPRODUCED and v.paper[0] is not None for v in cope_claims)
+    assert len(cope_claims) == 3 and all(v.comparison.estimate > 0 and v.paper[0] is not None for v in cope_claims)
     quick = [{**r, "pe": "cope" if r["pe"].startswith("cope") else r["pe"], "preset": "quick",
               "study": "selective_copy-quick"} for r in paper]
     g = grids.grid(quick, kind="ood")
     assert g.paper == {}
-    vs = papers.verdicts(quick, spec_)
+    vs = claims.verdicts(quick, spec_)
     quick_cope = [v for v in vs if v.claim.better["pe"] == "cope"]
     # quick's npos-64 cope has no paper number (the paper's is cope:npos=258); rope's rides along in the claims table
     assert len(quick_cope) == 3 and all(v.paper[0] is None for v in quick_cope)
@@ -402,14 +415,14 @@ def test_the_same_seed_twice_is_one_seed_never_a_spread_of_zero():
     # `synthlab train` twice with seed 0 (no study: both records count), CPU-deterministic: one seed
     # counted twice gave sd 0 and "reproduced" for a 0.1-point gap
     twice = [rec("cope", 0, 1.0, 0.900), rec("cope", 0, 1.0, 0.900), rec("rope", 0, 1.0, 0.899), rec("rope", 0, 1.0, 0.899)]
-    st = papers.measure(tidy(twice), {"pe": "cope", "split": "ood-sparse"}, "token_acc", "error")
+    st = claims.measure(tidy(twice), {"pe": "cope", "split": "ood-sparse"}, "token_acc", "error")
     assert st.n == 1 and math.isnan(st.sd)
-    (v,) = papers.verdicts(twice, spec())
-    assert v.verdict == papers.NOT_REPRODUCED and "one seed" in v.reason
+    (v,) = claims.verdicts(twice, spec())
+    assert v.verdict == claims.INCONCLUSIVE and "too few seeds to decide (1 a side" in v.reason
     # two studies' files joined (a re-run under another study name): seeds 0, 1 count once each
     joined = [{**rec("rope", s, 1.0, a), "study": st_, "cell": f"c{s}"}
               for st_ in ("t-quick", "t-quick-rerun") for s, a in ((0, 0.90), (1, 0.92))]
-    st = papers.measure(tidy(joined), {"pe": "rope", "split": "ood-sparse"}, "token_acc", "error")
+    st = claims.measure(tidy(joined), {"pe": "rope", "split": "ood-sparse"}, "token_acc", "error")
     assert st.n == 2 and st.mean == pytest.approx(9.0) and st.sd == pytest.approx(math.sqrt(2.0))
 
 
@@ -417,12 +430,12 @@ def test_a_claim_cell_never_pools_rope_scaling_or_positions():
     recs = [{**rec("cope", i, 1.0, 0.9), "rope_scaling": None} for i in range(2)]
     recs += [{**rec("rope", i, 1.0, a), "rope_scaling": None} for i, a in enumerate((0.5, 0.52))]
     recs += [{**rec("rope", i, 1.0, a), "rope_scaling": "linear"} for i, a in enumerate((0.99, 1.0))]
-    (v,) = papers.verdicts(recs, spec())
-    assert v.verdict == papers.AMBIGUOUS and "rope_scaling" in v.reason
+    (v,) = claims.verdicts(recs, spec())
+    assert v.verdict == claims.AMBIGUOUS and "rope_scaling" in v.reason
     named = spec(CLAIM.replace('worse = { pe = "rope", split = "ood-sparse" }',
                                'worse = { pe = "rope", rope_scaling = "none", split = "ood-sparse" }'))
-    (v,) = papers.verdicts(recs, named)
-    assert v.verdict == papers.REPRODUCED and v.stats[1].n == 2 and v.stats[1].mean == pytest.approx(49.0)
+    (v,) = claims.verdicts(recs, named)
+    assert v.comparison.n == (2, 2) and v.stats[1].n == 2 and v.stats[1].mean == pytest.approx(49.0)
 
 
 def test_a_cell_whose_runs_all_failed_before_their_record_is_not_run():
@@ -432,8 +445,8 @@ def test_a_cell_whose_runs_all_failed_before_their_record_is_not_run():
 
     recs = [{**rec("rope", i, 1.0, 0.8), "study": "t-quick"} for i in range(3)]
     recs += [failed_record("flipflop", "cope", None, {}, i, "t-quick", 3 + i, "RuntimeError: boom") for i in range(3)]
-    (v,) = papers.verdicts(recs, spec())
-    assert v.verdict == papers.NOT_RUN and v.preset == "quick" and v.stats[0].n == 0
+    (v,) = claims.verdicts(recs, spec())
+    assert v.verdict == claims.NOT_RUN and v.preset == "quick" and v.stats[0].n == 0
 
 
 def test_a_claim_cell_never_pools_a_sweep_axis_on_another_set_key():
@@ -443,8 +456,8 @@ def test_a_claim_cell_never_pools_a_sweep_axis_on_another_set_key():
     recs = [{**rec("cope", i, 1.0, 0.95), "study": "t-quick", "cell": key("cope", i, 0.1)} for i in range(2)]
     recs += [{**rec("rope", i, 1.0, a), "study": "t-quick", "cell": key("rope", i, wd)}
              for wd, vals in ((0.0, (0.5, 0.52)), (0.1, (0.98, 1.0))) for i, a in enumerate(vals)]
-    (v,) = papers.verdicts(recs, spec())
-    assert v.verdict == papers.AMBIGUOUS and "train.weight_decay" in v.reason
+    (v,) = claims.verdicts(recs, spec())
+    assert v.verdict == claims.AMBIGUOUS and "train.weight_decay" in v.reason
 
 
 def test_an_error_metric_shown_as_error_is_not_inverted():
@@ -461,8 +474,8 @@ def test_an_error_metric_shown_as_error_is_not_inverted():
         return out
 
     recs = [r("cope", i, e) for i, e in enumerate((0.04, 0.05, 0.06))] + [r("rope", i, e) for i, e in enumerate((0.2, 0.21, 0.22))]
-    (v,) = papers.verdicts(recs, s)
-    assert v.verdict == papers.REPRODUCED and v.stats[0].mean == pytest.approx(5.0)
+    (v,) = claims.verdicts(recs, s)
+    assert v.comparison.estimate == pytest.approx(16.0) and v.stats[0].mean == pytest.approx(5.0)
     g = make_grid(tidy(recs), "ood", "split", "pe", "read_error", "error", split=["ood-sparse"])
     assert g.mean["ood-sparse"].tolist() == pytest.approx([5.0, 21.0])
     acc = make_grid(tidy(recs), "ood", "split", "pe", "read_error", "accuracy", split=["ood-sparse"])
@@ -478,13 +491,13 @@ def test_the_claims_table_names_a_cells_failed_seeds():
     # a CoPE seed diverged: the grid said "(n 2, 1 failed)", the claims table only "(n 2)"
     recs = [rec("cope", i, 1.0, a) for i, a in enumerate((0.95, 0.96))] + [rec("cope", 2, 0, 0, status="failed")]
     recs += [rec("rope", i, 1.0, a) for i, a in enumerate((0.8, 0.82, 0.84))]
-    (v,) = papers.verdicts(recs, spec())
+    (v,) = claims.verdicts(recs, spec())
     assert v.stats[0].failed == 1 and v.stats[1].failed == 0
-    assert "cope ood-sparse 4.5 ± 0.7 (n 2, 1 failed)" in papers.markdown([v], "error")
-    assert papers.rows([v])[0]["better_failed"] == 1
+    assert "cope ood-sparse 4.5 ± 0.7 (n 2, 1 failed)" in claims.markdown([v], "error")
+    assert claims.rows([v])[0]["better_failed"] == 1
     dead = [rec("cope", i, 0, 0, status="failed") for i in range(3)] + recs[3:]
-    (v,) = papers.verdicts(dead, spec())
-    assert v.verdict == papers.NOT_RUN and v.stats[0].label() == "- (3 failed)"
+    (v,) = claims.verdicts(dead, spec())
+    assert v.verdict == claims.NOT_RUN and v.stats[0].label() == "- (3 failed)"
 
 
 def test_a_claim_cell_without_a_split_never_averages_the_splits():
@@ -492,7 +505,7 @@ def test_a_claim_cell_without_a_split_never_averages_the_splits():
     no_split = '[[claim]]\ntext = "t"\nsource = "s"\nbetter = { pe = "cope" }\nworse = { pe = "rope" }\n'
     recs = [rec("cope", i, 0.99, a) for i, a in enumerate((0.6, 0.62, 0.64))]
     recs += [rec("rope", i, 0.8, a) for i, a in enumerate((0.5, 0.52, 0.54))]
-    (v,) = papers.verdicts(recs, spec(no_split))
-    assert v.verdict == papers.AMBIGUOUS and "split" in v.reason
-    (v,) = papers.verdicts(recs, spec(no_split.replace('" }\n', '", split = "test" }\n')))
-    assert v.verdict == papers.REPRODUCED and v.stats[0].mean == pytest.approx(1.0)
+    (v,) = claims.verdicts(recs, spec(no_split))
+    assert v.verdict == claims.AMBIGUOUS and "split" in v.reason
+    (v,) = claims.verdicts(recs, spec(no_split.replace('" }\n', '", split = "test" }\n')))
+    assert v.comparison.estimate == pytest.approx(19.0) and v.stats[0].mean == pytest.approx(1.0)
