@@ -154,6 +154,8 @@ class Verdict:
     family: int = 0  # how many claims that adjustment is over
     seeds_needed: int | None = None  # inconclusive: about this many seeds per arm would settle it
     command: str = ""  # the command that adds them
+    alpha: float = inference.ALPHA  # the level the adjusted p is held to (a look's share, --until-decided)
+    look: str = ""  # --until-decided: the look that decided it ("look 2 of 4, 10 seeds"), or the last
 
     def preset_label(self) -> str:
         """The preset column: its name, and how the runs depart from it (runs of one preset
@@ -191,36 +193,36 @@ def paper_value_for(papers: list[PaperValue], cell: dict[str, Any], preset: str)
     return None
 
 
-def _judge_family(vs: list[Verdict], sweep_name: str, out: str | None) -> None:
+def _judge_family(vs: list[Verdict], sweep_name: str, out: str | None, alpha: float = inference.ALPHA) -> None:
     """Holm over the verdicts of one preset group that have a test; verdict words and, for an
     inconclusive one, the seeds that would settle it."""
     tested = [v for v in vs if v.comparison is not None]
     adjusted = inference.holm([v.comparison.p for v in tested])
     for v, p_adj in zip(tested, adjusted):
         c = v.comparison
-        v.p_adjusted, v.family = p_adj, len(tested)
-        v.verdict = inference.decide(c.estimate, p_adj)
+        v.p_adjusted, v.family, v.alpha = p_adj, len(tested), alpha
+        v.verdict = inference.decide(c.estimate, p_adj, alpha)
         if v.verdict != INCONCLUSIVE:
             v.reason = "the claimed way" if v.verdict == SUPPORTED else "the other way round"
             continue
         # an arm of one seed gets the paired test's floor: adding seeds pairs them
         unpaired = c.test == inference.UNPAIRED and min(c.n) >= 2
-        floor = inference.min_seeds(inference.UNPAIRED if unpaired else inference.PAIRED, inference.ALPHA / len(tested))
+        floor = inference.min_seeds(inference.UNPAIRED if unpaired else inference.PAIRED, alpha / len(tested))
         if min(c.n) < floor:
             v.reason = f"too few seeds to decide ({min(c.n)} a side; the test needs {floor})"
         elif c.estimate == 0:
             v.reason = "no difference in these seeds"
         else:
             v.reason = "the interval holds 0"
-        v.seeds_needed = inference.seeds_needed(c, family=len(tested))
+        v.seeds_needed = inference.seeds_needed(c, family=len(tested), alpha=alpha)
         if v.seeds_needed is not None and sweep_name:
             v.command = (f"synthlab sweep {sweep_name} --preset {v.preset} --seeds {v.seeds_needed}"
                          + (f" --out {out}" if out else ""))
 
 
-def verdicts(records: list[dict[str, Any]], spec, out: str | None = None) -> list[Verdict]:
+def verdicts(records: list[dict[str, Any]], spec, out: str | None = None, alpha: float = inference.ALPHA) -> list[Verdict]:
     """Every claim of the sweep file, judged per preset found among the records (``out``: the
-    sweep's folder, named in the command that adds seeds)."""
+    sweep's folder, named in the command that adds seeds; ``alpha``: the level)."""
     claims = getattr(spec, "claims", [])
     if not claims or not records:
         return []
@@ -244,9 +246,39 @@ def verdicts(records: list[dict[str, Any]], spec, out: str | None = None) -> lis
             if why is None:
                 v.comparison = compare(c, stats, spec.show)
             family.append(v)
-        _judge_family(family, getattr(spec, "name", ""), out)
+        _judge_family(family, getattr(spec, "name", ""), out, alpha)
         out_vs.extend(family)
     return out_vs
+
+
+def _seed(record: dict[str, Any]) -> int | None:
+    seed = (record.get("train") or {}).get("seed")
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def decided(v: Verdict) -> bool:
+    return v.verdict in (SUPPORTED, CONTRADICTED)
+
+
+def sequential_verdicts(records: list[dict[str, Any]], spec, plan: list[int], reached: int,
+                        out: str | None = None) -> list[Verdict]:
+    """``--until-decided``: the claims judged at each planned look (the runs of seeds 0 to n - 1,
+    at that look's share of the error, :func:`synthlab.inference.look_levels`), each kept as it
+    stood at the first look that decided it, or as the last look the sweep has ``reached`` (its
+    seed count so far) left it: a look beyond it is not judged."""
+    levels = inference.look_levels(plan)
+    final: dict[tuple, Verdict] = {}
+    for k, (n, level) in enumerate(zip(plan, levels), 1):
+        if n > reached:
+            break
+        vs = verdicts([r for r in records if _seed(r) is None or _seed(r) < n], spec, out, alpha=level)
+        for v in vs:
+            key = (v.claim.text, v.claim.source, v.preset, v.departs)
+            if key in final and decided(final[key]):
+                continue
+            v.look = f"look {k} of {len(plan)}, {n} seeds, level {level:.3g}"
+            final[key] = v
+    return list(final.values())
 
 
 def judge_claims(results, sweep=None) -> list[Verdict]:
@@ -292,6 +324,8 @@ def evidence(v: Verdict) -> str:
 
 def verdict_text(v: Verdict) -> str:
     text = f"**{v.verdict}**" + (f": {v.reason}" if v.reason else "")
+    if v.look:
+        text += f" ({v.look})"
     if v.seeds_needed is not None:
         text += f"; about {v.seeds_needed} seeds a side would settle it" + (f" (`{v.command}`)" if v.command else "")
     return text

@@ -306,3 +306,41 @@ def seeds_needed(c: Comparison, family: int = 1, alpha: float = ALPHA, power: fl
     reached = np.nan_to_num(np.asarray(reached, dtype=float), nan=1.0)
     hit = np.flatnonzero(reached >= power)  # power rises with n: the first n that reaches it
     return int(ns[hit[0]]) if hit.size else None
+
+
+# --------------------------------------------------------------------------------------------
+# adding seeds until the claims are decided (group-sequential looks)
+# --------------------------------------------------------------------------------------------
+
+# seeds a side at which a sweep run --until-decided looks: the first look, 8, is the fewest at
+# which the sign-flip floor (2 / 2^8) lies below that look's level at the default cap (0.026)
+PLANNED_LOOKS = (8, 12, 16, 20, 30, 40)
+DEFAULT_MAX_SEEDS = 20
+
+
+def looks(max_seeds: int = DEFAULT_MAX_SEEDS) -> list[int]:
+    """The planned seed counts below ``max_seeds``, which is always the last look."""
+    floor = min_seeds(PAIRED)
+    if isinstance(max_seeds, bool) or not isinstance(max_seeds, int) or max_seeds < floor:
+        raise ValueError(f"--max-seeds must be an integer of at least {floor} (fewer seeds a side never decide "
+                         f"a claim), got {max_seeds!r}")
+    return [n for n in PLANNED_LOOKS if n < max_seeds] + [max_seeds]
+
+
+def spent(t: float, alpha: float = ALPHA) -> float:
+    """Lan-DeMets' Pocock-type spending function: the error allowed by information fraction t."""
+    return alpha * math.log(1 + (math.e - 1) * min(max(t, 0.0), 1.0))
+
+
+def look_levels(plan: Sequence[int], alpha: float = ALPHA) -> list[float]:
+    """The level each look tests at: the error spent between it and the look before. Spent by
+    the union bound (the looks' tests are treated as if independent of each other), the levels
+    add up to ``alpha``, so stopping at the first look that decides keeps the error rate at or
+    below ``alpha``; conservative, since the looks share their first seeds."""
+    total = plan[-1]
+    out, before = [], 0.0
+    for n in plan:
+        now = spent(n / total, alpha)
+        out.append(now - before)
+        before = now
+    return out

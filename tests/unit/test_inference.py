@@ -225,3 +225,47 @@ def test_monte_carlo_p_values_agree_with_scipys_within_their_error():
     a, b = rng.normal(0.8, 1, 9), rng.normal(0, 1, 9)
     assert inf.unpaired(a, b, interval=False).p == pytest.approx(_scipy_p(a, b, paired=False, resamples=20000),
                                                                  abs=0.03)
+
+
+# ---- --until-decided: looks with alpha spending -----------------------------------------------
+
+def test_looks_and_their_levels():
+    assert inf.looks() == [8, 12, 16, 20] and inf.looks(10) == [8, 10] and inf.looks(6) == [6]
+    for bad in (5, 0, -3, 7.5, True):
+        with pytest.raises(ValueError, match="at least 6"):
+            inf.looks(bad)
+    levels = inf.look_levels(inf.looks())
+    assert levels[0] > 2 / 2 ** 8  # the first look can decide
+    assert sum(levels) == pytest.approx(inf.ALPHA) and all(lv > 0 for lv in levels)
+    assert inf.look_levels([20]) == pytest.approx([inf.ALPHA])
+
+
+def _first_decision(better, worse, plan) -> tuple[str, int]:
+    for n, level in zip(plan, inf.look_levels(plan)):
+        c = inf.compare(dict(enumerate(better[:n])), dict(enumerate(worse[:n])), interval=False)
+        verdict = inf.decide(c.estimate, c.p, level)
+        if verdict != inf.INCONCLUSIVE:
+            return verdict, n
+    return inf.INCONCLUSIVE, plan[-1]
+
+
+def test_stopping_at_the_first_deciding_look_keeps_the_error_rate():
+    """Null data looked at 8, 12, 16 and 20 seeds, stopping at the first decision: decided at
+    most 5 % of the time (looking at each look at the full 5 % would not be)."""
+    rng = np.random.default_rng(39)
+    plan, reps = inf.looks(), 1000
+    k = sum(_first_decision(*NULLS["normal"](rng, 20), plan)[0] != inf.INCONCLUSIVE for _ in range(reps))
+    assert not _too_many(k, reps)
+    naive = 0
+    for _ in range(reps):
+        b, w = NULLS["normal"](rng, 20)
+        naive += any(inf.compare(dict(enumerate(b[:n])), dict(enumerate(w[:n])), interval=False).p < inf.ALPHA
+                     for n in plan)
+    assert naive > k  # peeking at the full level decides more often
+
+
+def test_a_clear_effect_stops_at_an_early_look():
+    rng = np.random.default_rng(40)
+    w = rng.normal(20, 5, 20)
+    verdict, n = _first_decision(-(w - 15), -w, inf.looks())  # error 15 points lower in every seed, negated
+    assert verdict == inf.SUPPORTED and n == 8

@@ -88,3 +88,17 @@ def test_kinds_say_what_a_claim_is():
     assert kinds["CoPE makes fewer OOD (sparse) read errors than RoPE"] == "paper"
     v = _main_claim(_records(COPE, ROPE))
     assert v.kind_label() == "paper's claim, at quick scale"
+
+
+def test_until_decided_keeps_each_claim_as_its_deciding_look_left_it():
+    spec = load_sweep("flipflop")
+    plan = inference.looks(10)  # looks at 8 and 10 seeds
+    (v,) = claims.sequential_verdicts(_records(COPE, ROPE), spec, plan, reached=10)
+    assert v.verdict == claims.SUPPORTED and v.comparison.n == (8, 8) and v.look.startswith("look 1 of 2, 8 seeds")
+    assert v.alpha == pytest.approx(inference.look_levels(plan)[0])
+    assert "(look 1 of 2, 8 seeds" in claims.markdown([v], "error")
+    # equal arms: undecided at every look, shown as the last look reached left them
+    (v,) = claims.sequential_verdicts(_records(ROPE, ROPE), spec, plan, reached=10)
+    assert v.verdict == claims.INCONCLUSIVE and v.look.startswith("look 2 of 2, 10 seeds")
+    (v,) = claims.sequential_verdicts(_records(ROPE[:8], ROPE[:8]), spec, plan, reached=8)
+    assert v.look.startswith("look 1 of 2")  # the second look is not reached yet
