@@ -29,6 +29,7 @@ from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
 from synthlab.records import clean, export_results, repair_jsonl, write_records
 from synthlab.scheduler import Runner
+from synthlab.seeds import parse_seeds
 from synthlab.storage import JOURNAL_NAME, check_storage, normalize_url, open_storage
 from synthlab.sweepfile import (PRESETS, SweepSpec, installed_sweeps, load_sweep, lower_is_better, objective,
                                 objective_split, parse_sweep)
@@ -116,7 +117,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
           poll: float = 2.0, workers: int | str = 1, logger: str | None = None,
           progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
-          batch_seeds: bool = False) -> list[dict]:
+          batch_seeds: bool = False, seeds: int | str | list[int] | None = None) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -134,6 +135,9 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     carries them (``flipflop-quick-steps=500``), so a grid never pools runs of other settings.
     ``batch_seeds`` trains the seeds of a cell together as one stacked model where they can be
     (:mod:`synthlab.seedbatch`; one by one where not), each still its own run and record.
+    ``seeds`` (``--seeds``) replaces the seed axis: a count (``10``: seeds 0 to 9), a range
+    (``"3-9"``, inclusive), a list (``"0,4,7"`` or ``[0, 4, 7]``); it is no part of the default
+    study name, so more seeds later resume the same study and run only the new seeds' cells.
     Everything is validated before anything is written.
     """
     workers = workers_mod.parse_workers(workers)
@@ -150,7 +154,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
     settings = dict(settings or {})
-    cells = expand_cells(spec, preset, pe_list, settings)
+    seed_list = parse_seeds(seeds) if seeds is not None else None
+    cells = expand_cells(spec, preset, pe_list, settings, seed_list)
     configs = validate_cells(cells, preset)
     study_name = study if study is not None else f"{spec.name}-{preset}" + "".join(
         f"-{k}={v}" for k, v in sorted(settings.items()))
@@ -167,7 +172,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     with workers_mod.sigterm_as_ctrl_c():
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
         return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
-                    dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, heartbeat_interval=heartbeat_interval,
+                    dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, seeds=seed_list,
+                         heartbeat_interval=heartbeat_interval,
                          grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every,
                          batch_seeds=bool(batch_seeds)),
                     plans)
