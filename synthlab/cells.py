@@ -145,12 +145,13 @@ def _settings(settings: dict[str, Any], task: str, fixed: dict[str, str]) -> dic
 
 
 def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
-                 settings: dict[str, Any] | None = None) -> list[Cell]:
+                 settings: dict[str, Any] | None = None, seeds: list[int] | None = None) -> list[Cell]:
     """Every cell of the grid, in a fixed order (task, pe, other axes, seed, tuned slot).
     ``spec``: a :class:`synthlab.sweepfile.SweepSpec` (not imported: sweepfile parses the
     papers' cells, which name their encodings through :func:`with_dape_k`). ``settings``:
     ``sweep --set`` (key -> value) on top of the preset's tables in every cell; a key that is
-    an axis, tuned, or names the run (pe, positions) is refused (ValueError)."""
+    an axis, tuned, or names the run (pe, positions) is refused (ValueError). ``seeds``
+    (``sweep --seeds``, checked by :func:`synthlab.seeds.parse_seeds`) replaces the seed axis."""
     if preset not in spec.presets:
         raise ValueError(f"--preset {preset!r} is not allowed (allowed: {', '.join(spec.presets)})")
     p = spec.presets[preset]
@@ -159,13 +160,16 @@ def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
         if not pe or any(not x.strip() for x in pe):
             raise ValueError(f"--pe expects a comma-separated list of encodings, got {','.join(pe)!r}")
         axes["pe"] = [x.strip() for x in pe]
+    if seeds is not None:
+        axes["seed"] = list(seeds)
     tune = spec.preset_tune(preset)
     n_slots = tune.get("trials_per_cell", 1)
     tuned = {k: v for k, v in tune.items() if k != "trials_per_cell"}
     other = [k for k in axes if k not in _SPECIAL_AXES]
     fixed = {_norm_key(a): f"an axis of this sweep ({', '.join(map(str, axes[a]))})" for a in other}
     fixed.update({_norm_key(a): f"tuned by this preset ({a})" for a in tuned})
-    fixed["train.seed"] = f"the seed axis ({', '.join(map(str, axes['seed']))})"
+    shown = ", ".join(map(str, axes["seed"][:10])) + (", ..." if len(axes["seed"]) > 10 else "")
+    fixed["train.seed"] = f"the seed axis ({shown}); give the seeds with --seeds"
     cells: list[Cell] = []
     for task in axes["task"]:
         extra = _settings(settings or {}, task, fixed)

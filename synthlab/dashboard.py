@@ -10,7 +10,8 @@ taken by the storage's atomic WAITING -> RUNNING transition (:mod:`synthlab.sche
 
 - **params**: every axis of the cell (task, pe, seed, positions, each ``--set`` axis, a tuned
   slot) is a param with a ``CategoricalDistribution`` whose choices are the axis's values across
-  the grid. They go onto the trial in the same storage write that enqueues it (a WAITING trial
+  the grid, except the seed (:data:`INT_AXES`): an ``IntDistribution`` from the grid's lowest
+  seed to its highest. They go onto the trial in the same storage write that enqueues it (a WAITING trial
   created with params and distributions); a trial enqueued without them (a study from before)
   gets them through ``storage.set_trial_param`` right after it is taken.
 - **user attrs**, set before the trial is closed: ``<split>/<metric>`` for every split of the
@@ -30,7 +31,11 @@ study that sets it. A later sweep of the same study reuses them for the values t
 sweep narrowed with ``--pe`` keeps the study's wider choices); a value they do not hold (an
 encoding added later) cannot become that param without breaking the study, so its trials carry
 no param of that name (:attr:`AxisParams.left_off`; the ``cell`` user attr still names the
-value). Start a new ``--study`` to see such a grid whole in the dashboard. Two sweeps of
+value). Start a new ``--study`` to see such a grid whole in the dashboard. The seed escapes
+this rule: Optuna checks an int distribution's kind (and ``log``), not its range, so each grid
+writes its own range and more seeds later (``sweep --seeds``) join the study as params (the
+dashboard shows the union of the ranges). A study whose first trials held the seed as a
+categorical (written before) keeps it categorical: new seeds there are left off as above. Two sweeps of
 different grids starting on one new study at the same moment may each fix a name: an RDB
 storage refuses the second (it is learned and the enqueue retried), a journal keeps both (the
 dashboard then merges their choices; Optuna's own search space leaves the name out).
@@ -50,6 +55,9 @@ from synthlab.sweepfile import SweepSpec, objective_split
 MAX_POINTS = 50  # intermediate values written per trial, at most (about)
 MIN_INTERVAL = 0.5  # seconds between two intermediate-value writes of one trial
 LOSS = "loss"
+# axes that are int params (an IntDistribution from the grid's lowest to its highest value), not
+# categorical ones: a study's trials may then hold other ranges (more seeds later)
+INT_AXES = ("seed",)
 
 
 def _scalar(v: Any) -> Any:
@@ -64,6 +72,23 @@ def _index(choices: Iterable[Any], v: Any) -> int | None:
         if type(c) is type(v) and c == v:
             return i
     return None
+
+
+def _holds(d: Any, v: Any) -> bool:
+    """Whether distribution ``d`` (categorical or int) has the value ``v``."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if isinstance(d, CategoricalDistribution):
+        return _index(d.choices, v) is not None
+    return (isinstance(d, IntDistribution) and isinstance(v, int) and not isinstance(v, bool)
+            and d.low <= v <= d.high)
+
+
+def _internal(d: Any, v: Any) -> float:
+    """``v`` as Optuna stores it under ``d``: a categorical's index (types told apart), an int itself."""
+    from optuna.distributions import CategoricalDistribution
+
+    return float(_index(d.choices, v)) if isinstance(d, CategoricalDistribution) else float(v)
 
 
 def axis_choices(cells: list[Cell]) -> dict[str, tuple[Any, ...]]:
@@ -99,17 +124,28 @@ class AxisParams:
     def of(self, cell: Cell) -> dict[str, tuple[Any, Any]]:
         """Param name -> (value, distribution) for ``cell``; an axis value its study's
         distribution lacks is left out (and noted in ``left_off``)."""
-        from optuna.distributions import CategoricalDistribution
-
         out: dict[str, tuple[Any, Any]] = {}
         for name, v in cell.axes.items():
             v = _scalar(v)
-            d = self.fixed.setdefault(name, CategoricalDistribution(self.choices[name]))
-            if isinstance(d, CategoricalDistribution) and _index(d.choices, v) is not None:
+            own = self._own(name)
+            d = self.fixed.setdefault(name, own)
+            if type(d) is type(own) and name in INT_AXES:  # Optuna checks an int's kind, not its range
+                d = own
+            if _holds(d, v):
                 out[name] = (v, d)
             elif _index(self.left_off.setdefault(name, []), v) is None:
                 self.left_off[name].append(v)
         return out
+
+    def _own(self, name: str) -> Any:
+        """This grid's distribution of ``name``: an int range over its values for an
+        :data:`INT_AXES` axis of integers, else a categorical over its values."""
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        values = self.choices[name]
+        if name in INT_AXES and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return IntDistribution(min(values), max(values))
+        return CategoricalDistribution(values)
 
     def enqueue(self, study: Any, cell: Cell, user_attrs: dict[str, Any]) -> None:
         """Add ``cell``'s WAITING trial to ``study``. An RDB storage refuses a param whose
@@ -134,7 +170,7 @@ class AxisParams:
         missing = {k: vd for k, vd in self.of(cell).items() if k not in trial.params}
         for name, (v, d) in missing.items():
             try:
-                storage.set_trial_param(trial._trial_id, name, float(_index(d.choices, v)), d)
+                storage.set_trial_param(trial._trial_id, name, _internal(d, v), d)
             except ValueError:  # "does not support dynamic value space": another grid fixed it first
                 self.left_off.setdefault(name, []).append(v)
 

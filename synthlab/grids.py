@@ -140,16 +140,23 @@ class Grid:
         """Write the heatmap PNG and the same table as CSV and Markdown beside it, and with
         :attr:`lengths` the line plot of accuracy vs test length and its table
         (``<stem>-by-length.png`` / ``.csv``): all or none (:func:`synthlab.outputs.write_files`)."""
-        from synthlab.outputs import csv_writer, png_writer, write_files
+        from synthlab.outputs import png_writer, same_text, text_writer, write_files
 
         png = Path(png)
-        png.parent.mkdir(parents=True, exist_ok=True)
-        files = {"png": (png, png_writer(self.plot()[0])), "csv": (png.with_suffix(".csv"), csv_writer(self.long())),
-                 "md": (png.with_suffix(".md"), lambda p: p.write_text(self.markdown(), encoding="utf-8"))}
+        side = png.with_name(f"{png.stem}-by-length.png")
+        texts = {"csv": (png.with_suffix(".csv"), self.long().to_csv(index=False)),
+                 "md": (png.with_suffix(".md"), self.markdown())}
         if self.lengths is not None:
-            side = png.with_name(f"{png.stem}-by-length.png")
+            texts["by_length_csv"] = (side.with_suffix(".csv"), self.lengths.to_csv(index=False))
+        pngs = {"png": png, **({"by_length_png": side} if self.lengths is not None else {})}
+        if all(p.is_file() for p in pngs.values()) and all(same_text(p, t) for p, t in texts.values()):
+            # the pictures of this very table are there (a finished sweep run again): not drawn again
+            self.files = {k: str(p) for k, p in [*pngs.items(), *((k, p) for k, (p, _) in texts.items())]}
+            return self.files
+        png.parent.mkdir(parents=True, exist_ok=True)
+        files = {"png": (png, png_writer(self.plot()[0])), **{k: (p, text_writer(t)) for k, (p, t) in texts.items()}}
+        if self.lengths is not None:
             files["by_length_png"] = (side, png_writer(self.plot_lengths()))
-            files["by_length_csv"] = (side.with_suffix(".csv"), csv_writer(self.lengths))
         self.files = write_files(files, "grid file")
         return self.files
 

@@ -49,6 +49,20 @@ def csv_writer(table: Any) -> Writer:
     return lambda path: table.to_csv(path, index=False)
 
 
+def text_writer(text: str) -> Writer:
+    """Save ``text`` as UTF-8 (newlines as given)."""
+    return lambda path: Path(path).write_text(text, encoding="utf-8", newline="")
+
+
+def same_text(path: str | os.PathLike, text: str) -> bool:
+    """Whether the file at ``path`` holds exactly ``text`` (UTF-8); False if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read() == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def require_pyarrow(what: str) -> Any:
     """The pyarrow module, or ValueError naming the extra that installs it (Parquet output is
     optional: ``pip install 'synthlab[parquet]'``)."""

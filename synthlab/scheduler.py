@@ -406,18 +406,48 @@ class Runner(SeedGroups):
 
     def cell_records(self) -> list[tuple[Cell, dict[str, Any]]]:
         """Every cell of this grid that has a record, with it (lowest trial per cell)."""
-        groups = self.by_cell(self.trials())
-        out = []
-        for c in self.cells:
-            with_record = sorted((t for t in groups.get(c.key, []) if "record" in t.user_attrs
-                                  and t.number not in self.retried), key=lambda t: t.number)
-            if with_record:
-                out.append((c, copy.deepcopy(with_record[0].user_attrs["record"])))
-        return out
+        trials = self.trials()
+        return _cell_records(self.cells, self.by_cell(trials), self.retried)
+
+
+def _cell_records(cells: list[Cell], groups: dict[str, list], retried: set[int]) -> list[tuple[Cell, dict[str, Any]]]:
+    out = []
+    for c in cells:
+        with_record = sorted((t for t in groups.get(c.key, []) if "record" in t.user_attrs
+                              and t.number not in retried), key=lambda t: t.number)
+        if with_record:
+            out.append((c, copy.deepcopy(with_record[0].user_attrs["record"])))
+    return out
+
+
+def finished_grid(cells: list[Cell], trials, study_attrs: dict[str, Any],
+                  retry_failed: bool) -> list[tuple[Cell, dict[str, Any]]] | None:
+    """:meth:`Runner.cell_records` when a study has nothing left to do for ``cells``: every
+    cell has a finished trial holding its record, none of them waits or runs, and with
+    ``retry_failed`` none failed; else None. Reads the trials only (a finished sweep run again
+    need not start a Runner, nor the trainer)."""
+    from optuna.trial import TrialState
+
+    retried = _retried_of(study_attrs)
+    groups: dict[str, list] = {}
+    for t in trials:
+        groups.setdefault(t.user_attrs.get("cell_key"), []).append(t)
+    for c in cells:
+        mine = groups.get(c.key, [])
+        if any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in mine):
+            return None
+        done = [t for t in mine if t.state.is_finished() and is_live(t, retried) and "record" in t.user_attrs]
+        if not done or (retry_failed and all(t.user_attrs["record"].get("status") != "ok" for t in done)):
+            return None
+    return _cell_records(cells, groups, retried)
 
 
 def _retried(study) -> set[int]:
-    return {int(k.split(":", 1)[1]) for k in study.user_attrs if k.startswith("retried:")}
+    return _retried_of(study.user_attrs)
+
+
+def _retried_of(study_attrs: dict[str, Any]) -> set[int]:
+    return {int(k.split(":", 1)[1]) for k in study_attrs if k.startswith("retried:")}
 
 
 def _names(record: dict[str, Any], cell: Cell) -> bool:

@@ -134,6 +134,29 @@ def open_storage(url: str):
         return optuna.storages.get_storage(_create_rdb_storage(url, engine_kwargs))
 
 
+def peek_storage(url: str):
+    """A storage to read an existing journal or SQLite file as it is: nothing repaired, locked
+    or created (a torn journal raises; :func:`open_storage` repairs it)."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    url = normalize_url(url)
+    if _is_journal_path(url):
+        return JournalStorage(JournalFileBackend(str(Path(url).expanduser()), lock_obj=_NoLock()))
+    return optuna.storages.RDBStorage(url, skip_table_creation=True, skip_compatibility_check=True)
+
+
+class _NoLock:
+    """A journal lock for reading only (reading takes no lock; nothing here writes)."""
+
+    def acquire(self) -> bool:
+        raise RuntimeError("a journal opened by peek_storage is read-only")
+
+    def release(self) -> None:
+        pass
+
+
 # an arbitrary 64-bit key for pg_advisory_lock: "synthlab" in ASCII
 _PG_SCHEMA_LOCK = 0x73796E74686C6162
 

@@ -6,7 +6,9 @@
 :mod:`synthlab.workers`), writes the records (:mod:`synthlab.records`) and draws the grids
 (:mod:`synthlab.grids`) and the papers' verdicts (:mod:`synthlab.claims`). This module owns
 that orchestration: everything is validated (:func:`validate_cells` asks the trainer) before
-anything is written; for a tuned sweep, :func:`best_tuned` picks which of a cell's runs its
+anything is written; a grid whose every cell the study has finished skips the trainer and the
+study's writes and only reports (:func:`_finished`: a finished sweep run again answers in about
+a second); for a tuned sweep, :func:`best_tuned` picks which of a cell's runs its
 grid shows. While it runs, the main process alone prints progress (:mod:`synthlab.progress`)
 and the study holds what optuna-dashboard shows (:mod:`synthlab.dashboard`). It also hands on
 the names users import from it.
@@ -28,8 +30,9 @@ from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
 from synthlab.records import clean, export_results, repair_jsonl, write_records
-from synthlab.scheduler import Runner
-from synthlab.storage import JOURNAL_NAME, check_storage, normalize_url, open_storage
+from synthlab.scheduler import Runner, finished_grid
+from synthlab.seeds import parse_seeds
+from synthlab.storage import JOURNAL_NAME, check_storage, normalize_url, open_storage, peek_storage
 from synthlab.sweepfile import (PRESETS, SweepSpec, installed_sweeps, load_sweep, lower_is_better, objective,
                                 objective_split, parse_sweep)
 
@@ -116,7 +119,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
           poll: float = 2.0, workers: int | str = 1, logger: str | None = None,
           progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
-          batch_seeds: bool = False) -> list[dict]:
+          batch_seeds: bool = False, seeds: int | str | list[int] | None = None) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -134,6 +137,9 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     carries them (``flipflop-quick-steps=500``), so a grid never pools runs of other settings.
     ``batch_seeds`` trains the seeds of a cell together as one stacked model where they can be
     (:mod:`synthlab.seedbatch`; one by one where not), each still its own run and record.
+    ``seeds`` (``--seeds``) replaces the seed axis: a count (``10``: seeds 0 to 9), a range
+    (``"3-9"``, inclusive), a list (``"0,4,7"`` or ``[0, 4, 7]``); it is no part of the default
+    study name, so more seeds later resume the same study and run only the new seeds' cells.
     Everything is validated before anything is written.
     """
     workers = workers_mod.parse_workers(workers)
@@ -150,8 +156,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
     settings = dict(settings or {})
-    cells = expand_cells(spec, preset, pe_list, settings)
-    configs = validate_cells(cells, preset)
+    seed_list = parse_seeds(seeds) if seeds is not None else None
+    cells = expand_cells(spec, preset, pe_list, settings, seed_list)
     study_name = study if study is not None else f"{spec.name}-{preset}" + "".join(
         f"-{k}={v}" for k, v in sorted(settings.items()))
     _validate_name(study_name, "--study")
@@ -162,12 +168,17 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     if storage is not None:
         check_storage(storage)
     _check_destinations(out_dir, url, storage)
+    done = _finished(cells, url, study_name, retry_failed)
+    if done is not None:  # nothing left to run: no trainer (torch, Lightning), no study write
+        return _report(spec, preset, cells, done, study_name, out_dir, grids)
+    configs = validate_cells(cells, preset)
 
     # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does
     with workers_mod.sigterm_as_ctrl_c():
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
         return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
-                    dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, heartbeat_interval=heartbeat_interval,
+                    dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, seeds=seed_list,
+                         heartbeat_interval=heartbeat_interval,
                          grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every,
                          batch_seeds=bool(batch_seeds)),
                     plans)
@@ -221,7 +232,34 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
         view.close()
     if any(codes):
         _warn_dead_helpers(helpers, codes, runner.trials(), runner.by_key)
-    pairs = runner.cell_records()
+    return _report(spec, preset, cells, runner.cell_records(), study_name, out_dir, grids)
+
+
+def _finished(cells: list[Cell], url: str, study_name: str, retry_failed: bool) -> list[tuple[Cell, dict]] | None:
+    """Each cell with its record when the study has already finished every cell of the grid
+    (none waiting or running, none to retry), read without writing anything; else None. A
+    journal file or an SQLite file that does not exist yet, another database, a study not
+    there: None (the full path decides)."""
+    if "://" in url:
+        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+        if not path or path == ":memory:" or not os.path.isfile(path):
+            return None
+    elif not (os.path.isfile(url) and os.path.getsize(url)):
+        return None
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=peek_storage(url))
+    except Exception:  # no such study, a torn or corrupt journal: the full path repairs or says
+        return None
+    return finished_grid(cells, study.get_trials(deepcopy=False), study.user_attrs, retry_failed)
+
+
+def _report(spec: SweepSpec, preset: str, cells: list[Cell], pairs: list[tuple[Cell, dict[str, Any]]],
+            study_name: str, out_dir: Path, grids: bool) -> list[dict]:
+    """The records of a run grid: study-results.jsonl, then (with ``grids``) the grids and the
+    papers' verdicts drawn and printed."""
     records = [r for _, r in pairs]
     write_records(out_dir / "study-results.jsonl", records)
     if grids:

@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Watch the study with optuna-dashboard (docs/observability.md).",
         epilog="examples:\n  synthlab sweep flipflop --pe cope,rope\n"
         "  synthlab sweep flipflop --pe cope,rope --set train.eval_every=100  # learning curves\n"
+        "  synthlab sweep flipflop --pe cope,rope --seeds 10  # seeds 0-9; the seeds run before are not run again\n"
         "  synthlab sweep che --preset smoke --out runs/che\n"
         "  synthlab sweep my_sweep.toml --storage postgresql://me@db/optuna --study big  # on each machine\n"
         "  synthlab sweep flipflop --logger tensorboard 2> sweep.log\n"
@@ -37,6 +38,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="a setting for every cell, on top of the preset (repeatable): train.eval_every=100, "
                    "steps=500; not an axis of the sweep. The default study name carries it")
+    p.add_argument("--seeds", metavar="N|A-B|A,B,...",
+                   help="the seeds: a count N (0 to N-1), an inclusive range A-B or a list A,B,C; replaces the "
+                   "sweep's seed axis, not part of the default study name: more seeds later on the same study "
+                   "run only the new seeds' cells")
     p.add_argument("--trials", type=int, help="run at most N trials in this process, then stop")
     p.add_argument("--storage", help="Optuna storage URL (sqlite:///F, postgresql://...) or a journal file path "
                    "(default: OUT/study.journal)")
@@ -66,11 +71,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from synthlab.commands._common import parse_assignments
+    from synthlab.seeds import parse_seeds
     from synthlab.sweeping import sweep
     from synthlab.workers import ENV_DEFAULT, default_workers, parse_workers
 
     settings = parse_assignments(args.set)
-    _check_size(args)
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+    _check_size(args, seeds)
     workers = args.workers
     if workers is None:  # --trials caps this process: its helpers would run as many each
         workers = "1" if args.trials is not None else default_workers()
@@ -81,15 +88,17 @@ def run(args: argparse.Namespace) -> int:
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
                     study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
                     workers=workers, logger=args.logger, progress_every=args.progress_every,
-                    settings=settings, batch_seeds=args.batch_seeds)
+                    settings=settings, batch_seeds=args.batch_seeds, seeds=seeds)
     return 0 if records is not None else 1
 
 
-def count_cells(spec, preset: str, pe: list[str] | None) -> int:
+def count_cells(spec, preset: str, pe: list[str] | None, seeds: list[int] | None = None) -> int:
     """How many cells ``synthlab.cells.expand_cells`` makes, counted without making them."""
     axes = spec.preset_axes(preset)
     if pe is not None:
         axes["pe"] = pe
+    if seeds is not None:
+        axes["seed"] = seeds
     per_pe = sum(len(axes.get("dape_k", [None])) if _has_dape(enc) else 1 for enc in axes["pe"])
     rest = math.prod(len(v) for k, v in axes.items() if k not in ("pe", "dape_k"))
     return per_pe * rest * int(spec.preset_tune(preset).get("trials_per_cell", 1))
@@ -101,7 +110,7 @@ def _has_dape(enc: str) -> bool:
     return parse_pe(enc).has("dape")
 
 
-def _check_size(args: argparse.Namespace) -> None:
+def _check_size(args: argparse.Namespace, seeds: list[int] | None) -> None:
     """Refuse a grid of more than MAX_CELLS cells without --yes, before any cell is built."""
     from synthlab.cells import split_pe_list
     from synthlab.sweepfile import load_sweep
@@ -111,7 +120,7 @@ def _check_size(args: argparse.Namespace) -> None:
     if preset not in spec.presets:
         return  # sweep() names the bad preset
     pe = split_pe_list(args.pe) if args.pe is not None else None
-    n = count_cells(spec, preset, pe)
+    n = count_cells(spec, preset, pe, seeds)
     if n > MAX_CELLS and not args.yes:
         raise ValueError(f"{args.sweep}: the grid has {n:,} cells at preset {preset!r}, over the {MAX_CELLS:,} "
                          "a sweep runs without asking; pass --yes to run it anyway")

@@ -12,7 +12,8 @@ refused to anyone) and /proc/self/mem (a regular file whose read fails with EIO)
 Decisions stated here: a results file that holds NaN, a metric that is text, or an unknown
 task is refused by `grid` (exit 2), never drawn blank; `--x length` on results without
 per-length metrics is refused with that reason; one seed range everywhere, 0 <= seed <= 2**32 - 1
-(Lightning's seed_everything takes 32-bit seeds); a sweep over 10,000 cells needs --yes.
+(Lightning's seed_everything takes 32-bit seeds); a sweep over 10,000 cells needs --yes;
+`sweep --seeds` takes at most 10,000 seeds, even with --yes.
 """
 
 from __future__ import annotations
@@ -160,6 +161,14 @@ CASES = {
     "sweep --set unknown": (["sweep", "tiny.toml", "--set", "bogus=1"], 2, "unknown setting 'bogus'"),
     "sweep --set no value": (["sweep", "tiny.toml", "--set", "steps"], 2, "--set expects key=value, got 'steps'"),
     "sweep --set out of range": (["sweep", "tiny.toml", "--set", "steps=1e15"], 2, "train.steps must be <="),
+    "sweep --seeds 0": (["sweep", "tiny.toml", "--seeds", "0"], 2, "--seeds '0': a count of seeds is at least 1"),
+    "sweep --seeds -3": (["sweep", "tiny.toml", "--seeds", "-3"], 2, "--seeds '-3': seeds are integers from 0 to"),
+    "sweep --seeds 5-2": (["sweep", "tiny.toml", "--seeds", "5-2"], 2, "range 5-2 ends before it starts"),
+    "sweep --seeds a": (["sweep", "tiny.toml", "--seeds", "a"], 2, "--seeds 'a': expected a count N"),
+    "sweep --seeds 1,1": (["sweep", "tiny.toml", "--seeds", "1,1"], 2, "seed 1 is repeated"),
+    "sweep --seeds 100000": (["sweep", "tiny.toml", "--seeds", "100000"], 2, "100,000 seeds, over the 10,000"),
+    "sweep --seeds 2**32": (["sweep", "tiny.toml", "--seeds", f"{2**32}-{2**32}"], 2, "got 4294967296"),
+    "sweep --seeds over 10,000 cells": (["sweep", "tiny.toml", "--seeds", "6000"], 2, "12,000 cells"),
     # grid
     "grid -o x.png, a directory": (["grid", "results.jsonl", "-o", "x.png"], 2, "'x.png' is a directory"),
     "grid -o y.png, y.csv a directory": (["grid", "results.jsonl", "-o", "y.png"], 2, "'y.csv' is a directory"),

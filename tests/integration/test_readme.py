@@ -78,6 +78,11 @@ def test_python_example(tmp_path, monkeypatch):
     assert synthlab.train("flipflop", "cope", preset="smoke")["status"] == "ok"
     recs = synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff")
     assert {r["pe"] for r in recs} == {"cope", "rope"}
+    line = 'synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff", seeds=3)  # seeds 0-2: 1 and 2 train'
+    assert line in README
+    more = synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff", seeds=3)
+    assert sorted(r["train"]["seed"] for r in more) == [0, 0, 1, 1, 2, 2]
+    assert [r["run_id"] for r in more if r["train"]["seed"] == 0] == [r["run_id"] for r in recs]  # not trained again
     run = synthlab.load_run(next(Path("runs/ff/runs").glob("2*")))
     assert run.config["task"] == "flipflop"
     model = synthlab.build_model(pe="kerple+dape:k=3", vocab_size=8, d_model=64, n_layers=2, n_heads=4, max_len=512)

@@ -179,6 +179,53 @@ def test_every_cell_runs_once_and_a_rerun_resumes(tmp_path, fake, capsys):
         sorted(r["run_id"] for r in grids.read_results(out / "results.jsonl"))
 
 
+def test_more_seeds_later_run_only_the_new_seeds_cells(tmp_path, capsys):
+    """`sweep --seeds 2` then `--seeds 3` on the same --out (real training at the smoke
+    preset): the second trains seed 2's cell alone, the study gains one trial, the grid shows
+    the three seeds, and the seed stays a param of every trial (an int range per grid: Optuna
+    would refuse new choices of a categorical)."""
+    from optuna.distributions import IntDistribution
+
+    out = tmp_path / "out"
+    argv = ["sweep", "flipflop", "--preset", "smoke", "--pe", "rope", "--out", str(out), "--workers", "1", "--quiet"]
+    assert main([*argv, "--seeds", "2"]) == 0
+    assert "study flipflop-smoke: 2/2 cells finished" in capsys.readouterr().out
+    first = grids.read_results(out / "results.jsonl")
+    assert sorted(r["train"]["seed"] for r in first) == [0, 1]
+    assert main([*argv, "--seeds", "3"]) == 0
+    assert "study flipflop-smoke: 3/3 cells finished" in capsys.readouterr().out
+    recs = grids.read_results(out / "results.jsonl")
+    assert len(recs) == 3 and recs[:2] == first and recs[2]["train"]["seed"] == 2  # only seed 2 trained
+    _, trials = study_trials(out, "flipflop-smoke")
+    assert len(trials) == 3 and len(completed_keys(trials)) == 3
+    assert [t.params["seed"] for t in trials] == [0, 1, 2]
+    assert [t.distributions["seed"] for t in trials] == [IntDistribution(0, 1)] * 2 + [IntDistribution(0, 2)]
+    # the same again, and a subset of the seeds: nothing trains, the grid shows the seeds asked for
+    assert main([*argv, "--seeds", "3"]) == 0 and main([*argv, "--seeds", "1-2"]) == 0
+    assert "study flipflop-smoke: 2/2 cells finished" in capsys.readouterr().out
+    assert len(grids.read_results(out / "results.jsonl")) == 3 and len(study_trials(out, "flipflop-smoke")[1]) == 3
+
+
+def test_seeds_from_python_an_int_a_string_or_a_list(tmp_path, fake, monkeypatch):
+    """``synthlab.sweep(seeds=...)``: a count, a range or list as text, or a list of ints; not
+    part of the default study name, so each call resumes the one study."""
+    import synthlab
+
+    path = write_sweep(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    recs = synthlab.sweep(path, pe="rope", seeds=3)
+    assert sorted(s for _, _, s, _ in fake.calls) == [0, 1, 2] and len(recs) == 3
+    assert {r["study"] for r in recs} == {"tiny-smoke"} and (tmp_path / "synthlab-runs" / "tiny-smoke").is_dir()
+    recs = synthlab.sweep(path, pe="rope", seeds="2-4")
+    assert [s for _, _, s, _ in fake.calls[3:]] == [3, 4] and [r["train"]["seed"] for r in recs] == [2, 3, 4]
+    recs = synthlab.sweep(path, pe="rope", seeds=[7, 0])
+    assert [s for _, _, s, _ in fake.calls[5:]] == [7] and [r["train"]["seed"] for r in recs] == [7, 0]
+    assert synthlab.sweep(path, pe="rope", seeds="0,4,7") and len(fake.calls) == 6
+    with pytest.raises(ValueError, match="seed 4 is repeated"):
+        synthlab.sweep(path, pe="rope", seeds=[4, 4])
+    assert len(fake.calls) == 6
+
+
 def test_tuned_lr_the_grid_shows_the_best_setting_per_cell(tmp_path, monkeypatch, capsys):
     """trials_per_cell = 3 over lr: every (cell, lr) runs once; the grid shows, per encoding,
     the lr whose objective (mean over seeds) is best; study-results.jsonl keeps all six runs."""

@@ -141,7 +141,7 @@ def test_bad_logger_or_interval_exits_2_with_one_line_and_writes_nothing(tmp_pat
 
 
 def test_the_study_holds_params_metric_attrs_and_the_loss_curve(tmp_path, reporting):
-    from optuna.distributions import CategoricalDistribution
+    from optuna.distributions import CategoricalDistribution, IntDistribution
 
     out = tmp_path / "out"
     sweeping.sweep(write_sweep(tmp_path), out=out)
@@ -150,7 +150,7 @@ def test_the_study_holds_params_metric_attrs_and_the_loss_curve(tmp_path, report
     for t in trials:
         cell = t.user_attrs["cell"]
         assert t.params == cell and t.distributions["pe"] == CategoricalDistribution(("rope", "nope"))
-        assert t.distributions["seed"] == CategoricalDistribution((0, 1))
+        assert t.distributions["seed"] == IntDistribution(0, 1)  # an int: more seeds later join it
         rec = t.user_attrs["record"]
         assert t.user_attrs["test/token_acc"] == rec["metrics"]["test"]["token_acc"]
         assert t.user_attrs["ood-sparse/token_acc"] == t.value
@@ -256,9 +256,9 @@ def test_optuna_dashboard_shows_params_search_space_user_attrs_curves_and_import
         sid = summary["study_id"]
         code, detail = _get(f"{base}/api/studies/{sid}")
         assert code == 200
-        space = {p["name"]: sorted(c["value"] for c in p["distribution"]["choices"])
-                 for p in detail["union_search_space"]}
-        assert space == {"pe": ["nope", "rope"], "seed": ["0", "1"], "task": ["flipflop"]}
+        space = {p["name"]: sorted(c["value"] for c in p["distribution"]["choices"]) if "choices" in p["distribution"]
+                 else (p["distribution"]["low"], p["distribution"]["high"]) for p in detail["union_search_space"]}
+        assert space == {"pe": ["nope", "rope"], "seed": (0, 1), "task": ["flipflop"]}
         assert {p["name"] for p in detail["intersection_search_space"]} == {"pe", "seed", "task"}
         attrs = {a["key"]: a["sortable"] for a in detail["union_user_attrs"]}
         assert attrs["test/token_acc"] and attrs["ood-sparse/token_acc"] and attrs["wall_s"]

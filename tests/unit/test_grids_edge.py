@@ -93,3 +93,24 @@ def test_save_writes_all_three_files_or_none(tmp_path):
     (tmp_path / "g.md").rmdir()
     assert set(g.save(tmp_path / "g.png")) == {"png", "csv", "md"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.csv", "g.md", "g.png"]  # no temporary file left
+
+
+def test_save_draws_no_picture_whose_table_is_there_unchanged(tmp_path, monkeypatch):
+    """A finished sweep run again saves the same grids: the PNG of a table whose CSV and
+    Markdown are there byte for byte is not drawn again (no matplotlib); any change redraws."""
+    g = grids.grid([rec("rope", 0, 0.9)], kind="ood")
+    files = g.save(tmp_path / "g.png")
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+
+    def no_drawing(*a, **k):
+        raise AssertionError("drawn again")
+
+    monkeypatch.setattr(grids.Grid, "plot", no_drawing)
+    assert g.save(tmp_path / "g.png") == files
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+    other = grids.grid([rec("rope", 0, 0.8)], kind="ood")  # another number: drawn
+    with pytest.raises(AssertionError, match="drawn again"):
+        other.save(tmp_path / "g.png")
+    (tmp_path / "g.png").unlink()  # the picture gone: drawn
+    with pytest.raises(AssertionError, match="drawn again"):
+        g.save(tmp_path / "g.png")
