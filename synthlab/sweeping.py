@@ -25,7 +25,7 @@ from typing import Any
 
 from synthlab import dashboard
 from synthlab import grids as grids_mod
-from synthlab import claims
+from synthlab import claims, inference
 from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
@@ -119,7 +119,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
           poll: float = 2.0, workers: int | str = 1, logger: str | None = None,
           progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
-          batch_seeds: bool = False, seeds: int | str | list[int] | None = None) -> list[dict]:
+          batch_seeds: bool = False, seeds: int | str | list[int] | None = None, until_decided: bool = False,
+          max_seeds: int | None = None, _looks: tuple[list[int], int] | None = None) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -140,8 +141,18 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     ``seeds`` (``--seeds``) replaces the seed axis: a count (``10``: seeds 0 to 9), a range
     (``"3-9"``, inclusive), a list (``"0,4,7"`` or ``[0, 4, 7]``); it is no part of the default
     study name, so more seeds later resume the same study and run only the new seeds' cells.
+    ``until_decided`` adds seeds in planned looks (8, 12, 16, 20, ... up to ``max_seeds``,
+    default 20) until every claim of the sweep file judged on these runs is supported or
+    contradicted (:func:`synthlab.inference.look_levels`: the error spent per look), or the cap.
     Everything is validated before anything is written.
     """
+    if until_decided or max_seeds is not None:
+        return _until_decided(task_or_file, seeds, max_seeds, until_decided,
+                              dict(pe=pe, preset=preset, trials=trials, storage=storage, study=study, out=out,
+                                   quiet=quiet, grids=grids, retry_failed=retry_failed,
+                                   heartbeat_interval=heartbeat_interval, grace_period=grace_period, poll=poll,
+                                   workers=workers, logger=logger, progress_every=progress_every,
+                                   settings=settings, batch_seeds=batch_seeds))
     workers = workers_mod.parse_workers(workers)
     if logger is not None:
         from synthlab.loggers import check_logger  # the trainer's own check, before anything is written
@@ -170,7 +181,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     _check_destinations(out_dir, url, storage)
     done = _finished(cells, url, study_name, retry_failed)
     if done is not None:  # nothing left to run: no trainer (torch, Lightning), no study write
-        return _report(spec, preset, cells, done, study_name, out_dir, grids)
+        return _report(spec, preset, cells, done, study_name, out_dir, grids, _looks)
     configs = validate_cells(cells, preset)
 
     # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does
@@ -256,10 +267,37 @@ def _finished(cells: list[Cell], url: str, study_name: str, retry_failed: bool) 
     return finished_grid(cells, study.get_trials(deepcopy=False), study.user_attrs, retry_failed)
 
 
+def _until_decided(task_or_file, seeds, max_seeds: int | None, until_decided: bool, kwargs: dict[str, Any]):
+    """:func:`sweep` with ``until_decided``: one sweep per planned look, each resuming the last."""
+    if not until_decided:
+        raise ValueError("--max-seeds goes with --until-decided")
+    if seeds is not None:
+        raise ValueError("--until-decided chooses the seeds itself (8, 12, 16, ... up to --max-seeds): drop --seeds")
+    if kwargs["trials"] is not None:
+        raise ValueError("--until-decided runs whole looks: drop --trials")
+    plan = inference.looks(inference.DEFAULT_MAX_SEEDS if max_seeds is None else max_seeds)
+    spec = load_sweep(task_or_file)
+    preset = kwargs["preset"] or spec.default_preset
+    if not any(preset in c.presets for c in spec.claims):
+        raise ValueError(f"--until-decided: {spec.name}'s sweep file states no claim for the {preset} preset: "
+                         "nothing to decide")
+    grids, reached = kwargs.pop("grids"), plan[0]
+    for n in plan:
+        reached = n
+        records = sweep(task_or_file, seeds=n, grids=False, **kwargs)
+        vs = [v for v in claims.sequential_verdicts(records, spec, plan, reached=n) if v.comparison is not None]
+        done = sum(claims.decided(v) for v in vs)
+        print(f"look {plan.index(n) + 1} of {len(plan)} ({n} seeds): {done} of {len(vs)} claims decided")
+        if done == len(vs):
+            break
+    return sweep(task_or_file, seeds=reached, grids=grids, _looks=(plan, reached), **kwargs)
+
+
 def _report(spec: SweepSpec, preset: str, cells: list[Cell], pairs: list[tuple[Cell, dict[str, Any]]],
-            study_name: str, out_dir: Path, grids: bool) -> list[dict]:
+            study_name: str, out_dir: Path, grids: bool, looks: tuple[list[int], int] | None = None) -> list[dict]:
     """The records of a run grid: study-results.jsonl, then (with ``grids``) the grids and the
-    papers' verdicts drawn and printed."""
+    papers' verdicts drawn and printed (``looks``: the plan of --until-decided and the look
+    reached, whose rule then judges the claims)."""
     records = [r for _, r in pairs]
     write_records(out_dir / "study-results.jsonl", records)
     if grids:
@@ -278,7 +316,8 @@ def _report(spec: SweepSpec, preset: str, cells: list[Cell], pairs: list[tuple[C
         for g in tables:
             print()
             print(g.markdown())
-        verdicts = claims.verdicts(shown, spec, out=str(out_dir))
+        verdicts = (claims.sequential_verdicts(shown, spec, looks[0], looks[1], out=str(out_dir)) if looks
+                    else claims.verdicts(shown, spec, out=str(out_dir)))
         if verdicts:
             claims.save(verdicts, spec.show, out_dir / "grids")
             print()

@@ -24,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  synthlab sweep flipflop --pe cope,rope\n"
         "  synthlab sweep flipflop --pe cope,rope --set train.eval_every=100  # learning curves\n"
         "  synthlab sweep flipflop --pe cope,rope --seeds 10  # seeds 0-9; the seeds run before are not run again\n"
+        "  synthlab sweep flipflop --pe cope,rope --until-decided  # seeds added until the claim is decided\n"
         "  synthlab sweep che --preset smoke --out runs/che\n"
         "  synthlab sweep my_sweep.toml --storage postgresql://me@db/optuna --study big  # on each machine\n"
         "  synthlab sweep flipflop --logger tensorboard 2> sweep.log\n"
@@ -42,6 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the seeds: a count N (0 to N-1), an inclusive range A-B or a list A,B,C; replaces the "
                    "sweep's seed axis, not part of the default study name: more seeds later on the same study "
                    "run only the new seeds' cells")
+    p.add_argument("--until-decided", action="store_true",
+                   help="add seeds in planned looks (8, 12, 16, 20 ... seeds a side) until every claim of the sweep "
+                   "file judged here is supported or contradicted, or --max-seeds; each look tests at its share of "
+                   "the 5 %% error (alpha spending), so stopping early does not inflate it (docs/results.md)")
+    p.add_argument("--max-seeds", type=int, metavar="N",
+                   help="the last look of --until-decided (default 20; at least 6)")
     p.add_argument("--trials", type=int, help="run at most N trials in this process, then stop")
     p.add_argument("--storage", help="Optuna storage URL (sqlite:///F, postgresql://...) or a journal file path "
                    "(default: OUT/study.journal)")
@@ -77,7 +84,14 @@ def run(args: argparse.Namespace) -> int:
 
     settings = parse_assignments(args.set)
     seeds = parse_seeds(args.seeds) if args.seeds is not None else None
-    _check_size(args, seeds)
+    if args.until_decided or args.max_seeds is not None:  # its own checks: before the size is counted
+        from synthlab.inference import DEFAULT_MAX_SEEDS, looks
+
+        if not args.until_decided:
+            raise ValueError("--max-seeds goes with --until-decided")
+        _check_size(args, list(range(looks(DEFAULT_MAX_SEEDS if args.max_seeds is None else args.max_seeds)[-1])))
+    else:
+        _check_size(args, seeds)
     workers = args.workers
     if workers is None:  # --trials caps this process: its helpers would run as many each
         workers = "1" if args.trials is not None else default_workers()
@@ -88,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
                     study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
                     workers=workers, logger=args.logger, progress_every=args.progress_every,
-                    settings=settings, batch_seeds=args.batch_seeds, seeds=seeds)
+                    settings=settings, batch_seeds=args.batch_seeds, seeds=seeds,
+                    until_decided=args.until_decided, max_seeds=args.max_seeds)
     return 0 if records is not None else 1
 
 
