@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # command name -> module in synthlab.commands exposing add_parser(subparsers) and run(args)
-COMMANDS = ("tasks", "encodings", "generate", "train", "sweep", "grid", "curves", "export", "plot")
+COMMANDS = ("tasks", "encodings", "generate", "train", "sweep", "grid", "curves", "export", "plot", "report")
 
 
 class _Parser(argparse.ArgumentParser):

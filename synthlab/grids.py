@@ -443,15 +443,15 @@ def _what(metric: str, show: str) -> str:
     return metric if (show == "error") == is_error(metric) else f"{show} = 1 - {metric}"
 
 
-def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,
+def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike | None,
                 best_of: tuple[str, ...] = (), stem: str = "") -> list[Grid]:
     """The grids a sweep file asks for: capacity when its x axis varies, ood when it has OOD
-    splits; saved as ``out_dir/<kind>.png`` (+ .csv, .md). With ``best_of`` (a tuned sweep's
-    parameters) each cell is the best run over seeds x those settings, saved as
-    ``<kind>-best.png``."""
+    splits; saved as ``out_dir/<kind>.png`` (+ .csv, .md; ``out_dir`` None: not saved, the
+    tables only). With ``best_of`` (a tuned sweep's parameters) each cell is the best run over
+    seeds x those settings, saved as ``<kind>-best.png``."""
     if not records:
         return []
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir) if out_dir is not None else None
     table = tidy(records, spec)
     suffix = stem or ("-best" if best_of else "")
     best_title = f", best of seeds x {', '.join(best_of)}" if best_of else ""
@@ -463,7 +463,8 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,
                       title=f"{title}: capacity ({_what(spec.metric, spec.show)} on {spec.in_dist}{best_title})",
                       best_of=best_of)
         g.mark_papers(spec.papers)
-        g.save(out_dir / f"capacity{suffix}.png")
+        if out_dir is not None:
+            g.save(out_dir / f"capacity{suffix}.png")
         grids.append(g)
     if spec.ood or spec.ood_x not in ("split",):
         if spec.ood_x == "split":
@@ -479,6 +480,7 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike,
                                 f"{'' if isinstance(split, list) else ' on ' + split}{best_title})", best_of=best_of)
             g.mark_papers(spec.papers)
             g.lengths = by_length(table, best_of)
-            g.save(out_dir / f"ood{suffix}.png")
+            if out_dir is not None:
+                g.save(out_dir / f"ood{suffix}.png")
             grids.append(g)
     return grids

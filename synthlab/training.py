@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 import generators
 from synthlab import __version__
-from synthlab import loggers, rundir, usermodel
+from synthlab import loggers, machine, rundir, usermodel
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.curves import Report, check_report, curve_callback, eval_context
@@ -271,7 +271,8 @@ def new_record(cfg: RunConfig, spec: PESpec, run_id: str, model: dict[str, Any],
                   "grad_clip": tc.grad_clip, "n_train": tc.n_train, "eval_samples": tc.eval_samples,
                   "precision": tc.precision, "compile": tc.compile, "compile_mode": tc.compile_mode},
         "metrics": {}, "by_length": None, "curve": [] if tc.eval_every else None, "logs": None,
-        "wall_s": None, "device": None, "synthlab": __version__, "git": rundir.git_hash(),
+        "wall_s": None, "device": None, "machine": machine.describe(), "synthlab": __version__,
+        "git": rundir.git_hash(),
         "study": study, "trial": trial, "status": "ok",
     }
 
