@@ -138,6 +138,12 @@ class PoSE(PositionScheme):
     PoSE(c) = {u_c + st_c, ..., u_c + st_c + l_c - 1}. Content stays contiguous; evaluation
     uses plain positions (training only).
 
+    Chunk lengths come from N - 1 distinct uniform cut points in 1..T-1, so at N = 2 the first
+    chunk is l_0 ~ U{1..T-1}, as the paper's Fig. 6 code draws it (App. B, ``l0 =
+    random.randint(1, Lc-1)``); the released script (src/train_pose.py,
+    ``train_preprocess_function_pose``, two chunks only) draws ``rt1 = random.randint(1,
+    (len_chunk+1)//2)``, a first chunk of at most half the window. Both set u_0 = 0.
+
     Lengths and skips are drawn anew for every training example (Sec. 3.2; the reference,
     dwzhu-pku/PoSE src/train_pose.py ``train_preprocess_function_pose``, draws them inside its
     loop over examples), so the batch gets (B, T) positions.

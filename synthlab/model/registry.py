@@ -160,7 +160,7 @@ _ROWS = [
        checks={"buckets": INT_AT_LEAST_2, "max_distance": INT_AT_LEAST_2}),
     _E("kerple", "bias", "b = -r1 log(1 + r2 (i - j)) (kind=log) or -a (i - j)^p (kind=power), learned per head, kept >= 0.01", "Chi et al. 2022, KERPLE",
        ".encoders.bias:Kerple", params={"kind": "log"}, checks={"kind": one_of("log", "power")}),
-    _E("fire", "bias", "b = MLP(psi(i-j) / psi(max(L', i))), psi(x) = log(c x + 1), c learned, threshold L' = |m| L with m learned (init 1)", "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)",
+    _E("fire", "bias", "b = MLP(psi(i-j) / psi(max(L', i))), psi(x) = log(c x + 1), c learned, threshold L' = |m| L with m learned (init 1), L 512 as the FIRE listing's init_L", "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)",
        ".encoders.bias:FIRE", params={"width": 32, "c": 0.1, "L": 512.0}, checks={"width": POSITIVE_INT, "c": POSITIVE, "L": POSITIVE}),
     _E("relative", "bias", "learned vector per distance added to keys: q_i (k_j + e[i-j]); distance past the table is an error", "Shaw et al. 2018, Self-Attention with Relative Position Representations",
        ".encoders.bias:Relative", max_len_hint="raise max_len or use relative-capped"),
@@ -170,7 +170,7 @@ _ROWS = [
        ".encoders.contextual:CoPE", index=None, params={"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25},
        checks=_COPE, check=_check_cope, causal_only=True,
        hints={"alibi": "(cope-alibi) requires cope; write cope:alibi=1 or cope-alibi", "sep_keys": "(cope sep-keys) requires cope"}),
-    _E("cope-alibi", "contextual", "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table, m_h = m0 / 2^h", "Golovneva et al. 2024 (CoPE) App. C, Eq. 10",
+    _E("cope-alibi", "contextual", "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table, m_h = m0 / 2^h (Eq. 10 writes + m p_ij with m > 0; the minus is ALiBi's)", "Golovneva et al. 2024 (CoPE) App. C, Eq. 10",
        index=None, params={"npos": 64, "sep_keys": False, "m0": 0.25}, checks=_COPE, causal_only=True, alias=("cope", {"alibi": True})),
     _E("bipe-rope", "rotary", "learned APE on the intra-segment index + RoPE on the segment index", "He et al. 2024, Two Stones Hit One Bird: Bilevel Positional Encoding (BiPE)",
        ".encoders.rotary:Rotary", index="segment", params={"base": 10000.0}, checks=_BASE, also=_BIPE_TABLE),
@@ -285,6 +285,8 @@ INDEX_SCHEMES: dict[str, tuple[str, str]] = {
     "segment": ("BiPE segment index and index within the segment; a separator ends its segment", "He et al. 2024 (BiPE)"),
     "randomized": ("--positions randomized:max=2048: sorted sample of T distinct positions from [0, max), every batch", "Ruoss et al. 2023, Randomized Positional Encodings"),
     "pose": ("--positions pose:chunks=2,target=1024: N chunks with skipping biases drawn per example, training only; "
+             "u_0 = 0 and chunk lengths from uniform cut points (first chunk 1..T-1 at N = 2, the paper's Fig. 6 code; "
+             "the released train_pose.py draws it from 1..(T+1)//2); "
              "chunks >= T is RandPos; with --rope-scaling, s = target / T fixed in training and evaluation",
              "Zhu et al. 2024, PoSE (ICLR)"),
     "rope-scaling linear": ("--rope-scaling linear: positions / s (position interpolation), s = L_eval / L_train "
