@@ -80,11 +80,17 @@ void running_sums(const float *const *in, float *const *out, int H, int L) {
 inline void suffix_sums(const float *const *g, float *const *p, int H, int L) { running_sums<true>(g, p, H, L); }
 inline void prefix_sums(const float *const *d, float *const *out, int H, int L) { running_sums<false>(d, out, H, L); }
 
+// min / max of two floats by value: a select that vectorises on every width (std::min's
+// reference result left the loops around it scalar on AVX2: "control flow in loop")
+inline float fmin2(float a, float b) { return b < a ? b : a; }
+inline float fmax2(float a, float b) { return a < b ? b : a; }
+inline int imin2(int a, int b) { return b < a ? b : a; }
+
 // exp(x) for x in [-87, 88] (clamped there), relative error ~2e-7: Cephes' expf polynomial with
 // the 2^n scale built from the exponent bits; plain arithmetic, so loops over it vectorise
 // (std::exp does not without -ffast-math). Needs the default rounding mode and no reassociation.
 inline float exp_approx(float x) {
-    x = std::min(std::max(x, -87.0f), 88.0f);
+    x = fmin2(fmax2(x, -87.0f), 88.0f);
     // n = round(x / ln 2) by the 1.5 * 2^23 shift (std::floor vectorises only with -fno-trapping-math)
     const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n ln 2 in two parts
@@ -104,9 +110,9 @@ inline float row_max(const float *x, int L) {
     float m[8] = {-3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f};
     int j = 0;
     for (; j + 8 <= L; j += 8)
-        for (int l = 0; l < 8; ++l) m[l] = std::max(m[l], x[j + l]);
-    for (; j < L; ++j) m[0] = std::max(m[0], x[j]);
-    return std::max(std::max(std::max(m[0], m[1]), std::max(m[2], m[3])), std::max(std::max(m[4], m[5]), std::max(m[6], m[7])));
+        for (int l = 0; l < 8; ++l) m[l] = fmax2(m[l], x[j + l]);
+    for (; j < L; ++j) m[0] = fmax2(m[0], x[j]);
+    return fmax2(fmax2(fmax2(m[0], m[1]), fmax2(m[2], m[3])), fmax2(fmax2(m[4], m[5]), fmax2(m[6], m[7])));
 }
 
 inline float row_sum(const float *x, int L) {
@@ -186,13 +192,13 @@ inline void position_logits(const float *p, const float *e, float m, int top, in
         }
 #endif
         for (; j < L; ++j) {
-            const float pc = std::min(p[j], (float)top);
+            const float pc = fmin2(p[j], (float)top);
             const int lo = (int)pc;  // pc >= 0: truncation is the floor
-            const float w = pc - (float)lo, low = e[lo], high = e[std::min(lo + 1, top)];
+            const float w = pc - (float)lo, low = e[lo], high = e[imin2(lo + 1, top)];
             z[j] = low + w * (high - low);
         }
     } else {
-        for (int j = 0; j < L; ++j) z[j] = m * std::min(p[j], (float)top);
+        for (int j = 0; j < L; ++j) z[j] = m * fmin2(p[j], (float)top);
     }
 }
 
@@ -212,8 +218,8 @@ inline void position_logits_backward(const float *p, const float *e, float m, in
                 _mm512_mask_storeu_ps(dp + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dz + j), _mm512_sub_ps(high, low)));
             }
             for (int i = 0; i < L; ++i) {  // the table's gradient: a scatter, scalar
-                const float pc = std::min(p[i], (float)top);
-                const int lo = (int)pc, hi = std::min(lo + 1, top);
+                const float pc = fmin2(p[i], (float)top);
+                const int lo = (int)pc, hi = imin2(lo + 1, top);
                 const float w = pc - (float)lo;
                 gt[lo] += dz[i] - dz[i] * w;  // z = low + w (high - low)
                 gt[hi] += dz[i] * w;
@@ -221,8 +227,8 @@ inline void position_logits_backward(const float *p, const float *e, float m, in
         }
 #endif
         for (; j < L; ++j) {
-            const float pc = std::min(p[j], (float)top);
-            const int lo = (int)pc, hi = std::min(lo + 1, top);
+            const float pc = fmin2(p[j], (float)top);
+            const int lo = (int)pc, hi = imin2(lo + 1, top);
             const float w = pc - (float)lo, low = e[lo], high = e[hi];
             gt[lo] += dz[j] - dz[j] * w;  // z = low + w (high - low)
             gt[hi] += dz[j] * w;
@@ -329,7 +335,7 @@ void backward_query(const Shape &sh, const float *gates, const float *table, con
 
 // ---- cope_qkv: fused from q, k, v ----
 
-constexpr int BLK = 16;  // key block of the score / value-gradient loops (one 512-bit vector)
+constexpr int BLK = 16;  // the transposed keys' and values' rows are padded to a multiple of this
 
 struct QKV {
     int B, H, T, D, npos, Tp;  // Tp: T rounded up to BLK (the transposed rows' stride)
@@ -363,59 +369,59 @@ inline void transpose_rows(const float *x, float *xt, int T, int D, int Tp) {
     }
 }
 
-// 16 floats as one value (GCC / clang vector extension: one 512-bit register, or two or four
-// narrower ones on CPUs without), so the register blocking below is what the compiler emits
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"  // v16 by value between these file-local functions only
+// One vector of V floats at the machine's own width (GCC / clang vector extension), and KCH
+// independent accumulator chains per loop (an FMA's latency over its issue interval): AVX-512 16
+// lanes x 4 chains; AVX2 8 x 8 (16 registers); SSE / NEON 4 x 8. A vector type wider than the
+// machine's is lowered by GCC through the stack (a 16-float type on AVX2 ran 4x slower).
+#if defined(__AVX512F__)
+constexpr int V = 16, KCH = 4;
+#elif defined(__AVX__)
+constexpr int V = 8, KCH = 8;
+#else
+constexpr int V = 4, KCH = 8;
 #endif
-typedef float v16 __attribute__((vector_size(BLK * sizeof(float))));
-inline v16 load16(const float *p) { v16 v; std::memcpy(&v, p, sizeof v); return v; }
-inline void store16(float *p, v16 v) { std::memcpy(p, &v, sizeof v); }
+static_assert(BLK % V == 0, "the transposed rows' padding must cover a whole vector");
+typedef float vf __attribute__((vector_size(V * sizeof(float))));
+inline vf loadv(const float *p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+inline void storev(float *p, vf v) { std::memcpy(p, &v, sizeof v); }
 
-// out[j] = sum_d c[d] xt[d][j] for j < L, four blocks of BLK keys at a time (four independent
-// chains: one alone waits on each add); the last block reads into the zero padding
+// out[j] = sum_d c[d] xt[d][j] for j < L, KCH vectors of keys at a time (independent chains);
+// the last vectors read into the zero padding
 inline void dot_rows(const float *c, const float *xt, int D, int Tp, int L, float *out) {
     int j0 = 0;
-    for (; j0 + 4 * BLK <= L; j0 += 4 * BLK) {
-        v16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (; j0 + KCH * V <= L; j0 += KCH * V) {
+        vf a[KCH] = {};
         for (int d = 0; d < D; ++d) {
             const float cd = c[d], *x = xt + (size_t)d * Tp + j0;
-            a0 += cd * load16(x);
-            a1 += cd * load16(x + BLK);
-            a2 += cd * load16(x + 2 * BLK);
-            a3 += cd * load16(x + 3 * BLK);
+            for (int q = 0; q < KCH; ++q) a[q] += cd * loadv(x + q * V);
         }
-        store16(out + j0, a0);
-        store16(out + j0 + BLK, a1);
-        store16(out + j0 + 2 * BLK, a2);
-        store16(out + j0 + 3 * BLK, a3);
+        for (int q = 0; q < KCH; ++q) storev(out + j0 + q * V, a[q]);
     }
-    for (; j0 < L; j0 += BLK) {
-        v16 a0 = {};
-        for (int d = 0; d < D; ++d) a0 += c[d] * load16(xt + (size_t)d * Tp + j0);
-        float tmp[BLK];
-        store16(tmp, a0);
-        std::memcpy(out + j0, tmp, sizeof(float) * std::min(BLK, L - j0));
+    for (; j0 < L; j0 += V) {
+        vf a = {};
+        for (int d = 0; d < D; ++d) a += c[d] * loadv(xt + (size_t)d * Tp + j0);
+        float tmp[V];
+        storev(tmp, a);
+        std::memcpy(out + j0, tmp, sizeof(float) * std::min(V, L - j0));
     }
 }
 
-// out[d] = sum_{j < L} w[j] x[j][d] (x: (T, D) rows): BLK columns at a time, four keys' chains
+// out[d] = sum_{j < L} w[j] x[j][d] (x: (T, D) rows): V columns at a time, KCH keys' chains
+// summed in a fixed tree at the end
 inline void weighted_rows(const float *w, const float *x, int D, int L, float *out) {
     int d0 = 0;
-    for (; d0 + BLK <= D; d0 += BLK) {
-        v16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (; d0 + V <= D; d0 += V) {
+        vf a[KCH] = {};
         const float *xd = x + d0;
         int j = 0;
-        for (; j + 4 <= L; j += 4) {
-            a0 += w[j] * load16(xd + (size_t)j * D);
-            a1 += w[j + 1] * load16(xd + (size_t)(j + 1) * D);
-            a2 += w[j + 2] * load16(xd + (size_t)(j + 2) * D);
-            a3 += w[j + 3] * load16(xd + (size_t)(j + 3) * D);
-        }
-        for (; j < L; ++j) a0 += w[j] * load16(xd + (size_t)j * D);
-        store16(out + d0, (a0 + a1) + (a2 + a3));
+        for (; j + KCH <= L; j += KCH)
+            for (int q = 0; q < KCH; ++q) a[q] += w[j + q] * loadv(xd + (size_t)(j + q) * D);
+        for (; j < L; ++j) a[0] += w[j] * loadv(xd + (size_t)j * D);
+        for (int n = KCH / 2; n > 0; n /= 2)
+            for (int q = 0; q < n; ++q) a[q] += a[q + n];
+        storev(out + d0, a[0]);
     }
-    for (; d0 < D; ++d0) {  // head sizes not a multiple of BLK
+    for (; d0 < D; ++d0) {  // head sizes not a multiple of V
         float acc = 0.0f;
         for (int j = 0; j < L; ++j) acc += w[j] * x[(size_t)j * D + d0];
         out[d0] = acc;
@@ -425,11 +431,11 @@ inline void weighted_rows(const float *w, const float *x, int D, int L, float *o
 // x[j][d] += w[j] c[d] for j < L
 inline void add_outer(const float *w, const float *c, int D, int L, float *x) {
     int d0 = 0;
-    for (; d0 + BLK <= D; d0 += BLK) {
-        const v16 cd = load16(c + d0);
+    for (; d0 + V <= D; d0 += V) {
+        const vf cd = loadv(c + d0);
         for (int j = 0; j < L; ++j) {
             float *xj = x + (size_t)j * D + d0;
-            store16(xj, load16(xj) + w[j] * cd);
+            storev(xj, loadv(xj) + w[j] * cd);
         }
     }
     for (; d0 < D; ++d0)
@@ -521,6 +527,8 @@ void qkv_backward_batch(const QKV &sh, const float *q, const float *k, const flo
 }  // namespace
 
 extern "C" {
+
+const char *cope_isa() { return synthlab::isa_name(); }
 
 int cope_abi_version() { return 3; }
 
