@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -174,6 +174,40 @@ struct TableRow {
         high = lookup(_mm512_min_epi32(_mm512_add_epi32(lo, _mm512_set1_epi32(1)), itop));
     }
 };
+#elif defined(__AVX2__)
+// The same for AVX2: a table row of npos <= 64 entries in up to eight registers of eight, and
+// the row shifted by one (the entry above each, the last repeating), so that one permute within
+// each register and the blends between them give both entries around eight positions (two
+// gathers measured 10-15 % slower than the scalar loop on Zen 4)
+struct TableRow {
+    __m256 t[8], s[8], ftop;
+    __m256i itop;
+    int n;  // registers in use
+    TableRow(const float *e, int top) : ftop(_mm256_set1_ps((float)top)), itop(_mm256_set1_epi32(top)), n(top / 8 + 1) {
+        for (int r = 0; r < n; ++r) {
+            float lo[8], hi[8];
+            for (int l = 0; l < 8; ++l) {
+                lo[l] = e[imin2(8 * r + l, top)];
+                hi[l] = e[imin2(8 * r + l + 1, top)];
+            }
+            t[r] = _mm256_loadu_ps(lo);
+            s[r] = _mm256_loadu_ps(hi);
+        }
+    }
+    // positions p -> the entries below and above the clamped position, and its fraction w
+    void interpolate(__m256 p, __m256 &low, __m256 &high, __m256 &w) const {
+        const __m256 pc = _mm256_min_ps(p, ftop);
+        const __m256i lo = _mm256_cvttps_epi32(pc);  // pc >= 0: truncation is the floor
+        w = _mm256_sub_ps(pc, _mm256_cvtepi32_ps(lo));
+        low = _mm256_permutevar8x32_ps(t[0], lo);  // the low three bits pick within a register
+        high = _mm256_permutevar8x32_ps(s[0], lo);
+        for (int r = 1; r < n; ++r) {
+            const __m256 here = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lo, _mm256_set1_epi32(8 * r - 1)));
+            low = _mm256_blendv_ps(low, _mm256_permutevar8x32_ps(t[r], lo), here);
+            high = _mm256_blendv_ps(high, _mm256_permutevar8x32_ps(s[r], lo), here);
+        }
+    }
+};
 #endif
 
 // interpolated table logits (or -m p for CoPE-ALiBi) of positions p[0..L): z[j]
@@ -190,6 +224,15 @@ inline void position_logits(const float *p, const float *e, float m, int top, in
                 _mm512_mask_storeu_ps(z + j, k, _mm512_fmadd_ps(w, _mm512_sub_ps(high, low), low));
             }
         }
+#elif defined(__AVX2__)
+        if (top < 64) {
+            const TableRow t(e, top);
+            for (; j + 8 <= L; j += 8) {
+                __m256 low, high, w;
+                t.interpolate(_mm256_loadu_ps(p + j), low, high, w);
+                _mm256_storeu_ps(z + j, _mm256_fmadd_ps(w, _mm256_sub_ps(high, low), low));
+            }
+        }
 #endif
         for (; j < L; ++j) {
             const float pc = fmin2(p[j], (float)top);
@@ -202,11 +245,47 @@ inline void position_logits(const float *p, const float *e, float m, int top, in
     }
 }
 
+// The table row's gradient from the logits' dz[0..L): gt[lo] += dz (1 - w), gt[hi] += dz w, a
+// scatter. Neighbouring keys mostly share a cell (the positions fall by a gate, < 1, per key), so
+// one running sum would wait on its own last store at every key: NACC copies of the row, key j
+// into copy j % NACC, are summed at the end (a fixed order: the same bits every run).
+constexpr int NACC = 4;
+inline void table_gradient(const float *p, const float *dz, int top, int npos, int L, float *gt) {
+    if (npos > 64) {
+        std::fill(gt, gt + npos, 0.0f);
+        for (int j = 0; j < L; ++j) {
+            const float pc = fmin2(p[j], (float)top);
+            const int lo = (int)pc, hi = imin2(lo + 1, top);
+            const float w = pc - (float)lo;
+            gt[lo] += dz[j] - dz[j] * w;  // z = low + w (high - low)
+            gt[hi] += dz[j] * w;
+        }
+        return;
+    }
+    float acc[NACC][64] = {};
+    int j = 0;
+    for (; j + NACC <= L; j += NACC)
+        for (int c = 0; c < NACC; ++c) {
+            const float pc = fmin2(p[j + c], (float)top);
+            const int lo = (int)pc, hi = imin2(lo + 1, top);
+            const float w = pc - (float)lo, d = dz[j + c];
+            acc[c][lo] += d - d * w;
+            acc[c][hi] += d * w;
+        }
+    for (int c = 0; j < L; ++j, ++c) {
+        const float pc = fmin2(p[j], (float)top);
+        const int lo = (int)pc, hi = imin2(lo + 1, top);
+        const float w = pc - (float)lo, d = dz[j];
+        acc[c][lo] += d - d * w;
+        acc[c][hi] += d * w;
+    }
+    for (int k = 0; k < npos; ++k) gt[k] = (acc[0][k] + acc[1][k]) + (acc[2][k] + acc[3][k]);
+}
+
 // the gradient of position_logits: dp[j] from dz[j]; the table row's gradient into gt (npos)
 inline void position_logits_backward(const float *p, const float *e, float m, int top, int npos, int L,
                                      const float *dz, float *dp, float *gt) {
     if (e) {
-        std::fill(gt, gt + npos, 0.0f);
         int j = 0;
 #ifdef __AVX512F__
         if (top < 64) {
@@ -217,23 +296,23 @@ inline void position_logits_backward(const float *p, const float *e, float m, in
                 t.interpolate(_mm512_maskz_loadu_ps(k, p + j), low, high, w);
                 _mm512_mask_storeu_ps(dp + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dz + j), _mm512_sub_ps(high, low)));
             }
-            for (int i = 0; i < L; ++i) {  // the table's gradient: a scatter, scalar
-                const float pc = fmin2(p[i], (float)top);
-                const int lo = (int)pc, hi = imin2(lo + 1, top);
-                const float w = pc - (float)lo;
-                gt[lo] += dz[i] - dz[i] * w;  // z = low + w (high - low)
-                gt[hi] += dz[i] * w;
+        }
+#elif defined(__AVX2__)
+        if (top < 64) {
+            const TableRow t(e, top);
+            for (; j + 8 <= L; j += 8) {
+                __m256 low, high, w;
+                t.interpolate(_mm256_loadu_ps(p + j), low, high, w);
+                _mm256_storeu_ps(dp + j, _mm256_mul_ps(_mm256_loadu_ps(dz + j), _mm256_sub_ps(high, low)));
             }
         }
 #endif
         for (; j < L; ++j) {
             const float pc = fmin2(p[j], (float)top);
             const int lo = (int)pc, hi = imin2(lo + 1, top);
-            const float w = pc - (float)lo, low = e[lo], high = e[hi];
-            gt[lo] += dz[j] - dz[j] * w;  // z = low + w (high - low)
-            gt[hi] += dz[j] * w;
-            dp[j] = dz[j] * (high - low);
+            dp[j] = dz[j] * (e[hi] - e[lo]);
         }
+        table_gradient(p, dz, top, npos, L, gt);
     } else {
         for (int j = 0; j < L; ++j) dp[j] = p[j] <= (float)top ? m * dz[j] : 0.0f;  // the clamp's gradient
     }
