@@ -464,42 +464,65 @@ typedef float vf __attribute__((vector_size(V * sizeof(float))));
 inline vf loadv(const float *p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
 inline void storev(float *p, vf v) { std::memcpy(p, &v, sizeof v); }
 
-// out[j] = sum_d c[d] xt[d][j] for j < L, KCH vectors of keys at a time (independent chains);
-// the last vectors read into the zero padding
-inline void dot_rows(const float *c, const float *xt, int D, int Tp, int L, float *out) {
-    int j0 = 0;
-    for (; j0 + KCH * V <= L; j0 += KCH * V) {
-        vf a[KCH] = {};
-        for (int d = 0; d < D; ++d) {
-            const float cd = c[d], *x = xt + (size_t)d * Tp + j0;
-            for (int q = 0; q < KCH; ++q) a[q] += cd * loadv(x + q * V);
-        }
-        for (int q = 0; q < KCH; ++q) storev(out + j0 + q * V, a[q]);
+// out[j0 .. j0 + N V) = sum_d c[d] xt[d][..]: N vectors of keys, N independent chains
+template <int N>
+inline void dot_block(const float *c, const float *xt, int D, int Tp, int j0, float *out) {
+    vf a[N] = {};
+    for (int d = 0; d < D; ++d) {
+        const float cd = c[d], *x = xt + (size_t)d * Tp + j0;
+        for (int q = 0; q < N; ++q) a[q] += cd * loadv(x + q * V);
     }
-    for (; j0 < L; j0 += V) {
-        vf a = {};
-        for (int d = 0; d < D; ++d) a += c[d] * loadv(xt + (size_t)d * Tp + j0);
+    for (int q = 0; q < N; ++q) storev(out + q * V, a[q]);
+}
+
+// out[j] = sum_d c[d] xt[d][j] for j < L: KCH vectors of keys at a time, then the rest in
+// halving blocks (a row shorter than KCH vectors still has several chains); the last vector
+// reads into the zero padding and is stored through a buffer
+inline void dot_rows(const float *c, const float *xt, int D, int Tp, int L, float *out) {
+    const int whole = L / V * V;  // keys in whole vectors, stored directly
+    int j0 = 0;
+    for (; j0 + KCH * V <= whole; j0 += KCH * V) dot_block<KCH>(c, xt, D, Tp, j0, out + j0);
+    if (KCH >= 8 && j0 + 4 * V <= whole) { dot_block<4>(c, xt, D, Tp, j0, out + j0); j0 += 4 * V; }
+    if (KCH >= 4 && j0 + 2 * V <= whole) { dot_block<2>(c, xt, D, Tp, j0, out + j0); j0 += 2 * V; }
+    if (j0 + V <= whole) { dot_block<1>(c, xt, D, Tp, j0, out + j0); j0 += V; }
+    if (j0 < L) {
         float tmp[V];
-        storev(tmp, a);
-        std::memcpy(out + j0, tmp, sizeof(float) * std::min(V, L - j0));
+        dot_block<1>(c, xt, D, Tp, j0, tmp);
+        std::memcpy(out + j0, tmp, sizeof(float) * (L - j0));
     }
 }
 
-// out[d] = sum_{j < L} w[j] x[j][d] (x: (T, D) rows): V columns at a time, KCH keys' chains
-// summed in a fixed tree at the end
+// out[d0 .. d0 + NC V) = sum_{j < L} w[j] x[j][..] (x: (T, D) rows): NC column vectors times
+// K keys' chains, summed in a fixed tree at the end
+template <int NC, int K>
+inline void weighted_block(const float *w, const float *x, int D, int L, int d0, float *out) {
+    vf a[K][NC] = {};
+    const float *xd = x + d0;
+    int j = 0;
+    for (; j + K <= L; j += K)
+        for (int q = 0; q < K; ++q)
+            for (int c = 0; c < NC; ++c) a[q][c] += w[j + q] * loadv(xd + (size_t)(j + q) * D + c * V);
+    for (; j < L; ++j)
+        for (int c = 0; c < NC; ++c) a[0][c] += w[j] * loadv(xd + (size_t)j * D + c * V);
+    for (int n = K / 2; n > 0; n /= 2)
+        for (int q = 0; q < n; ++q)
+            for (int c = 0; c < NC; ++c) a[q][c] += a[q + n][c];
+    for (int c = 0; c < NC; ++c) storev(out + d0 + c * V, a[0][c]);
+}
+
+constexpr int half_chains(int n) { return n > 1 ? n / 2 : 1; }
+
+// out[d] = sum_{j < L} w[j] x[j][d]: every column vector of a row in one pass over the keys
+// where a head has up to four (KCH accumulators in all), else four at a time
 inline void weighted_rows(const float *w, const float *x, int D, int L, float *out) {
     int d0 = 0;
-    for (; d0 + V <= D; d0 += V) {
-        vf a[KCH] = {};
-        const float *xd = x + d0;
-        int j = 0;
-        for (; j + KCH <= L; j += KCH)
-            for (int q = 0; q < KCH; ++q) a[q] += w[j + q] * loadv(xd + (size_t)(j + q) * D);
-        for (; j < L; ++j) a[0] += w[j] * loadv(xd + (size_t)j * D);
-        for (int n = KCH / 2; n > 0; n /= 2)
-            for (int q = 0; q < n; ++q) a[q] += a[q + n];
-        storev(out + d0, a[0]);
-    }
+    const int nc = D / V;
+    if (nc == 1) weighted_block<1, KCH>(w, x, D, L, 0, out), d0 = V;
+    else if (nc == 2) weighted_block<2, half_chains(KCH)>(w, x, D, L, 0, out), d0 = 2 * V;
+    else if (nc == 3) weighted_block<3, half_chains(half_chains(KCH))>(w, x, D, L, 0, out), d0 = 3 * V;
+    else
+        for (; d0 + 4 * V <= D; d0 += 4 * V) weighted_block<4, half_chains(half_chains(KCH))>(w, x, D, L, d0, out);
+    for (; d0 + V <= D; d0 += V) weighted_block<1, KCH>(w, x, D, L, d0, out);
     for (; d0 < D; ++d0) {  // head sizes not a multiple of V
         float acc = 0.0f;
         for (int j = 0; j < L; ++j) acc += w[j] * x[(size_t)j * D + d0];
@@ -507,18 +530,33 @@ inline void weighted_rows(const float *w, const float *x, int D, int L, float *o
     }
 }
 
-// x[j][d] += w[j] c[d] for j < L
-inline void add_outer(const float *w, const float *c, int D, int L, float *x) {
-    int d0 = 0;
-    for (; d0 + V <= D; d0 += V) {
-        const vf cd = loadv(c + d0);
-        for (int j = 0; j < L; ++j) {
-            float *xj = x + (size_t)j * D + d0;
-            storev(xj, loadv(xj) + w[j] * cd);
+// x[j][d] += w[j] c[d] and y[j][d] += u[j] e[d] for j < L: both gradients of a key in one pass,
+// up to four column vectors each held in registers
+template <int NC>
+inline void add_outer_block(const float *w, const float *c, const float *u, const float *e, int D, int L, int d0,
+                            float *x, float *y) {
+    vf cv[NC], ev[NC];
+    for (int k = 0; k < NC; ++k) { cv[k] = loadv(c + d0 + k * V); ev[k] = loadv(e + d0 + k * V); }
+    for (int j = 0; j < L; ++j) {
+        float *xj = x + (size_t)j * D + d0, *yj = y + (size_t)j * D + d0;
+        for (int k = 0; k < NC; ++k) {
+            storev(xj + k * V, loadv(xj + k * V) + w[j] * cv[k]);
+            storev(yj + k * V, loadv(yj + k * V) + u[j] * ev[k]);
         }
     }
+}
+
+inline void add_outer2(const float *w, const float *c, const float *u, const float *e, int D, int L, float *x,
+                       float *y) {
+    int d0 = 0;
+    for (; d0 + 4 * V <= D; d0 += 4 * V) add_outer_block<4>(w, c, u, e, D, L, d0, x, y);
+    if (d0 + 2 * V <= D) { add_outer_block<2>(w, c, u, e, D, L, d0, x, y); d0 += 2 * V; }
+    if (d0 + V <= D) { add_outer_block<1>(w, c, u, e, D, L, d0, x, y); d0 += V; }
     for (; d0 < D; ++d0)
-        for (int j = 0; j < L; ++j) x[(size_t)j * D + d0] += w[j] * c[d0];
+        for (int j = 0; j < L; ++j) {
+            x[(size_t)j * D + d0] += w[j] * c[d0];
+            y[(size_t)j * D + d0] += u[j] * e[d0];
+        }
 }
 
 // query row i of batch b, every head: scores s (the scaled q . k over j <= i), gates g, positions p
@@ -597,8 +635,7 @@ void qkv_backward_batch(const QKV &sh, const float *q, const float *k, const flo
             weighted_rows(ds, k + sh.head(b, h) * D, D, L, dqi.data());
             float *gqi = gq + r * D;
             for (int d = 0; d < D; ++d) gqi[d] = dqi[d];
-            add_outer(ds, q + r * D, D, L, gk + sh.head(b, h) * D);
-            add_outer(a, gy + r * D, D, L, gv + sh.head(b, h) * D);
+            add_outer2(ds, q + r * D, a, gy + r * D, D, L, gk + sh.head(b, h) * D, gv + sh.head(b, h) * D);
         }
     }
 }
