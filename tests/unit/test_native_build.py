@@ -201,3 +201,15 @@ def test_march_override_builds_for_that_instruction_set(fresh_loader, monkeypatc
     assert torch.allclose(out, expected[0], atol=1e-5)
     for a, b in zip(grads, expected[1]):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="no aarch64 cross compiler (apt install g++-aarch64-linux-gnu)")
+@pytest.mark.parametrize("name", sorted(native.KERNELS))
+def test_kernel_compiles_for_arm64_neon(name, tmp_path):
+    """The kernels' portable vector code (NEON's four lanes on arm64: Apple, Graviton) compiles;
+    it cannot run here."""
+    source = native._DIR / native.KERNELS[name][0]
+    cmd = ["aarch64-linux-gnu-g++", *native._BASE_FLAGS, "-march=armv8-a", str(source), "-o", str(tmp_path / "k.so")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
