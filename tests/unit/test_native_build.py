@@ -190,6 +190,7 @@ def test_march_override_builds_for_that_instruction_set(fresh_loader, monkeypatc
 
     if platform.machine() not in ("x86_64", "AMD64") or not _cpu_has(*needs):
         pytest.skip(f"-march={march} code does not run on this CPU")
+    monkeypatch.delenv("SYNTHLAB_NATIVE_MARCH", raising=False)  # the baseline: this CPU's own build
     native_lib = native.kernel("dape")
     expected = _dape_output_and_grads()
     monkeypatch.setattr(native, "_LOADED", {})

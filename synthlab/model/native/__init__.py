@@ -10,7 +10,7 @@ Each shared library is built once per (source, compiler, flags, CPU) into a cach
 (``$SYNTHLAB_CACHE_DIR`` or ``~/.cache/synthlab``) and reused by every process; a build takes
 about a second. Where no compiler is found or the build fails, ``kernel(name)`` warns once and
 returns None, and the encoding runs its PyTorch path (same results, slower).
-``SYNTHLAB_NATIVE=0`` turns the kernels off (``1`` forces them on, see ``choose``).
+``SYNTHLAB_NATIVE=0`` turns the kernels off.
 ``SYNTHLAB_NATIVE_MARCH=haswell`` (any ``-march`` value) builds for that instruction set instead of
 this CPU's own (``-march=native``): an AVX2-only user's build, measured and tested on an AVX-512
 machine; it is part of the cache key. They use OpenMP only where the OpenMP build runs on
