@@ -80,8 +80,8 @@ void running_sums(const float *const *in, float *const *out, int H, int L) {
 inline void suffix_sums(const float *const *g, float *const *p, int H, int L) { running_sums<true>(g, p, H, L); }
 inline void prefix_sums(const float *const *d, float *const *out, int H, int L) { running_sums<false>(d, out, H, L); }
 
-// min / max of two floats by value: a select that vectorises on every width (std::min's
-// reference result left the loops around it scalar on AVX2: "control flow in loop")
+// min / max of two floats by value: a select that vectorises on every width (std::min returns a
+// reference, which keeps the loops around it scalar on AVX2: "control flow in loop")
 inline float fmin2(float a, float b) { return b < a ? b : a; }
 inline float fmax2(float a, float b) { return a < b ? b : a; }
 inline int imin2(int a, int b) { return b < a ? b : a; }
@@ -451,7 +451,7 @@ inline void transpose_rows(const float *x, float *xt, int T, int D, int Tp) {
 // One vector of V floats at the machine's own width (GCC / clang vector extension), and KCH
 // independent accumulator chains per loop (an FMA's latency over its issue interval): AVX-512 16
 // lanes x 4 chains; AVX2 8 x 8 (16 registers); SSE / NEON 4 x 8. A vector type wider than the
-// machine's is lowered by GCC through the stack (a 16-float type on AVX2 ran 4x slower).
+// machine's is lowered by GCC through the stack (a 16-float type on AVX2: 4x slower).
 #if defined(__AVX512F__)
 constexpr int V = 16, KCH = 4;
 #elif defined(__AVX__)
