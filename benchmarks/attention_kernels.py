@@ -10,8 +10,10 @@ Rows (milliseconds per forward + backward of the layer's attention, median over 
 round runs every path once, in turn, so a slow patch of the machine hits them alike):
 
 - ``sdpa``: softmax(q k^T / sqrt(d)) v with the causal mask, PyTorch's fused attention;
-- ``cope pytorch``: CoPE's PyTorch path (S, the gates' cumulative sums, the interpolated table
+- ``cope pytorch``: CoPE's PyTorch path, the kernels switched off (S, the gates' cumulative sums, the interpolated table
   term, the masked softmax, @ v: several (B, H, T, T) tensors);
+- ``cope term fused`` (CPU): the C++ kernel of CoPE's additive term alone (``CoPE.forward``: what a
+  layer with another position term or ``sep_keys`` runs), then the masked softmax and @ v;
 - ``cope fused``: ``CoPE.attend``: the C++ kernel on CPU, the Triton kernels on CUDA; on CUDA
   also ``cope triton <tiles>``: the Triton kernels at other tile sizes than ``block_sizes``
   (``--cope-tiles``), to choose them by a timing (they were chosen by the compiler's register
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import platform
 import statistics
 import sys
 import time
@@ -46,9 +49,10 @@ import torch.nn.functional as F
 from synthlab.model.encoders.contextual import CoPE
 from synthlab.model.processors import DAPE
 
-SIZES = {  # B, H, T, d_h: the flip-flop quick and paper sizes (one layer)
+SIZES = {  # B, H, T, d_h: the flip-flop quick and paper sizes (one layer), and a tiny one (call overheads)
     "quick": (32, 4, 128, 16),
     "paper": (16, 4, 512, 64),
+    "host": (4, 2, 16, 8),
 }
 # CoPE Triton tile sets to time beside block_sizes (CUDA): the first tiles (before the register
 # report) and two neighbours of today's
@@ -74,6 +78,14 @@ def switched(name: str, value: str):
             del os.environ[name]
         else:
             os.environ[name] = before
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def sync(device: torch.device) -> None:
@@ -120,10 +132,14 @@ def cope_paths(B, H, T, d_h, device) -> dict:
     future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
     q, k, v = leaves(B, H, T, d_h, device)
 
-    def pytorch(q, k, v):
+    def term(q, k, v):  # CoPE.forward's additive term: the native kernel unless switched off
         S = (q * scale) @ k.transpose(-2, -1)
         A = (S + cope(q, S, None, future)).masked_fill(future, float("-inf"))
         return torch.softmax(A, dim=-1) @ v
+
+    def pytorch(q, k, v):
+        with switched("SYNTHLAB_NATIVE", "0"):  # read at each call; the backward needs no kernel
+            return term(q, k, v)
 
     def fused(q, k, v):
         y = cope.attend(q, q, k, v, scale)
@@ -135,6 +151,8 @@ def cope_paths(B, H, T, d_h, device) -> dict:
 
     paths = {"sdpa": backward_of(sdpa, [q, k, v]), "cope pytorch": backward_of(pytorch, [q, k, v]),
              "cope fused": backward_of(fused, [q, k, v])}
+    if device.type == "cpu":  # the term kernel, where the fused attention does not apply (cope+rope, sep_keys)
+        paths["cope term fused"] = backward_of(term, [q, k, v])
     if device.type == "cuda":
         from synthlab.model.native import cope_triton as ct
 
@@ -187,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     torch.set_float32_matmul_precision(args.precision)
     B, H, T, d_h = SIZES[args.size]
+    if device.type == "cpu":
+        from synthlab.model import native
+
+        print(f"# {platform.processor() or platform.machine()} {_cpu_model()}; {torch.get_num_threads()} threads; "
+              f"{native.describe()}")
     print(f"# one layer's attention, forward + backward: B {B}, H {H}, T {T}, d_h {d_h}; {args.device}"
           f"{' ' + torch.cuda.get_device_name() if device.type == 'cuda' else ''}, float32 matmul precision "
           f"{args.precision}; median of {args.rounds} rounds")

@@ -238,6 +238,10 @@ def main() -> None:
     torch.manual_seed(0)
     where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}, lightning {L.__version__}, clock {args.clock}")
+    if DEVICE.type == "cpu":
+        from synthlab.model import native
+
+        print(native.describe())  # the instruction set and -march the CPU kernels were built for
     overrides, label = SIZES[args.size]
     overrides = {**overrides, "train.precision": args.precision, "train.compile": args.compile,
                  "train.compile_mode": args.compile_mode if args.compile else "default",

@@ -4,6 +4,7 @@ move, e.g. ``fit`` into synthlab.fitting; and they sit beside a file named like 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,8 +52,11 @@ def test_the_attention_kernel_benchmark_runs_on_cpu():
     proc = _run("attention_kernels.py", "--rounds", "1", "--k", "3", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {ln.split("|")[1].strip(): ln for ln in proc.stdout.splitlines() if ln.startswith("| ") and "---" not in ln}
-    assert {"sdpa", "cope pytorch", "cope fused", "dape:k=3 pytorch", "dape:k=3 fused"} <= set(rows), rows
+    assert {"sdpa", "cope pytorch", "cope fused", "cope term fused", "dape:k=3 pytorch", "dape:k=3 fused"} <= set(rows), rows
     assert rows["cope fused"].rstrip(" |").endswith("x")  # its ratio over the PyTorch path
+    assert rows["cope term fused"].rstrip(" |").endswith("x")
+    # which instruction set the kernels were built for, and how
+    assert re.search(r"native kernels: .*\[(avx512f|avx2\+fma|avx2|avx|neon|sse2|scalar)\].* -march=", proc.stdout)
 
 
 def test_the_step_profile_runs_on_cpu(tmp_path):

@@ -171,3 +171,46 @@ def test_a_new_build_prunes_libraries_unused_for_a_month(fresh_loader, monkeypat
     monkeypatch.setattr(native, "_OPENMP_USABLE", {})
     native.kernel("dape")
     assert any(time.time() - p.stat().st_mtime < 60 for p in built)
+
+
+def _cpu_has(*flags: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            have = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return all(flag in have for flag in flags)
+
+
+@pytest.mark.parametrize("march, isa, needs", [("x86-64", "sse2", ()), ("haswell", "avx2+fma", ("avx2", "fma"))])
+def test_march_override_builds_for_that_instruction_set(fresh_loader, monkeypatch, march, isa, needs):
+    """SYNTHLAB_NATIVE_MARCH builds an older CPU's kernels here (its own cached library), which
+    say what they were built for and compute what the native build computes."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64") or not _cpu_has(*needs):
+        pytest.skip(f"-march={march} code does not run on this CPU")
+    monkeypatch.delenv("SYNTHLAB_NATIVE_MARCH", raising=False)  # the baseline: this CPU's own build
+    native_lib = native.kernel("dape")
+    expected = _dape_output_and_grads()
+    monkeypatch.setattr(native, "_LOADED", {})
+    monkeypatch.setenv("SYNTHLAB_NATIVE_MARCH", march)
+    assert native.kernel("dape")._name != native_lib._name  # the flags are part of the cache key
+    assert native.isa("dape") == isa and native.isa("cope") == isa
+    assert f"-march={march}" in native.describe() and f"[{isa}]" in native.describe()
+    out, grads = _dape_output_and_grads()
+    assert torch.allclose(out, expected[0], atol=1e-5)
+    for a, b in zip(grads, expected[1]):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="no aarch64 cross compiler (apt install g++-aarch64-linux-gnu)")
+@pytest.mark.parametrize("name", sorted(native.KERNELS))
+def test_kernel_compiles_for_arm64_neon(name, tmp_path):
+    """The kernels' portable vector code (NEON's four lanes on arm64: Apple, Graviton) compiles;
+    it cannot run here."""
+    source = native._DIR / native.KERNELS[name][0]
+    cmd = ["aarch64-linux-gnu-g++", *native._BASE_FLAGS, "-march=armv8-a", str(source), "-o", str(tmp_path / "k.so")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]

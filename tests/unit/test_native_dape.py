@@ -14,6 +14,8 @@ from synthlab.model import build_model
 from synthlab.model import native
 from synthlab.model.processors import DAPE, _FusedDAPE
 
+from dape_bounds import assert_within_float32_bound, sum_of_magnitudes, terms_per_gradient
+
 HAS_KERNEL = native._compiler() is not None and native.dape_kernel() is not None
 
 
@@ -47,10 +49,12 @@ def _dape_case(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
     return d, S, bias
 
 
-def _assert_grads_close(got_grads, ref_grads, names):
-    for name, a, b in zip(names, got_grads, ref_grads):
-        scale = b.abs().max().clamp_min(1.0)
-        assert torch.allclose(a / scale, b / scale, atol=2e-5), f"gradient of {name} differs"
+def _assert_grads_close(got_grads, ref_grads, names, d, S, bias, g, causal, softmax):
+    """Within the float32 bound of each gradient's sums (dape_bounds): a weight's gradient sums
+    B x T^2 terms, and conv2's bias's is analytically zero under a softmax (its terms cancel), so
+    no fixed tolerance holds at every T, thread count and vector width."""
+    magnitudes = sum_of_magnitudes(d, S, bias, g, causal, softmax)
+    assert_within_float32_bound(names, got_grads, ref_grads, magnitudes, terms_per_gradient(S, d))
 
 
 def _check_against_full_map(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
@@ -65,7 +69,7 @@ def _check_against_full_map(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
     inputs = [S] + ([bias] if bias is not None else []) + list(d.parameters())
     names = ["S"] + (["bias"] if bias is not None else []) + ["w1", "b1", "w2", "b2"]
     got_grads, ref_grads = _grads(got, mask, g, inputs), _grads(ref, mask, g, inputs)
-    _assert_grads_close(got_grads, ref_grads, names)
+    _assert_grads_close(got_grads, ref_grads, names, d, S, bias, g, causal, softmax=False)
     if causal:  # nothing above the diagonal reaches the function or its input gradient
         assert torch.all(got_grads[0][..., future] == 0)
 
@@ -105,7 +109,7 @@ def test_native_attention_fuses_softmax_and_its_backward(H, T, k, bias, causal):
     inputs = [S] + ([b] if b is not None else []) + list(d.parameters())
     names = ["S"] + (["bias"] if b is not None else []) + ["w1", "b1", "w2", "b2"]
     _assert_grads_close(torch.autograd.grad((got * g).sum(), inputs), torch.autograd.grad((ref * g).sum(), inputs),
-                        names)
+                        names, d, S, b, g, causal, softmax=True)
 
 
 @needs_kernel

@@ -10,7 +10,10 @@ Each shared library is built once per (source, compiler, flags, CPU) into a cach
 (``$SYNTHLAB_CACHE_DIR`` or ``~/.cache/synthlab``) and reused by every process; a build takes
 about a second. Where no compiler is found or the build fails, ``kernel(name)`` warns once and
 returns None, and the encoding runs its PyTorch path (same results, slower).
-``SYNTHLAB_NATIVE=0`` turns the kernels off. They use OpenMP only where the OpenMP build runs on
+``SYNTHLAB_NATIVE=0`` turns the kernels off.
+``SYNTHLAB_NATIVE_MARCH=haswell`` (any ``-march`` value) builds for that instruction set instead of
+this CPU's own (``-march=native``): an AVX2-only user's build, measured and tested on an AVX-512
+machine; it is part of the cache key. They use OpenMP only where the OpenMP build runs on
 the runtime torch already loaded (Linux + GCC + torch's libgomp); elsewhere std::thread.
 """
 
@@ -37,9 +40,16 @@ _LOADED: dict[str, ctypes.CDLL | None] = {}
 _TORCH_OPENMP: set[str] | None = None  # the OpenMP runtimes mapped before any kernel was loaded
 _OPENMP_USABLE: dict[str, bool] = {}  # compiler -> whether its OpenMP build runs on torch's runtime
 PRUNE_DAYS = 30  # a kernel library unused this long is removed when a new one is built
-_BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]
+_BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-pthread", "-fno-math-errno",
+               "-fno-trapping-math"]  # no FP traps: loops with a float select vectorise without AVX-512 masks
 # -march=native (x86, Linux ARM), -mcpu=native (Apple clang on arm64), then portable code.
-_ARCH_FLAGS = [["-march=native"], ["-mcpu=native"], []]
+_NATIVE_ARCH_FLAGS = [["-march=native"], ["-mcpu=native"], []]
+
+
+def _arch_flags() -> list[list[str]]:
+    """The -march choices tried in turn: this CPU's own, or only ``$SYNTHLAB_NATIVE_MARCH``'s."""
+    march = os.environ.get("SYNTHLAB_NATIVE_MARCH", "").strip()
+    return [[f"-march={march}"]] if march else _NATIVE_ARCH_FLAGS
 # OpenMP only where the library then runs on the OpenMP runtime torch already loaded (see
 # _openmp_runtimes): torch's own warm worker threads. A second runtime beside torch's (clang's
 # libomp next to torch's libgomp, or a libgomp of another soname) measured 2.2-2.8x slower than
@@ -105,7 +115,7 @@ def _openmp_runtimes() -> set[str] | None:
 
 def _build(cxx: str, source: Path, out: Path, extra: list[str]) -> None:
     errors = []
-    for arch in _ARCH_FLAGS:
+    for arch in _arch_flags():
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
@@ -157,7 +167,7 @@ def abi_version(name: str) -> int:
 def _library(cxx: str, version: str, source: Path, extra: list[str]) -> Path:
     """The cached library of ``source`` built with ``extra`` flags (built now if missing)."""
     texts = [source.read_text()] + [h.read_text() for h in sorted(_DIR.glob("*.h"))]
-    key = hashlib.sha256("\0".join([*texts, cxx, version, repr((_BASE_FLAGS, extra, _ARCH_FLAGS)), _cpu_signature()])
+    key = hashlib.sha256("\0".join([*texts, cxx, version, repr((_BASE_FLAGS, extra, _arch_flags())), _cpu_signature()])
                          .encode()).hexdigest()[:20]
     path = cache_dir() / f"{source.stem}-{key}{'-omp' if extra else ''}.so"
     failed = path.with_suffix(".failed")  # an OpenMP build this compiler cannot do: not retried
@@ -219,7 +229,20 @@ def _load(name: str) -> ctypes.CDLL:
     if got != abi:
         raise RuntimeError(f"{name} kernel has ABI version {got}, expected {abi}")
     signatures(lib)
+    getattr(lib, f"{name}_isa").restype = ctypes.c_char_p
     return lib
+
+
+def isa(name: str) -> str | None:
+    """The vector instruction set kernel ``name`` was compiled for ("avx512f", "avx2+fma", "neon",
+    ...; the compiler's predefined macros), or None where it is off or unavailable."""
+    lib = kernel(name)
+    return None if lib is None else getattr(lib, f"{name}_isa")().decode()
+
+
+def build_arch() -> str:
+    """The -march the kernels are built with: ``$SYNTHLAB_NATIVE_MARCH`` or "native"."""
+    return os.environ.get("SYNTHLAB_NATIVE_MARCH", "").strip() or "native"
 
 
 def kernel(name: str) -> ctypes.CDLL | None:
@@ -247,7 +270,8 @@ def describe() -> str:
         return "native kernels: unavailable (PyTorch paths)"
     cxx = _compiler()
     threads = "OpenMP, on torch's runtime" if _OPENMP_USABLE.get(cxx) else "std::thread"
-    return (f"native kernels: {', '.join(n for n, lib in libs.items() if lib)} built with {cxx} ({threads})"
+    built = ", ".join(f"{n} [{isa(n)}]" for n, lib in libs.items() if lib)
+    return (f"native kernels: {built} built with {cxx} -march={build_arch()} ({threads})"
             + "".join(f"; {n} unavailable" for n, lib in libs.items() if lib is None))
 
 

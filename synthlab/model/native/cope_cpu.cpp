@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -80,11 +80,17 @@ void running_sums(const float *const *in, float *const *out, int H, int L) {
 inline void suffix_sums(const float *const *g, float *const *p, int H, int L) { running_sums<true>(g, p, H, L); }
 inline void prefix_sums(const float *const *d, float *const *out, int H, int L) { running_sums<false>(d, out, H, L); }
 
+// min / max of two floats by value: a select that vectorises on every width (std::min returns a
+// reference, which keeps the loops around it scalar on AVX2: "control flow in loop")
+inline float fmin2(float a, float b) { return b < a ? b : a; }
+inline float fmax2(float a, float b) { return a < b ? b : a; }
+inline int imin2(int a, int b) { return b < a ? b : a; }
+
 // exp(x) for x in [-87, 88] (clamped there), relative error ~2e-7: Cephes' expf polynomial with
 // the 2^n scale built from the exponent bits; plain arithmetic, so loops over it vectorise
 // (std::exp does not without -ffast-math). Needs the default rounding mode and no reassociation.
 inline float exp_approx(float x) {
-    x = std::min(std::max(x, -87.0f), 88.0f);
+    x = fmin2(fmax2(x, -87.0f), 88.0f);
     // n = round(x / ln 2) by the 1.5 * 2^23 shift (std::floor vectorises only with -fno-trapping-math)
     const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n ln 2 in two parts
@@ -104,9 +110,9 @@ inline float row_max(const float *x, int L) {
     float m[8] = {-3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f, -3.4e38f};
     int j = 0;
     for (; j + 8 <= L; j += 8)
-        for (int l = 0; l < 8; ++l) m[l] = std::max(m[l], x[j + l]);
-    for (; j < L; ++j) m[0] = std::max(m[0], x[j]);
-    return std::max(std::max(std::max(m[0], m[1]), std::max(m[2], m[3])), std::max(std::max(m[4], m[5]), std::max(m[6], m[7])));
+        for (int l = 0; l < 8; ++l) m[l] = fmax2(m[l], x[j + l]);
+    for (; j < L; ++j) m[0] = fmax2(m[0], x[j]);
+    return fmax2(fmax2(fmax2(m[0], m[1]), fmax2(m[2], m[3])), fmax2(fmax2(m[4], m[5]), fmax2(m[6], m[7])));
 }
 
 inline float row_sum(const float *x, int L) {
@@ -168,6 +174,40 @@ struct TableRow {
         high = lookup(_mm512_min_epi32(_mm512_add_epi32(lo, _mm512_set1_epi32(1)), itop));
     }
 };
+#elif defined(__AVX2__)
+// The same for AVX2: a table row of npos <= 64 entries in up to eight registers of eight, and
+// the row shifted by one (the entry above each, the last repeating), so that one permute within
+// each register and the blends between them give both entries around eight positions (two
+// gathers measured 10-15 % slower than the scalar loop on Zen 4)
+struct TableRow {
+    __m256 t[8], s[8], ftop;
+    __m256i itop;
+    int n;  // registers in use
+    TableRow(const float *e, int top) : ftop(_mm256_set1_ps((float)top)), itop(_mm256_set1_epi32(top)), n(top / 8 + 1) {
+        for (int r = 0; r < n; ++r) {
+            float lo[8], hi[8];
+            for (int l = 0; l < 8; ++l) {
+                lo[l] = e[imin2(8 * r + l, top)];
+                hi[l] = e[imin2(8 * r + l + 1, top)];
+            }
+            t[r] = _mm256_loadu_ps(lo);
+            s[r] = _mm256_loadu_ps(hi);
+        }
+    }
+    // positions p -> the entries below and above the clamped position, and its fraction w
+    void interpolate(__m256 p, __m256 &low, __m256 &high, __m256 &w) const {
+        const __m256 pc = _mm256_min_ps(p, ftop);
+        const __m256i lo = _mm256_cvttps_epi32(pc);  // pc >= 0: truncation is the floor
+        w = _mm256_sub_ps(pc, _mm256_cvtepi32_ps(lo));
+        low = _mm256_permutevar8x32_ps(t[0], lo);  // the low three bits pick within a register
+        high = _mm256_permutevar8x32_ps(s[0], lo);
+        for (int r = 1; r < n; ++r) {
+            const __m256 here = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lo, _mm256_set1_epi32(8 * r - 1)));
+            low = _mm256_blendv_ps(low, _mm256_permutevar8x32_ps(t[r], lo), here);
+            high = _mm256_blendv_ps(high, _mm256_permutevar8x32_ps(s[r], lo), here);
+        }
+    }
+};
 #endif
 
 // interpolated table logits (or -m p for CoPE-ALiBi) of positions p[0..L): z[j]
@@ -184,23 +224,68 @@ inline void position_logits(const float *p, const float *e, float m, int top, in
                 _mm512_mask_storeu_ps(z + j, k, _mm512_fmadd_ps(w, _mm512_sub_ps(high, low), low));
             }
         }
+#elif defined(__AVX2__)
+        if (top < 64) {
+            const TableRow t(e, top);
+            for (; j + 8 <= L; j += 8) {
+                __m256 low, high, w;
+                t.interpolate(_mm256_loadu_ps(p + j), low, high, w);
+                _mm256_storeu_ps(z + j, _mm256_fmadd_ps(w, _mm256_sub_ps(high, low), low));
+            }
+        }
 #endif
         for (; j < L; ++j) {
-            const float pc = std::min(p[j], (float)top);
+            const float pc = fmin2(p[j], (float)top);
             const int lo = (int)pc;  // pc >= 0: truncation is the floor
-            const float w = pc - (float)lo, low = e[lo], high = e[std::min(lo + 1, top)];
+            const float w = pc - (float)lo, low = e[lo], high = e[imin2(lo + 1, top)];
             z[j] = low + w * (high - low);
         }
     } else {
-        for (int j = 0; j < L; ++j) z[j] = m * std::min(p[j], (float)top);
+        for (int j = 0; j < L; ++j) z[j] = m * fmin2(p[j], (float)top);
     }
+}
+
+// The table row's gradient from the logits' dz[0..L): gt[lo] += dz (1 - w), gt[hi] += dz w, a
+// scatter. Neighbouring keys mostly share a cell (the positions fall by a gate, < 1, per key), so
+// one running sum would wait on its own last store at every key: NACC copies of the row, key j
+// into copy j % NACC, are summed at the end (a fixed order: the same bits every run).
+constexpr int NACC = 4;
+inline void table_gradient(const float *p, const float *dz, int top, int npos, int L, float *gt) {
+    if (npos > 64) {
+        std::fill(gt, gt + npos, 0.0f);
+        for (int j = 0; j < L; ++j) {
+            const float pc = fmin2(p[j], (float)top);
+            const int lo = (int)pc, hi = imin2(lo + 1, top);
+            const float w = pc - (float)lo;
+            gt[lo] += dz[j] - dz[j] * w;  // z = low + w (high - low)
+            gt[hi] += dz[j] * w;
+        }
+        return;
+    }
+    float acc[NACC][64] = {};
+    int j = 0;
+    for (; j + NACC <= L; j += NACC)
+        for (int c = 0; c < NACC; ++c) {
+            const float pc = fmin2(p[j + c], (float)top);
+            const int lo = (int)pc, hi = imin2(lo + 1, top);
+            const float w = pc - (float)lo, d = dz[j + c];
+            acc[c][lo] += d - d * w;
+            acc[c][hi] += d * w;
+        }
+    for (int c = 0; j < L; ++j, ++c) {
+        const float pc = fmin2(p[j], (float)top);
+        const int lo = (int)pc, hi = imin2(lo + 1, top);
+        const float w = pc - (float)lo, d = dz[j];
+        acc[c][lo] += d - d * w;
+        acc[c][hi] += d * w;
+    }
+    for (int k = 0; k < npos; ++k) gt[k] = (acc[0][k] + acc[1][k]) + (acc[2][k] + acc[3][k]);
 }
 
 // the gradient of position_logits: dp[j] from dz[j]; the table row's gradient into gt (npos)
 inline void position_logits_backward(const float *p, const float *e, float m, int top, int npos, int L,
                                      const float *dz, float *dp, float *gt) {
     if (e) {
-        std::fill(gt, gt + npos, 0.0f);
         int j = 0;
 #ifdef __AVX512F__
         if (top < 64) {
@@ -211,23 +296,23 @@ inline void position_logits_backward(const float *p, const float *e, float m, in
                 t.interpolate(_mm512_maskz_loadu_ps(k, p + j), low, high, w);
                 _mm512_mask_storeu_ps(dp + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dz + j), _mm512_sub_ps(high, low)));
             }
-            for (int i = 0; i < L; ++i) {  // the table's gradient: a scatter, scalar
-                const float pc = std::min(p[i], (float)top);
-                const int lo = (int)pc, hi = std::min(lo + 1, top);
-                const float w = pc - (float)lo;
-                gt[lo] += dz[i] - dz[i] * w;  // z = low + w (high - low)
-                gt[hi] += dz[i] * w;
+        }
+#elif defined(__AVX2__)
+        if (top < 64) {
+            const TableRow t(e, top);
+            for (; j + 8 <= L; j += 8) {
+                __m256 low, high, w;
+                t.interpolate(_mm256_loadu_ps(p + j), low, high, w);
+                _mm256_storeu_ps(dp + j, _mm256_mul_ps(_mm256_loadu_ps(dz + j), _mm256_sub_ps(high, low)));
             }
         }
 #endif
         for (; j < L; ++j) {
-            const float pc = std::min(p[j], (float)top);
-            const int lo = (int)pc, hi = std::min(lo + 1, top);
-            const float w = pc - (float)lo, low = e[lo], high = e[hi];
-            gt[lo] += dz[j] - dz[j] * w;  // z = low + w (high - low)
-            gt[hi] += dz[j] * w;
-            dp[j] = dz[j] * (high - low);
+            const float pc = fmin2(p[j], (float)top);
+            const int lo = (int)pc, hi = imin2(lo + 1, top);
+            dp[j] = dz[j] * (e[hi] - e[lo]);
         }
+        table_gradient(p, dz, top, npos, L, gt);
     } else {
         for (int j = 0; j < L; ++j) dp[j] = p[j] <= (float)top ? m * dz[j] : 0.0f;  // the clamp's gradient
     }
@@ -329,7 +414,7 @@ void backward_query(const Shape &sh, const float *gates, const float *table, con
 
 // ---- cope_qkv: fused from q, k, v ----
 
-constexpr int BLK = 16;  // key block of the score / value-gradient loops (one 512-bit vector)
+constexpr int BLK = 16;  // the transposed keys' and values' rows are padded to a multiple of this
 
 struct QKV {
     int B, H, T, D, npos, Tp;  // Tp: T rounded up to BLK (the transposed rows' stride)
@@ -363,77 +448,115 @@ inline void transpose_rows(const float *x, float *xt, int T, int D, int Tp) {
     }
 }
 
-// 16 floats as one value (GCC / clang vector extension: one 512-bit register, or two or four
-// narrower ones on CPUs without), so the register blocking below is what the compiler emits
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"  // v16 by value between these file-local functions only
+// One vector of V floats at the machine's own width (GCC / clang vector extension), and KCH
+// independent accumulator chains per loop (an FMA's latency over its issue interval): AVX-512 16
+// lanes x 4 chains; AVX2 8 x 8 (16 registers); SSE / NEON 4 x 8. A vector type wider than the
+// machine's is lowered by GCC through the stack (a 16-float type on AVX2: 4x slower).
+#if defined(__AVX512F__)
+constexpr int V = 16, KCH = 4;
+#elif defined(__AVX__)
+constexpr int V = 8, KCH = 8;
+#else
+constexpr int V = 4, KCH = 8;
 #endif
-typedef float v16 __attribute__((vector_size(BLK * sizeof(float))));
-inline v16 load16(const float *p) { v16 v; std::memcpy(&v, p, sizeof v); return v; }
-inline void store16(float *p, v16 v) { std::memcpy(p, &v, sizeof v); }
+static_assert(BLK % V == 0, "the transposed rows' padding must cover a whole vector");
+typedef float vf __attribute__((vector_size(V * sizeof(float))));
+inline vf loadv(const float *p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+inline void storev(float *p, vf v) { std::memcpy(p, &v, sizeof v); }
 
-// out[j] = sum_d c[d] xt[d][j] for j < L, four blocks of BLK keys at a time (four independent
-// chains: one alone waits on each add); the last block reads into the zero padding
-inline void dot_rows(const float *c, const float *xt, int D, int Tp, int L, float *out) {
-    int j0 = 0;
-    for (; j0 + 4 * BLK <= L; j0 += 4 * BLK) {
-        v16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-        for (int d = 0; d < D; ++d) {
-            const float cd = c[d], *x = xt + (size_t)d * Tp + j0;
-            a0 += cd * load16(x);
-            a1 += cd * load16(x + BLK);
-            a2 += cd * load16(x + 2 * BLK);
-            a3 += cd * load16(x + 3 * BLK);
-        }
-        store16(out + j0, a0);
-        store16(out + j0 + BLK, a1);
-        store16(out + j0 + 2 * BLK, a2);
-        store16(out + j0 + 3 * BLK, a3);
+// out[j0 .. j0 + N V) = sum_d c[d] xt[d][..]: N vectors of keys, N independent chains
+template <int N>
+inline void dot_block(const float *c, const float *xt, int D, int Tp, int j0, float *out) {
+    vf a[N] = {};
+    for (int d = 0; d < D; ++d) {
+        const float cd = c[d], *x = xt + (size_t)d * Tp + j0;
+        for (int q = 0; q < N; ++q) a[q] += cd * loadv(x + q * V);
     }
-    for (; j0 < L; j0 += BLK) {
-        v16 a0 = {};
-        for (int d = 0; d < D; ++d) a0 += c[d] * load16(xt + (size_t)d * Tp + j0);
-        float tmp[BLK];
-        store16(tmp, a0);
-        std::memcpy(out + j0, tmp, sizeof(float) * std::min(BLK, L - j0));
+    for (int q = 0; q < N; ++q) storev(out + q * V, a[q]);
+}
+
+// out[j] = sum_d c[d] xt[d][j] for j < L: KCH vectors of keys at a time, then the rest in
+// halving blocks (a row shorter than KCH vectors still has several chains); the last vector
+// reads into the zero padding and is stored through a buffer
+inline void dot_rows(const float *c, const float *xt, int D, int Tp, int L, float *out) {
+    const int whole = L / V * V;  // keys in whole vectors, stored directly
+    int j0 = 0;
+    for (; j0 + KCH * V <= whole; j0 += KCH * V) dot_block<KCH>(c, xt, D, Tp, j0, out + j0);
+    if (KCH >= 8 && j0 + 4 * V <= whole) { dot_block<4>(c, xt, D, Tp, j0, out + j0); j0 += 4 * V; }
+    if (KCH >= 4 && j0 + 2 * V <= whole) { dot_block<2>(c, xt, D, Tp, j0, out + j0); j0 += 2 * V; }
+    if (j0 + V <= whole) { dot_block<1>(c, xt, D, Tp, j0, out + j0); j0 += V; }
+    if (j0 < L) {
+        float tmp[V];
+        dot_block<1>(c, xt, D, Tp, j0, tmp);
+        std::memcpy(out + j0, tmp, sizeof(float) * (L - j0));
     }
 }
 
-// out[d] = sum_{j < L} w[j] x[j][d] (x: (T, D) rows): BLK columns at a time, four keys' chains
+// out[d0 .. d0 + NC V) = sum_{j < L} w[j] x[j][..] (x: (T, D) rows): NC column vectors times
+// K keys' chains, summed in a fixed tree at the end
+template <int NC, int K>
+inline void weighted_block(const float *w, const float *x, int D, int L, int d0, float *out) {
+    vf a[K][NC] = {};
+    const float *xd = x + d0;
+    int j = 0;
+    for (; j + K <= L; j += K)
+        for (int q = 0; q < K; ++q)
+            for (int c = 0; c < NC; ++c) a[q][c] += w[j + q] * loadv(xd + (size_t)(j + q) * D + c * V);
+    for (; j < L; ++j)
+        for (int c = 0; c < NC; ++c) a[0][c] += w[j] * loadv(xd + (size_t)j * D + c * V);
+    for (int n = K / 2; n > 0; n /= 2)
+        for (int q = 0; q < n; ++q)
+            for (int c = 0; c < NC; ++c) a[q][c] += a[q + n][c];
+    for (int c = 0; c < NC; ++c) storev(out + d0 + c * V, a[0][c]);
+}
+
+constexpr int half_chains(int n) { return n > 1 ? n / 2 : 1; }
+
+// out[d] = sum_{j < L} w[j] x[j][d]: every column vector of a row in one pass over the keys
+// where a head has up to four (KCH accumulators in all), else four at a time
 inline void weighted_rows(const float *w, const float *x, int D, int L, float *out) {
     int d0 = 0;
-    for (; d0 + BLK <= D; d0 += BLK) {
-        v16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-        const float *xd = x + d0;
-        int j = 0;
-        for (; j + 4 <= L; j += 4) {
-            a0 += w[j] * load16(xd + (size_t)j * D);
-            a1 += w[j + 1] * load16(xd + (size_t)(j + 1) * D);
-            a2 += w[j + 2] * load16(xd + (size_t)(j + 2) * D);
-            a3 += w[j + 3] * load16(xd + (size_t)(j + 3) * D);
-        }
-        for (; j < L; ++j) a0 += w[j] * load16(xd + (size_t)j * D);
-        store16(out + d0, (a0 + a1) + (a2 + a3));
-    }
-    for (; d0 < D; ++d0) {  // head sizes not a multiple of BLK
+    const int nc = D / V;
+    if (nc == 1) weighted_block<1, KCH>(w, x, D, L, 0, out), d0 = V;
+    else if (nc == 2) weighted_block<2, half_chains(KCH)>(w, x, D, L, 0, out), d0 = 2 * V;
+    else if (nc == 3) weighted_block<3, half_chains(half_chains(KCH))>(w, x, D, L, 0, out), d0 = 3 * V;
+    else
+        for (; d0 + 4 * V <= D; d0 += 4 * V) weighted_block<4, half_chains(half_chains(KCH))>(w, x, D, L, d0, out);
+    for (; d0 + V <= D; d0 += V) weighted_block<1, KCH>(w, x, D, L, d0, out);
+    for (; d0 < D; ++d0) {  // head sizes not a multiple of V
         float acc = 0.0f;
         for (int j = 0; j < L; ++j) acc += w[j] * x[(size_t)j * D + d0];
         out[d0] = acc;
     }
 }
 
-// x[j][d] += w[j] c[d] for j < L
-inline void add_outer(const float *w, const float *c, int D, int L, float *x) {
-    int d0 = 0;
-    for (; d0 + BLK <= D; d0 += BLK) {
-        const v16 cd = load16(c + d0);
-        for (int j = 0; j < L; ++j) {
-            float *xj = x + (size_t)j * D + d0;
-            store16(xj, load16(xj) + w[j] * cd);
+// x[j][d] += w[j] c[d] and y[j][d] += u[j] e[d] for j < L: both gradients of a key in one pass,
+// up to four column vectors each held in registers
+template <int NC>
+inline void add_outer_block(const float *w, const float *c, const float *u, const float *e, int D, int L, int d0,
+                            float *x, float *y) {
+    vf cv[NC], ev[NC];
+    for (int k = 0; k < NC; ++k) { cv[k] = loadv(c + d0 + k * V); ev[k] = loadv(e + d0 + k * V); }
+    for (int j = 0; j < L; ++j) {
+        float *xj = x + (size_t)j * D + d0, *yj = y + (size_t)j * D + d0;
+        for (int k = 0; k < NC; ++k) {
+            storev(xj + k * V, loadv(xj + k * V) + w[j] * cv[k]);
+            storev(yj + k * V, loadv(yj + k * V) + u[j] * ev[k]);
         }
     }
+}
+
+inline void add_outer2(const float *w, const float *c, const float *u, const float *e, int D, int L, float *x,
+                       float *y) {
+    int d0 = 0;
+    for (; d0 + 4 * V <= D; d0 += 4 * V) add_outer_block<4>(w, c, u, e, D, L, d0, x, y);
+    if (d0 + 2 * V <= D) { add_outer_block<2>(w, c, u, e, D, L, d0, x, y); d0 += 2 * V; }
+    if (d0 + V <= D) { add_outer_block<1>(w, c, u, e, D, L, d0, x, y); d0 += V; }
     for (; d0 < D; ++d0)
-        for (int j = 0; j < L; ++j) x[(size_t)j * D + d0] += w[j] * c[d0];
+        for (int j = 0; j < L; ++j) {
+            x[(size_t)j * D + d0] += w[j] * c[d0];
+            y[(size_t)j * D + d0] += u[j] * e[d0];
+        }
 }
 
 // query row i of batch b, every head: scores s (the scaled q . k over j <= i), gates g, positions p
@@ -512,8 +635,7 @@ void qkv_backward_batch(const QKV &sh, const float *q, const float *k, const flo
             weighted_rows(ds, k + sh.head(b, h) * D, D, L, dqi.data());
             float *gqi = gq + r * D;
             for (int d = 0; d < D; ++d) gqi[d] = dqi[d];
-            add_outer(ds, q + r * D, D, L, gk + sh.head(b, h) * D);
-            add_outer(a, gy + r * D, D, L, gv + sh.head(b, h) * D);
+            add_outer2(ds, q + r * D, a, gy + r * D, D, L, gk + sh.head(b, h) * D, gv + sh.head(b, h) * D);
         }
     }
 }
@@ -521,6 +643,8 @@ void qkv_backward_batch(const QKV &sh, const float *q, const float *k, const flo
 }  // namespace
 
 extern "C" {
+
+const char *cope_isa() { return synthlab::isa_name(); }
 
 int cope_abi_version() { return 3; }
 

@@ -414,6 +414,8 @@ using synthlab::parallel_units;
 
 extern "C" {
 
+const char *dape_isa() { return synthlab::isa_name(); }
+
 int dape_abi_version() { return 5; }
 
 int dape_forward(const float *S, const float *bias, int64_t bias_bstride, float *out, const float *w1, const float *b1,

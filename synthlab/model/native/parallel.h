@@ -13,6 +13,26 @@
 
 namespace synthlab {
 
+// The widest vector instruction set this build was compiled for (the compiler's predefined
+// macros), for the benchmarks' and describe()'s report
+inline const char *isa_name() {
+#if defined(__AVX512F__)
+    return "avx512f";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "avx2+fma";
+#elif defined(__AVX2__)
+    return "avx2";
+#elif defined(__AVX__)
+    return "avx";
+#elif defined(__ARM_NEON) || defined(__ARM_NEON__)
+    return "neon";
+#elif defined(__SSE2__)
+    return "sse2";
+#else
+    return "scalar";
+#endif
+}
+
 inline int clamp_threads(int nthreads, long total) { return std::max(1, (int)std::min<long>(nthreads, total)); }
 
 template <class F>
