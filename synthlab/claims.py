@@ -276,7 +276,8 @@ def sequential_verdicts(records: list[dict[str, Any]], spec, plan: list[int], re
             key = (v.claim.text, v.claim.source, v.preset, v.departs)
             if key in final and decided(final[key]):
                 continue
-            v.look = f"look {k} of {len(plan)}, {n} seeds, level {level:.3g}"
+            if v.comparison is not None:  # a claim not tested here has no look
+                v.look = f"look {k} of {len(plan)}, {n} seeds, level {level:.3g}"
             final[key] = v
     return list(final.values())
 
