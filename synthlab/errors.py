@@ -116,6 +116,8 @@ def check_output_file(path: str | os.PathLike, flag: str, *, parent_must_exist: 
         raise UsageError(f"{flag} must not be empty")
     if p.is_dir():
         raise UsageError(f"{flag} {str(path)!r} is a directory, expected a file path")
+    if p.exists() and not p.is_file():  # a FIFO, a device, a socket: never replaced by a file
+        raise UsageError(f"{flag} {str(path)!r} is not a regular file")
     if parent_must_exist and not os.path.lexists(p.parent):
         raise UsageError(f"{flag} {str(path)!r}: directory {str(p.parent)!r} does not exist")
     _check_under(p, flag)

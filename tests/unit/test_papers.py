@@ -112,9 +112,10 @@ def test_claim_supported_contradicted_or_inconclusive_by_a_paired_test():
     (v,) = claims.verdicts(_arms(cope[:3], rope[:3]), s)
     assert v.verdict == claims.INCONCLUSIVE and "too few seeds" in v.reason and v.seeds_needed >= 6
     assert v.command == f"synthlab sweep t --preset quick --seeds {v.seeds_needed}"
-    # one seed of rope ahead: the interval holds 0
+    # one seed of rope ahead by 2 points (the smallest gap): p 2 x 2 / 2^6, the interval holds 0
     (v,) = claims.verdicts(_arms(cope, [0.8, 0.75, 0.82, 1.0, 0.7, 0.85]), s)
-    assert v.verdict == claims.SUPPORTED or v.comparison.low <= 0
+    assert v.verdict == claims.INCONCLUSIVE and v.comparison.p == pytest.approx(4 / 64)
+    assert v.comparison.low < 0 < v.comparison.high and v.reason == "the interval holds 0"
 
 
 def test_one_seed_is_never_supported():

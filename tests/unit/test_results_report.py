@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
+import os
 from pathlib import Path
-
-import pytest
 
 from synthlab.cli import main
 from synthlab.report import fill_readme, report
@@ -92,3 +90,13 @@ def test_readme_blocks_are_filled_from_their_folder(tmp_path, capsys):
     assert main([*argv, "--check"]) == 1 and "README.md is stale" in capsys.readouterr().err
     readme.write_text(text.replace("flipflop-quick", "nowhere"))
     assert main(argv) == 2 and "does not hold" in capsys.readouterr().err
+
+
+def test_a_fifo_as_the_report_is_refused_and_left_as_it_is(tmp_path, capsys):
+    """Failed before: the FIFO was replaced by a regular file (check_output_file let it pass)."""
+    (tmp_path / "results").mkdir()
+    fifo = tmp_path / "R.md"
+    os.mkfifo(fifo)
+    assert main(["report", str(tmp_path / "results"), "-o", str(fifo)]) == 2
+    assert "is not a regular file" in capsys.readouterr().err
+    assert fifo.is_fifo()
