@@ -108,12 +108,17 @@ assert threading.active_count() == 1
 print("ready", flush=True)
 for line in sys.stdin:
     job = json.loads(line)
+    # opened before the fork: a kill that lands before the child runs must still leave both files
+    fds = [os.open(job[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for name in ("stdout", "stderr")]
     pid = os.fork()
+    if pid != 0:
+        for fd in fds:
+            os.close(fd)
     if pid == 0:
         code = 1
         try:
-            for fd, name in ((1, "stdout"), (2, "stderr")):
-                os.dup2(os.open(job[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+            for fd, src in zip((1, 2), fds):
+                os.dup2(src, fd)
             if job.get("crash"):
                 arm(job["crash"])
             code = synthlab.cli.main(job["argv"])
@@ -248,6 +253,17 @@ def _trial_counts(out: Path) -> Counter:
         elif rec is not None and rec.get("trial") != t.number:
             c["closed from results.jsonl"] += 1
     return c
+
+
+def test_a_kill_before_the_child_runs_still_leaves_its_output_files(driver, setup, tmp_path):
+    """The driver's own race (CI, 2026-11): a SIGKILL sent at once used to land before the child
+    had opened its stdout file, and reading it failed."""
+    path = setup[0]
+    for i in range(5):
+        driver.spawn(tmp_path / f"early{i}", sweep=path)
+        driver.kill(signal.SIGKILL)
+        code, so, se = driver.wait()
+        assert code == -signal.SIGKILL and so == "" and "Traceback" not in se
 
 
 def test_sigkill_at_random_moments_never_trains_a_finished_cell_again(driver, setup, tmp_path):
