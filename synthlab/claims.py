@@ -282,6 +282,22 @@ def sequential_verdicts(records: list[dict[str, Any]], spec, plan: list[int], re
     return list(final.values())
 
 
+def reads(spec, preset: str, task: str, pe_name: str, axes: dict[str, Any]) -> bool:
+    """Whether a claim of ``preset`` reads the grid cell of ``task`` / ``pe_name`` (the
+    encoding as records name it) / ``axes`` (its other axis values): every key a claim side
+    gives that the cell has must agree; a key the grid does not vary (a preset setting) never
+    excludes the cell, so a claim's runs are never left out."""
+    for claim in spec.claims:
+        if preset not in claim.presets:
+            continue
+        for side in claim.cells():
+            side = canonical(side)
+            have = {**axes, "task": task, "pe": pe_name}
+            if all(same(have[k], v) for k, v in side.items() if k not in ("split", "length") and k in have):
+                return True
+    return False
+
+
 def judge_claims(results, sweep=None) -> list[Verdict]:
     """The public entry (``synthlab.judge_claims``): the claims of the sweep file that wrote
     ``results`` (a results file, a sweep folder or a list of records), or of ``sweep`` (a name

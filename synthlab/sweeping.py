@@ -120,7 +120,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           poll: float = 2.0, workers: int | str = 1, logger: str | None = None,
           progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
           batch_seeds: bool = False, seeds: int | str | list[int] | None = None, until_decided: bool = False,
-          max_seeds: int | None = None, _looks: tuple[list[int], int] | None = None) -> list[dict]:
+          max_seeds: int | None = None, _looks: tuple[list[int], int] | None = None,
+          _claim_seeds: int | None = None) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -143,7 +144,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     study name, so more seeds later resume the same study and run only the new seeds' cells.
     ``until_decided`` adds seeds in planned looks (8, 12, 16, 20, ... up to ``max_seeds``,
     default 20) until every claim of the sweep file judged on these runs is supported or
-    contradicted (:func:`synthlab.inference.look_levels`: the error spent per look), or the cap.
+    contradicted (:func:`synthlab.inference.look_levels`: the error spent per look), or the cap;
+    the added seeds go to the cells the claims read, the rest of the grid keeps its preset's.
     Everything is validated before anything is written.
     """
     if until_decided or max_seeds is not None:
@@ -169,6 +171,9 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     settings = dict(settings or {})
     seed_list = parse_seeds(seeds) if seeds is not None else None
     cells = expand_cells(spec, preset, pe_list, settings, seed_list)
+    if _claim_seeds is not None:
+        cells = _with_claim_seeds(spec, preset, cells, expand_cells(spec, preset, pe_list, settings,
+                                                                    list(range(_claim_seeds))))
     study_name = study if study is not None else f"{spec.name}-{preset}" + "".join(
         f"-{k}={v}" for k, v in sorted(settings.items()))
     _validate_name(study_name, "--study")
@@ -189,6 +194,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
         return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
                     dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, seeds=seed_list,
+                         _claim_seeds=_claim_seeds,
                          heartbeat_interval=heartbeat_interval,
                          grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every,
                          batch_seeds=bool(batch_seeds)),
@@ -284,13 +290,26 @@ def _until_decided(task_or_file, seeds, max_seeds: int | None, until_decided: bo
     grids, reached = kwargs.pop("grids"), plan[0]
     for n in plan:
         reached = n
-        records = sweep(task_or_file, seeds=n, grids=False, **kwargs)
+        records = sweep(task_or_file, grids=False, _claim_seeds=n, **kwargs)
         vs = [v for v in claims.sequential_verdicts(records, spec, plan, reached=n) if v.comparison is not None]
         done = sum(claims.decided(v) for v in vs)
         print(f"look {plan.index(n) + 1} of {len(plan)} ({n} seeds): {done} of {len(vs)} claims decided")
         if done == len(vs):
             break
-    return sweep(task_or_file, seeds=reached, grids=grids, _looks=(plan, reached), **kwargs)
+    return sweep(task_or_file, grids=grids, _looks=(plan, reached), _claim_seeds=reached, **kwargs)
+
+
+def _with_claim_seeds(spec: SweepSpec, preset: str, grid: list[Cell], more: list[Cell]) -> list[Cell]:
+    """The grid at its own seeds plus, from ``more`` (the grid at the look's seeds), the cells
+    a claim of ``preset`` reads: in ``more``'s order, the grid's other seeds after."""
+    from synthlab.model import parse_pe
+
+    keys = {c.key for c in grid}
+    out = [c for c in more if c.key in keys or claims.reads(
+        spec, preset, c.task, parse_pe(c.pe).name,
+        {k: v for k, v in c.axes.items() if k not in ("task", "pe", "dape_k", "seed", "slot")})]
+    seen = {c.key for c in out}
+    return out + [c for c in grid if c.key not in seen]
 
 
 def _report(spec: SweepSpec, preset: str, cells: list[Cell], pairs: list[tuple[Cell, dict[str, Any]]],

@@ -112,3 +112,18 @@ def test_max_seeds_alone_and_a_sweep_without_claims_exit_2(tmp_path, fake, capsy
     assert main(["sweep", str(path), "--out", str(tmp_path / "a"), "--until-decided"]) == 2
     assert "states no claim for the smoke preset" in capsys.readouterr().err
     assert not (tmp_path / "a").exists()
+
+
+def test_added_seeds_go_only_to_the_cells_a_claim_reads(tmp_path, fake, capsys):
+    """alibi is in the grid but in no claim: it keeps the preset's seeds 0 and 1 at every look."""
+    path = write_sweep(tmp_path, TINY + CLAIMS)
+    out = tmp_path / "runs"
+    argv = ["sweep", str(path), "--pe", "rope,nope,alibi", "--out", str(out), "--until-decided", "--quiet"]
+    assert main(argv) == 0
+    assert "look 1 of 4 (8 seeds): 1 of 1 claims decided" in capsys.readouterr().out
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    seeds = {pe: sorted(r["train"]["seed"] for r in recs if r["pe"] == pe) for pe in ("rope", "nope", "alibi")}
+    assert seeds == {"rope": list(range(8)), "nope": list(range(8)), "alibi": [0, 1]}
+    assert len(fake.calls) == 18
+    assert main(argv) == 0 and len(fake.calls) == 18  # finished: nothing trained again
+    assert "18/18 cells finished" in capsys.readouterr().out
