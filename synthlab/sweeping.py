@@ -121,7 +121,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
           batch_seeds: bool = False, seeds: int | str | list[int] | None = None, until_decided: bool = False,
           max_seeds: int | None = None, _looks: tuple[list[int], int] | None = None,
-          _claim_seeds: int | None = None) -> list[dict]:
+          claims_only: bool = False, _claim_seeds: int | None = None) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -146,6 +146,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     default 20) until every claim of the sweep file judged on these runs is supported or
     contradicted (:func:`synthlab.inference.look_levels`: the error spent per look), or the cap;
     the added seeds go to the cells the claims read, the rest of the grid keeps its preset's.
+    ``claims_only`` runs only the cells the claims of the preset read.
     Everything is validated before anything is written.
     """
     if until_decided or max_seeds is not None:
@@ -154,7 +155,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
                                    quiet=quiet, grids=grids, retry_failed=retry_failed,
                                    heartbeat_interval=heartbeat_interval, grace_period=grace_period, poll=poll,
                                    workers=workers, logger=logger, progress_every=progress_every,
-                                   settings=settings, batch_seeds=batch_seeds))
+                                   settings=settings, batch_seeds=batch_seeds, claims_only=claims_only))
     workers = workers_mod.parse_workers(workers)
     if logger is not None:
         from synthlab.loggers import check_logger  # the trainer's own check, before anything is written
@@ -171,9 +172,13 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     settings = dict(settings or {})
     seed_list = parse_seeds(seeds) if seeds is not None else None
     cells = expand_cells(spec, preset, pe_list, settings, seed_list)
-    if _claim_seeds is not None:
-        cells = _with_claim_seeds(spec, preset, cells, expand_cells(spec, preset, pe_list, settings,
-                                                                    list(range(_claim_seeds))))
+    if _claim_seeds is not None or claims_only:
+        more = cells if _claim_seeds is None else expand_cells(spec, preset, pe_list, settings,
+                                                               list(range(_claim_seeds)))
+        cells = _with_claim_seeds(spec, preset, [] if claims_only else cells, more)
+        if not cells:
+            raise ValueError(f"--claims-only: no cell of this grid is read by a claim of {spec.name}'s "
+                             f"{preset} preset")
     study_name = study if study is not None else f"{spec.name}-{preset}" + "".join(
         f"-{k}={v}" for k, v in sorted(settings.items()))
     _validate_name(study_name, "--study")
@@ -194,7 +199,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
         return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
                     dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, seeds=seed_list,
-                         _claim_seeds=_claim_seeds,
+                         claims_only=claims_only, _claim_seeds=_claim_seeds,
                          heartbeat_interval=heartbeat_interval,
                          grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every,
                          batch_seeds=bool(batch_seeds)),

@@ -49,6 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "the 5 %% error (alpha spending), so stopping early does not inflate it (docs/results.md)")
     p.add_argument("--max-seeds", type=int, metavar="N",
                    help="the last look of --until-decided (default 20; at least 6)")
+    p.add_argument("--claims-only", action="store_true",
+                   help="run only the grid cells the sweep file's claims for this preset read: the claims decided, "
+                   "the rest of the heatmaps left blank (a later run without it fills them)")
     p.add_argument("--trials", type=int, help="run at most N trials in this process, then stop")
     p.add_argument("--storage", help="Optuna storage URL (sqlite:///F, postgresql://...) or a journal file path "
                    "(default: OUT/study.journal)")
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                     study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
                     workers=workers, logger=args.logger, progress_every=args.progress_every,
                     settings=settings, batch_seeds=args.batch_seeds, seeds=seeds,
-                    until_decided=args.until_decided, max_seeds=args.max_seeds)
+                    until_decided=args.until_decided, max_seeds=args.max_seeds, claims_only=args.claims_only)
     return 0 if records is not None else 1
 
 

@@ -127,3 +127,29 @@ def test_added_seeds_go_only_to_the_cells_a_claim_reads(tmp_path, fake, capsys):
     assert len(fake.calls) == 18
     assert main(argv) == 0 and len(fake.calls) == 18  # finished: nothing trained again
     assert "18/18 cells finished" in capsys.readouterr().out
+
+
+def test_claims_only_runs_the_cells_the_claims_read_and_nothing_else(tmp_path, fake, capsys):
+    path = write_sweep(tmp_path, TINY + CLAIMS)
+    out = tmp_path / "runs"
+    base = ["sweep", str(path), "--pe", "rope,nope,alibi", "--out", str(out), "--quiet"]
+    assert main([*base, "--claims-only"]) == 0
+    assert len(fake.calls) == 4 and {c for c in _pes(out)} == {"rope", "nope"}
+    assert main([*base, "--claims-only", "--until-decided"]) == 0
+    assert len(fake.calls) == 16 and sorted(_pes(out)) == ["nope"] * 8 + ["rope"] * 8
+    assert main(base) == 0  # the whole grid: only alibi's two seeds are new
+    assert len(fake.calls) == 18 and _pes(out).count("alibi") == 2
+
+
+def test_claims_only_without_a_claimed_cell_exits_2_before_anything_is_written(tmp_path, fake, capsys):
+    for text, pe in ((TINY, "rope,nope"), (TINY + CLAIMS, "alibi")):
+        path = write_sweep(tmp_path, text)
+        out = tmp_path / "runs"
+        assert main(["sweep", str(path), "--pe", pe, "--out", str(out), "--claims-only"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--claims-only: no cell of this grid is read by a claim" in err[0]
+        assert not out.exists() and fake.calls == []
+
+
+def _pes(out) -> list[str]:
+    return [json.loads(line)["pe"] for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
