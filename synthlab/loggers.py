@@ -56,7 +56,7 @@ def check_logger(name: object, what: str = "logger") -> str:
         raise ValueError(f"{what} {name!r} is not allowed (allowed: {', '.join(LOGGERS)})")
     needs = LOGGERS[name]
     if needs is not None and not installed(needs[0]):
-        raise ValueError(f"{what} {name} needs the {needs[0]} package: pip install 'synthlab[{needs[1]}]'")
+        raise ValueError(f"{what} {name} needs the {needs[0]} package: pip install 'synthlab-pe[{needs[1]}]'")
     return name
 
 

@@ -65,12 +65,12 @@ def same_text(path: str | os.PathLike, text: str) -> bool:
 
 def require_pyarrow(what: str) -> Any:
     """The pyarrow module, or ValueError naming the extra that installs it (Parquet output is
-    optional: ``pip install 'synthlab[parquet]'``)."""
+    optional: ``pip install 'synthlab-pe[parquet]'``)."""
     try:
         import pyarrow
         import pyarrow.parquet  # noqa: F401  (the writer itself)
     except ImportError:
-        raise ValueError(f"{what} needs pyarrow, which is not installed: pip install 'synthlab[parquet]'") from None
+        raise ValueError(f"{what} needs pyarrow, which is not installed: pip install 'synthlab-pe[parquet]'") from None
     return pyarrow
 
 

@@ -79,7 +79,7 @@ def check_storage(url: str) -> None:
     try:
         engine = sqlalchemy.create_engine(url, connect_args=connect_args)
     except ImportError as e:
-        hint = " (install the driver: pip install 'synthlab[postgres]')" if url.startswith("postgres") else ""
+        hint = " (install the driver: pip install 'synthlab-pe[postgres]')" if url.startswith("postgres") else ""
         raise ValueError(f"--storage {_redact(url)}: cannot load the database driver: {e}{hint}") from None
     except Exception as e:
         raise ValueError(f"--storage {_redact(url)}: not a usable storage URL ({type(e).__name__}: {e}; "

@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "synthlab train / sweep; several are joined, each sweep cell counted once: its latest record) as one "
         "table, one row per run x split: the run's settings, status, the split's metrics, then task.*, pe.*, "
         "train.*, set.* columns (docs/results.md lists every column). Parquet needs pyarrow "
-        "(pip install 'synthlab[parquet]'). Everything is checked before the file is written; it is written "
+        "(pip install 'synthlab-pe[parquet]'). Everything is checked before the file is written; it is written "
         "to a temporary file and renamed.",
         epilog="examples:\n"
         "  synthlab export synthlab-runs/flipflop-quick --format parquet\n"

@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="write samples of a task as JSON lines or Parquet",
         description="Write samples start..start+n-1 of one split of a task as JSON lines "
         "(stdout by default) or as a Parquet file (-o; the same fields, params as JSON text; needs "
-        "pip install 'synthlab[parquet]'). The same seed gives the same bytes (JSON lines) and the same table (Parquet).",
+        "pip install 'synthlab-pe[parquet]'). The same seed gives the same bytes (JSON lines) and the same table (Parquet).",
         epilog="examples:\n"
         "  synthlab generate flipflop --split ood-sparse -n 1000 --seed 3 --set n_pairs=64 -o ff.jsonl\n"
         "  synthlab generate flipflop -n 10000 -o ff-train.parquet",

@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "--trials; SYNTHLAB_WORKERS sets another default)")
     p.add_argument("--logger", metavar="NAME",
                    help="each run's training logger: csv (default), tensorboard, wandb, mlflow or none "
-                   "(the last three need pip install 'synthlab[NAME]')")
+                   "(the last three need pip install 'synthlab-pe[NAME]')")
     p.add_argument("--progress-every", type=float, default=HEARTBEAT_EVERY, metavar="SECONDS",
                    help="seconds between two heartbeat lines of a running cell when stderr is not a terminal "
                    f"(default {HEARTBEAT_EVERY:g})")

@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where Lightning logs the loss, the learning rate and the learning curve, in the run "
                    "directory: csv (default: logs/metrics.csv), tensorboard (logs/), wandb (offline, wandb/), "
                    "mlflow (mlruns/, or MLFLOW_TRACKING_URI), none. tensorboard, wandb and mlflow need their "
-                   "extra: pip install 'synthlab[wandb]'")
+                   "extra: pip install 'synthlab-pe[wandb]'")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result record as JSON instead of the table")
 

@@ -46,7 +46,7 @@ def pg_url() -> str:
     try:
         import psycopg2  # noqa: F401
     except ImportError:
-        pytest.skip("psycopg2 is not installed (pip install 'synthlab[postgres]')")
+        pytest.skip("psycopg2 is not installed (pip install 'synthlab-pe[postgres]')")
     url = os.environ.get("SYNTHLAB_PG_URL")
     if not url:
         script = ROOT / ".ci" / "postgres.sh"

@@ -96,7 +96,7 @@ def test_parquet_without_pyarrow_names_the_extra_and_writes_nothing(ws, capsys, 
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` raises ImportError
     before = listing(ws)
     code, _, err = run_cli(argv, capsys)
-    assert code == 2 and len(err) == 1 and "pip install 'synthlab[parquet]'" in err[0]
+    assert code == 2 and len(err) == 1 and "pip install 'synthlab-pe[parquet]'" in err[0]
     assert listing(ws) == before
 
 

@@ -123,7 +123,7 @@ def test_logger_goes_to_every_run_and_is_no_part_of_a_cells_identity(tmp_path, r
 
 @pytest.mark.parametrize("argv,match", [
     (["--logger", "bogus"], "--logger 'bogus' is not allowed (allowed: csv, tensorboard, wandb, mlflow, none)"),
-    (["--logger", "wandb"], "--logger wandb needs the wandb package: pip install 'synthlab[wandb]'"),
+    (["--logger", "wandb"], "--logger wandb needs the wandb package: pip install 'synthlab-pe[wandb]'"),
     (["--progress-every", "0"], "--progress-every must be a positive number of seconds, got 0.0"),
 ])
 def test_bad_logger_or_interval_exits_2_with_one_line_and_writes_nothing(tmp_path, reporting, monkeypatch, capsys,

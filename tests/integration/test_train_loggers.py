@@ -135,14 +135,14 @@ def test_mlflow_uses_the_tracking_uri_of_the_environment(tmp_path, monkeypatch, 
 def test_a_missing_logger_package_names_its_extra_before_writing(tmp_path, monkeypatch, name, extra):
     monkeypatch.setattr(loggers, "installed", lambda module: False)
     out = tmp_path / "out"
-    with pytest.raises(ValueError, match=rf"logger {name} needs the \w+ package: pip install 'synthlab\[{extra}\]'"):
+    with pytest.raises(ValueError, match=rf"logger {name} needs the \w+ package: pip install 'synthlab-pe\[{extra}\]'"):
         train("flipflop", "nope", preset="smoke", out=out, overrides=OV, logger=name)
     assert not out.exists()
 
 
 @pytest.mark.parametrize("name,match", [
     ("nosuch", "--logger 'nosuch' is not allowed (allowed: csv, tensorboard, wandb, mlflow, none)"),
-    ("wandb", "--logger wandb needs the wandb package: pip install 'synthlab[wandb]'"),
+    ("wandb", "--logger wandb needs the wandb package: pip install 'synthlab-pe[wandb]'"),
 ])
 def test_cli_bad_logger_exits_2_with_one_line_and_nothing_written(tmp_path, capsys, monkeypatch, name, match):
     monkeypatch.setattr(loggers, "installed", lambda module: False)
