@@ -23,7 +23,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+try:  # written by setuptools-scm when synthlab is built or installed (pyproject.toml)
+    from synthlab._version import __version__
+except ImportError:  # a source tree never installed (PYTHONPATH=checkout): no version file
+    __version__ = "0+unknown"
 
 # public name -> (module, attribute). Modules are named differently from the functions
 # (training / sweeping) so that importing a module never shadows the function.
