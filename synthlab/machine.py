@@ -1,4 +1,5 @@
-"""The machine a run ran on, as its record keeps it: CPU model, vector instruction set, torch.
+"""The machine a run ran on, as its record keeps it: CPU model, vector instruction set, GPU, and
+the releases of Python, torch, Lightning, numpy and Optuna.
 
 A run's metrics repeat exactly only on the same CPU family and thread count (float rounding
 differs between vector widths), so a committed result says where it came from.
@@ -7,8 +8,11 @@ differs between vector widths), so a committed result says where it came from.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import platform
+import sys
 from pathlib import Path
+from typing import Any
 
 _ISA_ORDER = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse4_2", "sse4.2"))
 
@@ -30,9 +34,21 @@ def _cpuinfo() -> dict[str, str]:
     return out
 
 
+def _version_of(module: str, distribution: str | None = None) -> str:
+    """The running release of ``module``: its ``__version__`` when it is imported already, else
+    the installed distribution's metadata (nothing imported: Optuna costs a second); "" when
+    it is not installed."""
+    loaded = sys.modules.get(module)
+    if loaded is not None and isinstance(getattr(loaded, "__version__", None), str):
+        return loaded.__version__
+    try:
+        return importlib.metadata.version(distribution or module)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 @functools.lru_cache(maxsize=1)
-def describe() -> dict[str, str]:
-    """{"cpu": model name, "arch": machine, "isa": the widest vector set the CPU has, "torch": version}."""
+def _host() -> dict[str, str]:
     info = _cpuinfo()
     arch = platform.machine()
     flags = set(info.get("flags", info.get("Features", "")).split())
@@ -40,17 +56,29 @@ def describe() -> dict[str, str]:
     if not isa and arch in ("aarch64", "arm64"):
         isa = "neon"  # every AArch64 CPU has Advanced SIMD
     cpu = info.get("model name") or info.get("Model") or platform.processor() or arch
-    try:
+    return {"cpu": cpu, "arch": arch, "isa": isa or "generic", "torch": _version_of("torch"),
+            "python": platform.python_version(), "lightning": _version_of("lightning"),
+            "numpy": _version_of("numpy"), "optuna": _version_of("optuna")}
+
+
+def describe(device: Any = None) -> dict[str, str]:
+    """{"cpu": model name, "arch": machine, "isa": the widest vector set the CPU has, "torch",
+    "python", "lightning", "numpy", "optuna": their versions}, and "gpu": the device's name when
+    ``device`` (a ``torch.device`` or string, the one the run trained on) is a CUDA device.
+    Records older than a key lack it (readers use ``.get``)."""
+    out = dict(_host())
+    if device is not None and str(device).startswith("cuda"):
         import torch
 
-        torch_version = torch.__version__
-    except ImportError:  # pragma: no cover - synthlab needs torch to train
-        torch_version = ""
-    return {"cpu": cpu, "arch": arch, "isa": isa or "generic", "torch": torch_version}
+        out["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return out
 
 
 def label(machine: dict[str, str] | None) -> str:
-    """One line for a report: ``AMD EPYC (x86_64, avx512), torch 2.13.0``."""
+    """One line for a report: ``AMD EPYC (x86_64, avx512), torch 2.13.0`` (``, GPU name`` when the
+    runs trained on one)."""
     if not machine:
         return "not recorded"
-    return f"{machine.get('cpu', '?')} ({machine.get('arch', '?')}, {machine.get('isa', '?')}), torch {machine.get('torch', '?')}"
+    gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
+    return (f"{machine.get('cpu', '?')} ({machine.get('arch', '?')}, {machine.get('isa', '?')}), "
+            f"torch {machine.get('torch', '?')}{gpu}")

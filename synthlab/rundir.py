@@ -23,13 +23,35 @@ from synthlab.records import append_record, to_json
 
 
 def git_hash() -> str | None:
-    """Short hash of the checkout synthlab runs from, or None."""
+    """Short hash of the checkout synthlab runs from; for an installed wheel, the commit it was
+    built from (setuptools-scm's version file); else None. A wheel installed into a venv that
+    lies inside some other repository does not take that repository's hash: the checkout must
+    be the one that holds this package."""
+    package = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "--short", "HEAD"], cwd=package,
                              capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
+        top, _, short = out.stdout.strip().partition("\n")
+        if out.returncode == 0 and short and Path(top).resolve() == package.parent:
+            return short
     except (OSError, subprocess.SubprocessError):
+        pass
+    return built_from()
+
+
+def built_from() -> str | None:
+    """The commit an installed synthlab was built from: setuptools-scm's ``commit_id``
+    (``g`` + hash) in synthlab/_version.py, or the ``+g<hash>`` of its version; None when
+    neither says (a source tree never installed, an archive)."""
+    try:
+        from synthlab import _version
+    except ImportError:
         return None
+    commit = getattr(_version, "commit_id", None)
+    if isinstance(commit, str) and re.fullmatch(r"g?[0-9a-f]{7,40}", commit):
+        return commit.removeprefix("g")[:7]
+    m = re.search(r"\+g([0-9a-f]{7,40})", str(getattr(_version, "version", "")))
+    return m.group(1)[:7] if m else None
 
 
 def make_run_id(task: str, pe: str, seed: int) -> str:

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from synthlab import __version__, rundir
+from synthlab import __version__, machine, rundir
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig
 from synthlab.curves import Report, check_report, eval_context
@@ -326,6 +326,7 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
             for i, (r, model, dm) in enumerate(zip(runs, trained, dms)):
                 record, lines = r["record"], r["lines"]
                 record["device"] = info["device"]
+                record["machine"] = machine.describe(info["root_device"])  # with the GPU it trained on
                 lines += [{"step": s, "loss": float(v[i])} for s, v in module.losses]
                 failure = module.failures.get(i)
                 reason = failure[0] if failure else None

@@ -423,6 +423,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
                 more.update(logger=run_log.lightning, log_every=log_every)
             info = fit(module, dm, cfg, progress=progress, desc=f"{cfg.task} {spec.name}", **more)
             record["device"] = info["device"]
+            record["machine"] = machine.describe(info["root_device"])  # with the GPU it trained on
             lines += [{"step": s, "loss": float(v)} for s, v in module.losses]
             if curve is not None:
                 record["curve"] = list(curve.points)

@@ -32,6 +32,7 @@ def test_batched_seeds_equal_separate_runs(pe, tmp_path):
     for seed, rec in zip(SEEDS, batched):
         alone = synthlab.train("flipflop", pe, preset="smoke", seed=seed, overrides=TINY, out=tmp_path / "s")
         assert rec["status"] == "ok" and rec["train"]["seed"] == seed and rec["train"]["batched"] == 3
+        assert rec["machine"] == alone["machine"] and "numpy" in rec["machine"]  # the releases it ran with
         for split, m in alone["metrics"].items():
             assert rec["metrics"][split]["token_acc"] == pytest.approx(m["token_acc"], abs=0.02), (seed, split)
         a, b = _weights(tmp_path / "b", rec), _weights(tmp_path / "s", alone)

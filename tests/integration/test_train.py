@@ -21,6 +21,7 @@ from synthlab.model.registry import PE_REVISION
 CHE_TASKS = tuple(generators.che.TASKS)
 RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",
                "by_length", "wall_s", "device", "synthlab", "git", "study", "trial", "status"}
+MACHINE_KEYS = {"cpu", "arch", "isa", "torch", "python", "lightning", "numpy", "optuna"}
 
 
 def _no_nan(x):
@@ -45,6 +46,7 @@ def test_smoke_every_task(name, tmp_path):
     rec = train(name, pe, preset="smoke", out=tmp_path)
     assert rec["status"] == "ok", rec.get("error")
     assert RECORD_KEYS <= set(rec)
+    assert MACHINE_KEYS <= set(rec["machine"]) and "gpu" not in rec["machine"]  # trained on the CPU
     task = generators.get_task(name, **{k: v for k, v in rec["task_params"].items() if v is not None})
     assert set(rec["metrics"]) == set(task.splits) - {"train"}
     for split, m in rec["metrics"].items():
