@@ -42,8 +42,10 @@ def _is_journal_path(url: str) -> bool:
 
 
 def normalize_url(url: str) -> str:
-    """``postgresql://`` with no driver named: use psycopg2 when it is the one installed
-    (SQLAlchemy 2.1 defaults to psycopg 3; the ``postgres`` extra installs psycopg2-binary)."""
+    """``postgresql://`` (or ``postgres://``) with no driver named: psycopg 3, which the
+    ``postgres`` extra installs (``postgresql+psycopg://``; SQLAlchemy 2.0 would pick psycopg2
+    for a bare URL); psycopg2 only where it is installed and psycopg 3 is not. A URL that names
+    its driver is kept."""
     import importlib.util
 
     for bare in ("postgresql://", "postgres://"):
@@ -51,7 +53,7 @@ def normalize_url(url: str) -> str:
             rest = url[len(bare):]
             if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
                 return "postgresql+psycopg2://" + rest
-            return "postgresql://" + rest
+            return "postgresql+psycopg://" + rest
     return url
 
 

@@ -2,7 +2,8 @@
 
 The server comes from $SYNTHLAB_PG_URL, or from .ci/postgres.sh (which installs the Debian
 package when run as root and starts a private server on 127.0.0.1:54329). The test is skipped,
-with the reason, only where no server can be started or psycopg2 is missing.
+with the reason, only where no server can be started or no driver (psycopg 3, or psycopg2) is
+installed.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def pg_url() -> str:
-    try:
-        import psycopg2  # noqa: F401
-    except ImportError:
-        pytest.skip("psycopg2 is not installed (pip install 'synthlab-pe[postgres]')")
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is None:
+        pytest.skip("psycopg is not installed (pip install 'synthlab-pe[postgres]')")
     url = os.environ.get("SYNTHLAB_PG_URL")
     if not url:
         script = ROOT / ".ci" / "postgres.sh"

@@ -67,7 +67,8 @@ def _copy_package(dest: Path) -> Path:
 
 def _ask(path: Path) -> list[str]:
     code = "import synthlab; from synthlab import rundir; print(synthlab.__version__); print(rundir.git_hash())"
-    out = subprocess.run([sys.executable, "-c", code], cwd=path, env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"},
+    # -S: no site-packages, where an editable install of synthlab would be found before PYTHONPATH
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=path, env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()

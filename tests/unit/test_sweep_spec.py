@@ -169,6 +169,21 @@ def test_storage_urls_are_checked_without_creating_anything(tmp_path):
     assert storage._redact("postgresql://me:secret@host/db") == "postgresql://me:***@host/db"
 
 
+@pytest.mark.parametrize("installed, driver", [({"psycopg", "psycopg2"}, "psycopg"), ({"psycopg"}, "psycopg"),
+                                               ({"psycopg2"}, "psycopg2"), (set(), "psycopg")])
+def test_a_postgresql_url_without_a_driver_gets_psycopg_3(monkeypatch, installed, driver):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (real("json") if name in installed else None) if "psycopg" in name else real(name, *a))
+    for bare in ("postgresql://", "postgres://"):
+        assert storage.normalize_url(bare + "me@host/db") == f"postgresql+{driver}://me@host/db"
+    # a URL naming its driver, and the other storages, are kept
+    for url in ("postgresql+psycopg2://me@host/db", "mysql://me@host/db", "sqlite:///x.db", "runs/study.journal"):
+        assert storage.normalize_url(url) == url
+
+
 def test_tuned_value_van_der_corput_spreads():
     spec = {"low": 0.0, "high": 1.0, "log": False}
     assert [cells._tuned_value(spec, i, 4) for i in range(4)] == [0.5, 0.25, 0.75, 0.125]
