@@ -45,7 +45,7 @@ def per_batch(task_name: str, preset: str, workers: int, batches: int, step_s: f
     for _ in range(warm):
         ids, _ = next(it)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    for ids, _ in it:
+    for _ in it:
         time.sleep(step_s)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     return cpu / batches, wall / batches, cfg.train.batch_size, stream.max_len

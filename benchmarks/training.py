@@ -54,12 +54,11 @@ import torch.nn.functional as F
 
 import generators
 from synthlab.config import COMPILE_MODES, apply_overrides
-from synthlab.presets import build_config
 from synthlab.data import DataModule, TrainBatches, TrainStream
-from synthlab.model import build_model
 from synthlab.fitting import fit, quiet_lightning
+from synthlab.model import build_model
+from synthlab.presets import build_config
 from synthlab.training import lr_factor, make_module
-
 
 CLOCK = time.perf_counter  # or time.process_time (--clock cpu)
 DEVICE = torch.device("cpu")  # --device

@@ -27,8 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from dataclasses import dataclass, field
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable
 
 import numpy as np
@@ -280,7 +280,7 @@ class Task(ABC):
         self.validate()
 
     # -- to override -------------------------------------------------------------------
-    def validate(self) -> None:
+    def validate(self) -> None:  # noqa: B027 - optional: a task without cross-parameter checks keeps this
         """Cross-parameter checks; raise ValueError naming the parameter."""
 
     @property

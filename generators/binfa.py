@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import string
 import zlib
+from abc import abstractmethod
 from contextvars import ContextVar
 from typing import Any
-
-from abc import abstractmethod
 
 import numpy as np
 

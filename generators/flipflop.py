@@ -8,7 +8,7 @@ import numpy as np
 
 from .base import Param, Sample, Task, open_probability, positive
 
-W, R, I, ZERO, ONE = range(5)
+W, R, I, ZERO, ONE = range(5)  # noqa: E741 - the paper's instructions: write, read, ignore
 VOCAB = ["w", "r", "i", "0", "1"]
 
 

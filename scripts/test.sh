@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The full test suite from nothing (`make test`, what CI runs through .ci/run): install what is
-# missing with the test extras (scripts/setup.sh), the unit tier with the declared minimum
-# versions (scripts/min_versions.sh), start the local PostgreSQL server for the distributed-sweep
-# test when one can be had, then README's test command (slow tests included).
+# missing with the test extras (scripts/setup.sh), lint (ruff, configured in pyproject.toml),
+# the unit tier with the declared minimum versions (scripts/min_versions.sh), start the local
+# PostgreSQL server for the distributed-sweep test when one can be had, then README's test
+# command (slow tests included).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow"; with arguments the
 # minimum-versions step is left out (a quick run while iterating) unless SYNTHLAB_MIN_VERSIONS=1;
 # SYNTHLAB_MIN_VERSIONS=0 leaves it out of a full run.
@@ -11,6 +12,8 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh test,postgres
 . .venv/bin/activate
+
+ruff check .
 
 if [[ "${SYNTHLAB_MIN_VERSIONS:-$(( $# == 0 ))}" == 1 ]]; then
     bash scripts/min_versions.sh

@@ -302,10 +302,10 @@ def judge_claims(results, sweep=None) -> list[Verdict]:
     """The public entry (``synthlab.judge_claims``): the claims of the sweep file that wrote
     ``results`` (a results file, a sweep folder or a list of records), or of ``sweep`` (a name
     or a sweep file), judged as ``sweep`` and ``grid`` judge them."""
+    from pathlib import Path
+
     from synthlab.grids import load_results, sweep_spec_for
     from synthlab.sweepfile import load_sweep
-
-    from pathlib import Path
 
     if isinstance(results, list):
         records = list(results)
@@ -402,8 +402,9 @@ def rows(vs: list[Verdict]) -> list[dict[str, Any]]:
 def save(vs: list[Verdict], show: str, out_dir, stem: str = "papers") -> dict[str, str]:
     """``out_dir/<stem>.md`` and ``.csv`` (a sweep: grids/papers.md, grids/papers.csv), both
     or neither (synthlab.outputs: written beside, renamed into place at the end)."""
-    import pandas as pd
     from pathlib import Path
+
+    import pandas as pd
 
     from synthlab.outputs import csv_writer, write_files
 

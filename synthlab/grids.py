@@ -28,8 +28,8 @@ from synthlab.lineplots import by_length
 from synthlab.papers import canonical
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
-from synthlab.tables import cell_settings as _cell_settings, check_records, composite, in_percent, is_error, per_seed
-from synthlab.tables import pooled_axes, pooled_labels, same
+from synthlab.tables import cell_settings as _cell_settings
+from synthlab.tables import check_records, composite, in_percent, is_error, per_seed, pooled_axes, pooled_labels, same
 from synthlab.tables import tidy_with_presets as tidy
 
 __all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]

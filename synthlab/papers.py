@@ -48,7 +48,6 @@ from typing import Any
 from synthlab.cells import with_dape_k
 from synthlab.model import parse_pe
 
-
 DEFAULT_CLAIM_PRESETS = ("quick", "paper")
 DEFAULT_PAPER_PRESETS = ("paper",)
 _PAPER_KEYS = ("source", "setting", "cell", "value", "spread", "presets")

@@ -23,8 +23,16 @@ the training length, the run's rope scaling as its evaluation applied it.
 from __future__ import annotations
 
 from synthlab.plotting.distance import BiasCurves, Glitches, bias, bias_curves, glitch_rates, glitches
-from synthlab.plotting.maps import (AttentionMaps, BipeIds, CopePositions, attention, attention_maps, bipe_ids,
-                                    cope_positions, positions)
+from synthlab.plotting.maps import (
+    AttentionMaps,
+    BipeIds,
+    CopePositions,
+    attention,
+    attention_maps,
+    bipe_ids,
+    cope_positions,
+    positions,
+)
 from synthlab.plotting.runs import capture_qk
 
 #: the pictures, in the order `synthlab plot` lists them

@@ -19,6 +19,7 @@ import generators
 from synthlab.config import PRESETS, RunConfig, apply_overrides
 from synthlab.sweepfile import installed_sweeps, load_sweep, parse_sweep
 
+
 @functools.lru_cache(maxsize=None)
 def preset_files() -> dict[str, str]:
     """task -> the installed sweep file (``sweeps/<name>.toml``) holding its presets: the one

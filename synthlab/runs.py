@@ -40,9 +40,9 @@ def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
     """Rebuild the model of a finished run and load its weights (ValueError for a bad dir).
     ``model``: the factory a run trained with ``synthlab.train(..., model=factory)`` (such a run
     cannot be rebuilt without it; docs/interfaces.md)."""
-    import generators
     from safetensors.torch import load_model
 
+    import generators
     from synthlab.config import RunConfig
     from synthlab.model.encoders.rotary import PAIR_LAYOUTS, Rotary
     from synthlab.training import model_for

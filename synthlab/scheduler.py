@@ -57,6 +57,7 @@ from synthlab.seedgroups import SeedGroups, seed_group
 from synthlab.sweepfile import SweepSpec, objective
 from synthlab.trialhooks import trial_report
 
+
 class Runner(SeedGroups):
     """One worker's loop over a grid's cells in a study (see the module docstring)."""
 

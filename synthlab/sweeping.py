@@ -23,9 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from synthlab import dashboard
+from synthlab import claims, dashboard, inference
 from synthlab import grids as grids_mod
-from synthlab import claims, inference
 from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
@@ -33,8 +32,16 @@ from synthlab.records import clean, export_results, repair_jsonl, write_records
 from synthlab.scheduler import Runner, finished_grid
 from synthlab.seeds import parse_seeds
 from synthlab.storage import JOURNAL_NAME, check_storage, normalize_url, open_storage, peek_storage
-from synthlab.sweepfile import (PRESETS, SweepSpec, installed_sweeps, load_sweep, lower_is_better, objective,
-                                objective_split, parse_sweep)
+from synthlab.sweepfile import (
+    PRESETS,
+    SweepSpec,
+    installed_sweeps,
+    load_sweep,
+    lower_is_better,
+    objective,
+    objective_split,
+    parse_sweep,
+)
 
 # what users import from here (defined in the modules above; this one runs them)
 __all__ = ["sweep", "best_tuned", "load_sweep", "parse_sweep", "installed_sweeps", "expand_cells", "validate_cells",

@@ -26,8 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import generators
-from synthlab import __version__
-from synthlab import loggers, machine, rundir, usermodel
+from synthlab import __version__, loggers, machine, rundir, usermodel
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.curves import Report, check_report, curve_callback, eval_context
@@ -39,7 +38,6 @@ from synthlab.model.registry import PE_REVISION, PESpec
 from synthlab.presets import build_config
 from synthlab.records import SCHEMA, clean, scan_records
 from synthlab.sizing import check_run_fits
-
 
 # ----------------------------------------------------------------------------------------
 # configuration

@@ -34,10 +34,9 @@ Splits
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from functools import lru_cache
 from typing import Any, ClassVar
-
-from abc import abstractmethod
 
 import numpy as np
 
@@ -262,5 +261,5 @@ def count_bracket_expressions(length: int, n_ops: int, modulus: int = 5) -> int:
     E -> d | -d | (d) | (-d) | (E op E) (unambiguous, so = number of derivations)."""
     if length <= 4:
         return modulus
-    return n_ops * sum(count_bracket_expressions(l, n_ops, modulus) * count_bracket_expressions(length - 3 - l, n_ops, modulus)
-                       for l in range(1, length - 3))
+    return n_ops * sum(count_bracket_expressions(left, n_ops, modulus) * count_bracket_expressions(length - 3 - left, n_ops, modulus)
+                       for left in range(1, length - 3))

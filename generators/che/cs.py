@@ -5,7 +5,6 @@ App. A.3)."""
 from __future__ import annotations
 
 import math
-
 from abc import abstractmethod
 
 import numpy as np
@@ -129,7 +128,7 @@ class _BinaryOp(CheTask):
     def n_inputs(self, n: int) -> int:
         if n <= 2:
             return 2**n - 1
-        return sum((2**l - 1) * (2 ** (n - 1 - l) - 1) for l in range(1, n - 1))
+        return sum((2**k - 1) * (2 ** (n - 1 - k) - 1) for k in range(1, n - 1))
 
     @abstractmethod
     def combine(self, a: int, b: int) -> int:

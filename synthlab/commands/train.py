@@ -51,9 +51,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from synthlab.errors import check_seed
-    from synthlab.records import to_json
     from synthlab.evaluation import format_result
     from synthlab.loggers import check_logger
+    from synthlab.records import to_json
     from synthlab.training import train
 
     check_seed(args.seed, "--seed")

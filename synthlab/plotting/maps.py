@@ -158,7 +158,7 @@ def positions(run: Any, sample: Any, layers: Layers = None, heads: Layers = None
         raise ValueError("BiPE's ids are one per token, not per layer or head: leave out layers / heads")
     if cope is not None:
         L, H = cope.gates.shape[:2]
-        pairs = [(l, h) for l in pick("layer", layers, L) for h in pick("head", heads, H)]
+        pairs = [(layer, h) for layer in pick("layer", layers, L) for h in pick("head", heads, H)]
     T = len((cope or bipe).tokens)  # type: ignore[union-attr]
     side = panel_side(T)
     strip = 2.4 if bipe is not None else 0.0

@@ -187,8 +187,7 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
 
 @pytest.mark.parametrize("pe", ["alibi", "t5", "kerple", "fire", "alibi+t5"])
 def test_flex_attention_biases_match_the_float_mask_on_the_gpu(pe, monkeypatch):
-    from synthlab.model import build_model
-    from synthlab.model import flex
+    from synthlab.model import build_model, flex
 
     torch.manual_seed(0)
     model = build_model(pe=pe, vocab_size=11, d_model=64, n_layers=2, n_heads=4, max_len=512).to(CUDA).train()

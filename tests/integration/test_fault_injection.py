@@ -26,7 +26,6 @@ import pandas as pd
 import pytest
 
 from synthlab import grids, records, sweeping
-
 from test_sweep import TINY, _env, study_trials, trials_so_far, wait_running, write_sweep
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")]

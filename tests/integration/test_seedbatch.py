@@ -15,7 +15,6 @@ from safetensors.torch import load_file
 import synthlab
 from synthlab import seedbatch, sweeping
 from synthlab.seedbatch import NotBatchable, train_seeds
-
 from test_sweep import TINY as TINY_SWEEP
 
 SEEDS = [0, 1, 2]

@@ -347,6 +347,7 @@ def test_a_run_reaped_while_it_ran_is_not_recorded_and_the_sweep_goes_on(tmp_pat
     runs again, once."""
     import optuna
     from optuna.trial import TrialState
+
     import synthlab.training
 
     path = write_sweep(tmp_path)
@@ -396,8 +397,9 @@ def test_cells_enqueued_twice_still_run_once(tmp_path, fake):
 
 
 def test_a_failed_cell_is_recorded_the_sweep_goes_on_and_the_grid_shows_it_missing(tmp_path, monkeypatch, capsys):
-    import synthlab.training
     from optuna.trial import TrialState
+
+    import synthlab.training
 
     f = failing_fake()
     monkeypatch.setattr(synthlab.training, "train", f)
@@ -541,7 +543,7 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
     procs = [subprocess.Popen(_cmd(str(path), "--out", str(out), "--trials", "3"), env=_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (so, se) in zip(procs, outs):
+    for p, (_, se) in zip(procs, outs):
         assert p.returncode == 0, se
         assert "database is locked" not in se
     _, trials = study_trials(out, "tiny-smoke")

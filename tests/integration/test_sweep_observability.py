@@ -22,7 +22,6 @@ import pytest
 
 from synthlab import sweeping
 from synthlab.cli import main
-
 from test_sweep import TINY, FakeTrain, _env, study_trials, write_sweep
 
 

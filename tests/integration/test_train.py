@@ -2,8 +2,8 @@
 records, validation before writing, evaluation details (greedy decoding, rope scaling)."""
 
 import json
-import os
 import math
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,8 +15,8 @@ import generators.che
 from synthlab.cli import main
 from synthlab.data import eval_sets
 from synthlab.evaluation import EvalContext, evaluate, greedy_right, score_samples
-from synthlab.training import lr_factor, resolve_config, train
 from synthlab.model.registry import PE_REVISION
+from synthlab.training import lr_factor, resolve_config, train
 
 CHE_TASKS = tuple(generators.che.TASKS)
 RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",
@@ -121,7 +121,7 @@ def test_record_fields(tmp_path):
     assert (rec["task_revision"], rec["pe_revision"]) == (generators.TASKS["flipflop"].REVISION, PE_REVISION)
     cfg = json.loads((tmp_path / rec["run_id"] / "config.json").read_text())
     assert cfg["model"]["d_model"] == 16 and cfg["train"]["steps"] == 5
-    metrics = [json.loads(l) for l in (tmp_path / rec["run_id"] / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(ln) for ln in (tmp_path / rec["run_id"] / "metrics.jsonl").read_text().splitlines()]
     assert any("loss" in m for m in metrics) and any(m.get("split") == "test" for m in metrics)
 
 

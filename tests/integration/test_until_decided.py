@@ -12,7 +12,6 @@ import json
 import pytest
 
 from synthlab.cli import main
-
 from test_sweep import TINY, FakeTrain, write_sweep
 
 CLAIMS = """

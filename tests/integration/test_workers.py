@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from synthlab import grids, workers
-
 from test_sweep import TINY, _env, completed_keys, study_trials, wait_running, write_sweep
 
 
@@ -170,7 +169,6 @@ def test_the_warning_for_a_dead_helper_names_the_cell_it_left_running(capsys):
 
     from synthlab import sweeping
     from synthlab.cells import Cell
-
     from synthlab.liveness import worker_id
 
     me = worker_id()

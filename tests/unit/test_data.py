@@ -5,8 +5,17 @@ import pytest
 import torch
 
 import generators
-from synthlab.data import (IGNORE, PositionSampler, TrainBatches, TrainStream, collate, eval_sets, group_key,
-                           pad_ids, scatter_targets)
+from synthlab.data import (
+    IGNORE,
+    PositionSampler,
+    TrainBatches,
+    TrainStream,
+    collate,
+    eval_sets,
+    group_key,
+    pad_ids,
+    scatter_targets,
+)
 
 
 def test_pad_ids_right_pads_and_keeps_values():
@@ -113,7 +122,7 @@ def test_eval_sets_groups_per_length():
     assert "train" not in sets and "ood" in sets
     keys = [k for k, _, _ in sets["ood"]]
     assert keys == ["6", "7", "8"]
-    for k, ov, samples in sets["ood"]:
+    for k, _, samples in sets["ood"]:
         assert len(samples) == 3 and all(s.params["length"] == int(k) for s in samples)
     ff = eval_sets(generators.get_task("flipflop", n_pairs=8), seed=0, n=2)
     assert set(ff) == {"test", "ood-sparse", "ood-dense"} and ff["test"][0][0] is None

@@ -8,14 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from synthlab.model import (
-    COMPONENTS,
-    ENCODINGS,
-    build_model,
-    parse_pe,
-    parse_positions,
-    validate_combination,
-)
+from synthlab.model import COMPONENTS, ENCODINGS, build_model, parse_pe, parse_positions, validate_combination
 from synthlab.model.encoders.bias import alibi_slopes, t5_buckets
 from synthlab.model.encoders.contextual import CoPE
 from synthlab.model.encoders.rotary import Rotary
@@ -625,7 +618,7 @@ def test_tiny_model_overfits_fixed_batch(pe):
     x = torch.randint(0, 8, (4, 16), generator=g)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.0)
     loss = None
-    for step in range(300):
+    for _ in range(300):
         logits = m(x[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 8), x[:, 1:].reshape(-1))
         if loss.item() < 0.05:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from synthlab.model import build_model
-from synthlab.model import flex
+from synthlab.model import build_model, flex
 
 V = 11
 FLEX_PE = ["alibi", "t5", "kerple", "kerple:kind=power", "fire", "alibi+t5"]

@@ -7,7 +7,6 @@ import torch
 
 from synthlab.model import build_model, parse_pe
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -132,7 +131,7 @@ def test_encodings_command_lists_everything(capsys):
     assert encodings.run(parser.parse_args(["encodings"])) == 0
     out = capsys.readouterr().out.splitlines()
     for name, (_, paper) in {**ENCODINGS, **INDEX_SCHEMES}.items():
-        line = next(l for l in out if l.split("  ")[0].strip() == name)
+        line = next(ln for ln in out if ln.split("  ")[0].strip() == name)
         assert paper.split(",")[0] in line
     assert encodings.run(parser.parse_args(["encodings", "--json"])) == 0
     import json

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from synthlab.model import build_model
-from synthlab.model import native
+from synthlab.model import build_model, native
 from synthlab.model.encoders.contextual import CoPE, _FusedCoPEQKV
 
 needs_kernel = pytest.mark.skipif(native._compiler() is None or native.cope_kernel() is None,

@@ -10,11 +10,9 @@ import warnings
 import pytest
 import torch
 
-from synthlab.model import build_model
-from synthlab.model import native
-from synthlab.model.processors import DAPE, _FusedDAPE
-
 from dape_bounds import assert_within_float32_bound, sum_of_magnitudes, terms_per_gradient
+from synthlab.model import build_model, native
+from synthlab.model.processors import DAPE, _FusedDAPE
 
 HAS_KERNEL = native._compiler() is not None and native.dape_kernel() is not None
 

@@ -12,7 +12,7 @@ import copy
 
 import pytest
 
-from synthlab import claims, papers
+from synthlab import claims
 from synthlab.sweeping import load_sweep
 from synthlab.tables import preset_differences, tidy_with_presets
 

@@ -11,8 +11,17 @@ import pytest
 
 import generators
 from synthlab import presets
-from synthlab.config import (FALSE_WORDS, PRESETS, TRUE_WORDS, ModelConfig, RunConfig, TrainConfig, apply_overrides,
-                             coerce, resolve_key)
+from synthlab.config import (
+    FALSE_WORDS,
+    PRESETS,
+    TRUE_WORDS,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    apply_overrides,
+    coerce,
+    resolve_key,
+)
 from synthlab.sweeping import expand_cells, installed_sweeps, load_sweep, parse_sweep
 from synthlab.training import resolve_config
 

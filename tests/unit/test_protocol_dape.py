@@ -11,10 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dape_bounds import assert_within_float32_bound, sum_of_magnitudes, terms_per_gradient
 from synthlab.model import native
 from synthlab.model.processors import DAPE
-
-from dape_bounds import assert_within_float32_bound, sum_of_magnitudes, terms_per_gradient
 
 HAS_KERNEL = native._compiler() is not None and native.dape_kernel() is not None
 needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="native DAPE kernel unavailable (no C++ compiler)")

@@ -17,7 +17,6 @@ from synthlab.model import build_model, parse_pe
 from synthlab.model.encoders.bias import FIRE, Kerple, alibi_slopes
 from synthlab.model.transformer import Transformer
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -300,7 +299,9 @@ def test_revision_1_keeps_the_old_forms():
 def _che_reference_alibi(n_heads: int, T: int) -> torch.Tensor:
     """models/positional_encodings.py of google-deepmind/neural_networks_chomsky_hierarchy,
     compute_alibi_encodings_biases, transcribed: -|i - j| + 0.5 below the diagonal, x slopes."""
-    tri = lambda k: torch.tril(torch.ones(T, T, dtype=torch.float64), diagonal=k)
+    def tri(k: int) -> torch.Tensor:
+        return torch.tril(torch.ones(T, T, dtype=torch.float64), diagonal=k)
+
     alibi = torch.zeros(T, T, dtype=torch.float64)
     alibi -= sum(tri(-i) for i in range(1, T))
     alibi -= sum(tri(-i).T for i in range(1, T))

@@ -4,9 +4,9 @@ L_t / L_c in training and at evaluation."""
 
 from __future__ import annotations
 
-import generators
 import torch
 
+import generators
 from synthlab.data import PositionSampler, TrainBatches, TrainStream
 from synthlab.model import parse_positions
 from synthlab.model.encoders.rotary import Rotary

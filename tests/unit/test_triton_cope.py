@@ -14,7 +14,6 @@ module sees the variable."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
@@ -297,7 +296,7 @@ def test_vmap_equals_a_loop_of_calls(case, monkeypatch):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
     for name, g, want in zip([n for n, t in zip("q k v table".split(), leaves) if t is not None], grads, ref_grads):
         assert g.shape == want.shape
-        torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"gradient of {name}: {m}")
+        torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"gradient of {name}: {m}")
 
 
 class _Attend(torch.nn.Module):

@@ -11,7 +11,6 @@ when it is first imported."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

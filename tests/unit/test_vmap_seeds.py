@@ -71,14 +71,14 @@ def _check(pe, causal):
     for s, m in enumerate(models):
         ref = m(ids[s])
         _loss(ref, targets[s]).backward()
-        torch.testing.assert_close(logits[s], ref, atol=1e-5, rtol=1e-4, msg=lambda msg: f"seed {s} logits: {msg}")
+        torch.testing.assert_close(logits[s], ref, atol=1e-5, rtol=1e-4, msg=lambda msg, s=s: f"seed {s} logits: {msg}")
         for name, p in m.named_parameters():
             got = stacked.params[name].grad
             if p.grad is None:
                 assert got is None or not got[s].any(), name
                 continue
             torch.testing.assert_close(got[s], p.grad, atol=1e-5, rtol=1e-4,
-                                       msg=lambda msg: f"seed {s} gradient of {name}: {msg}")
+                                       msg=lambda msg, s=s, name=name: f"seed {s} gradient of {name}: {msg}")
 
 
 @pytest.mark.parametrize("pe", SPECS)

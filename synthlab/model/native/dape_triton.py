@@ -45,8 +45,18 @@ import torch
 
 from synthlab.config import TRUE_WORDS
 from synthlab.model.batched import fold_vmap
-from synthlab.model.native.cope_triton import (INTERPRETED, _compile_only, _dense32, _jit, _launch, _pow2, _precision,
-                                               tl, triton, triton_available)
+from synthlab.model.native.cope_triton import (
+    INTERPRETED,
+    _compile_only,
+    _dense32,
+    _jit,
+    _launch,
+    _pow2,
+    _precision,
+    tl,
+    triton,
+    triton_available,
+)
 from synthlab.model.native.triton_build import KernelBuilds
 
 __all__ = ["DAPETriton", "builds", "enabled", "triton_available"]
