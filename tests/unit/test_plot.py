@@ -230,7 +230,8 @@ def test_rotary_similarity(pe):
 def test_learned_bias_from_a_spec_is_marked_initial():
     d = plot.bias_curves("kerple", max_distance=8)
     assert d.initial and d.bias[0].shape == (4, 9)
-    assert "initial" in plot.bias("kerple", max_distance=8).get_suptitle()
+    fig = plot.bias("kerple", max_distance=8)  # the suptitle is one of its texts (get_suptitle is matplotlib 3.8)
+    assert any("initial" in t.get_text() for t in fig.texts)
 
 
 @pytest.mark.parametrize("pe", ["cope", "nope", "learned"])
