@@ -28,6 +28,21 @@ stamp=.venv/.synthlab-installed
 hash="$(.venv/bin/python -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')"
 if [[ -n "$extras" ]]; then done_line="^$hash $extras\$"; else done_line="^$hash "; fi
 if [[ ! -x .venv/bin/synthlab ]] || ! grep -q "$done_line" "$stamp" 2>/dev/null; then
+    # the distribution was named synthlab before synthlab-pe: an editable install of this
+    # checkout under the old name would keep a second entry for the same package
+    if .venv/bin/python -I - <<'PY'
+import json, pathlib, sys
+from importlib.metadata import PackageNotFoundError, distribution
+try:
+    url = json.loads(distribution("synthlab").read_text("direct_url.json") or "{}")
+except PackageNotFoundError:
+    sys.exit(1)
+here = pathlib.Path.cwd().resolve().as_uri()
+sys.exit(0 if url.get("dir_info", {}).get("editable") and url.get("url") == here else 1)
+PY
+    then
+        .venv/bin/python -m pip uninstall -q -y synthlab
+    fi
     .venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"
     echo "$hash ${extras:-none}" >> "$stamp"
 fi
