@@ -5,6 +5,7 @@ synthlab's version (setuptools-scm's version file, synthlab/__init__.py) and the
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import shutil
 import subprocess
@@ -68,8 +69,8 @@ def _copy_package(dest: Path) -> Path:
 def _ask(path: Path) -> list[str]:
     code = "import synthlab; from synthlab import rundir; print(synthlab.__version__); print(rundir.git_hash())"
     # -S: no site-packages, where an editable install of synthlab would be found before PYTHONPATH
-    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=path, env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=60)
+    env = {"PYTHONPATH": str(path), "PATH": os.environ.get("PATH", "")}
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=path, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 

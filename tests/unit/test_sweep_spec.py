@@ -175,8 +175,12 @@ def test_a_postgresql_url_without_a_driver_gets_psycopg_3(monkeypatch, installed
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: (real("json") if name in installed else None) if "psycopg" in name else real(name, *a))
+    def find_spec(name, *a):
+        if "psycopg" in name:
+            return real("json") if name in installed else None
+        return real(name, *a)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     for bare in ("postgresql://", "postgres://"):
         assert storage.normalize_url(bare + "me@host/db") == f"postgresql+{driver}://me@host/db"
     # a URL naming its driver, and the other storages, are kept
