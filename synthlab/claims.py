@@ -320,7 +320,8 @@ def judge_claims(results, sweep=None) -> list[Verdict]:
 # the claims table
 # --------------------------------------------------------------------------------------------
 
-def _p(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value as the tables print it (two digits; "-" when there is none)."""
     if math.isnan(p):
         return "-"
     return f"{p:.2g}" if p >= 0.001 else f"{p:.1e}"
@@ -335,7 +336,7 @@ def evidence(v: Verdict) -> str:
     if c.unpaired_left_out:
         n += f", {c.unpaired_left_out} unpaired left out"
     mc = "" if c.exact else f", Monte Carlo {inference.EXACT_LIMIT}"
-    return (f"{c.estimate:+.1f} {c.interval()}; {c.test}{mc}, {n}; p {_p(c.p)}, Holm {_p(v.p_adjusted)}"
+    return (f"{c.estimate:+.1f} {c.interval()}; {c.test}{mc}, {n}; p {p_text(c.p)}, Holm {p_text(v.p_adjusted)}"
             f" (of {v.family})")
 
 
