@@ -40,7 +40,7 @@ _SWEEP_KEYS = {
     "objective_split": "split whose metric is the trial's objective value",
 }
 _PRESET_KEYS = ("description", "task", "model", "train", "positions", "rope_scaling", "axes", "tune")
-_TOP_KEYS = ("sweep", "axes", "tune", "presets", "paper", "claim")
+_TOP_KEYS = ("sweep", "axes", "tune", "presets", "paper", "claim", "launcher")
 _SHOW = ("accuracy", "error")
 
 # axes with a fixed value type; any other axis is a `--set` key (checked by the trainer)
@@ -172,6 +172,8 @@ class SweepSpec:
     objective_split: str | None = None
     papers: list = dataclasses.field(default_factory=list)  # [[paper]]: synthlab.papers.PaperValue
     claims: list = dataclasses.field(default_factory=list)  # [[claim]]: synthlab.papers.Claim
+    # [launcher]: the SLURM launcher's settings (synthlab.launchers.SLURM_KEYS), no part of a cell
+    launcher: dict = dataclasses.field(default_factory=dict)
 
     @property
     def tasks(self) -> list[str]:
@@ -257,6 +259,9 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
             "description": p.get("description", ""),
         }
     papers = parse_papers(where, raw.get("paper"), PRESETS)
+    from synthlab.launchers import check_table  # the standard library only
+
+    launcher = check_table(where, raw.get("launcher", {}))
     claims = parse_claims(where, raw.get("claim"), PRESETS)
     default_preset = sw.get("default_preset", "quick")
     if default_preset not in PRESETS:
@@ -267,7 +272,7 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
         metric=sw.get("metric", "token_acc"), show=show, in_dist=sw.get("in_dist", "test"),
         ood=list(sw.get("ood", [])), ood_x=sw.get("ood_x", "split"), ood_y=sw.get("ood_y", "pe"),
         capacity_x=sw.get("capacity_x", "d_model"), capacity_y=sw.get("capacity_y", "pe"),
-        objective_split=sw.get("objective_split"), papers=papers, claims=claims,
+        objective_split=sw.get("objective_split"), papers=papers, claims=claims, launcher=launcher,
     )
 
 
