@@ -112,7 +112,8 @@ def run_cell(job: dict[str, Any]) -> str:
     study = optuna.load_study(study_name=job["study"], storage=store)
     cell = job["cell"]
     plans = {cell.key: job["plan"]} if job.get("plan") is not None else None
-    runner = SlurmRunner(job["spec"], job["preset"], [cell], store, study, out, True, plans=plans,
+    # quiet=False: the trainer's lines (e.g. "resuming RUN at step N") go to the task's log; no bar there
+    runner = SlurmRunner(job["spec"], job["preset"], [cell], store, study, out, False, plans=plans,
                          logger=job.get("logger"))
     me = task_id()
     t = runner.take(int(job["trial"]), me)
