@@ -119,7 +119,8 @@ SlurmUser=$ME
 SlurmdUser=$ME
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$DIR/munge.sock
+# cred_expire: also how long a requeued job waits before it may start again (default 120 s)
+AuthInfo=socket=$DIR/munge.sock,cred_expire=10
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
 TmpFS=$DIR/tmp

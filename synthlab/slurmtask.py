@@ -76,7 +76,7 @@ class SlurmRunner(Runner):
                 self._ensure_recorded(record, t.user_attrs["cell_key"])
                 self._close(t._trial_id, t.number, record, reaping=True)
                 return None
-            self.log(f"[task {job}] trial {number}: taken up again (requeued)")
+            print(f"[task {job}] trial {number}: taken up again (requeued)", file=sys.stderr, flush=True)
             return t
         return None
 
