@@ -18,7 +18,8 @@
 #   export SYNTHLAB_SLURM_JOBCOMP=/tmp/synthlab-slurm/jobcomp.txt
 # (`eval "$(bash .ci/slurm.sh)"`). Sourced (`source .ci/slurm.sh`), it exports them itself and
 # returns 1 on failure without exiting the caller; a cluster it started is stopped when the
-# calling shell exits (an EXIT trap, unless the caller has one). The test reads $SLURM_CONF when
+# calling shell exits (an EXIT trap; where the caller has one already, a background watcher of the
+# caller's pid). The test reads $SLURM_CONF when
 # set, otherwise runs this script itself; a pytest session stops a cluster it started
 # (tests/conftest.py).
 
@@ -34,8 +35,15 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
                 "export SLURM_CONF="*|"export SYNTHLAB_SLURM_"*) export "${_synthlab_slurm_line#export }" ;;
             esac
         done <<<"$_synthlab_slurm_out"
-        if [[ "$_synthlab_slurm_was_running" == 0 && -z "$(trap -p EXIT)" ]]; then
-            trap "bash '$_synthlab_slurm_script' stop" EXIT
+        if [[ "$_synthlab_slurm_was_running" == 0 ]]; then
+            if [[ -z "$(trap -p EXIT)" ]]; then
+                trap "bash '$_synthlab_slurm_script' stop" EXIT
+            else  # the caller's trap is kept (e.g. postgres.sh's): a watcher stops the cluster after the shell
+                ( _synthlab_slurm_parent=$$
+                  while kill -0 "$_synthlab_slurm_parent" 2>/dev/null; do sleep 2; done
+                  bash "$_synthlab_slurm_script" stop ) </dev/null >/dev/null 2>&1 &
+                disown
+            fi
         fi
         return 0
     fi

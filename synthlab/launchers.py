@@ -19,8 +19,8 @@ starts, somewhere, what :func:`synthlab.slurmtask.run_cell` does for one cell, a
 whether each cell's job is still alive (docs/scaling.md).
 
 Settings come from ``--set launcher.KEY=VALUE`` and a sweep file's ``[launcher]`` table (the
-command line wins), checked here before anything is written or submitted. This module imports
-only the standard library; submitit is loaded when a SLURM sweep runs.
+command line wins), checked here before anything is written or submitted. submitit is loaded
+only when a SLURM sweep runs.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from synthlab.sweepfile import LAUNCHER_KEYS
+
 NAMES = ("local", "slurm")
 # key -> what it is (the settings a [launcher] table or --set launcher.KEY may give)
 SLURM_KEYS = {
@@ -48,6 +50,7 @@ SLURM_KEYS = {
     "max_requeues": "how many times a timed-out task is requeued (default 3)",
 }
 PREFIX = "launcher."
+assert tuple(SLURM_KEYS) == LAUNCHER_KEYS
 
 
 def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -55,16 +58,6 @@ def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     cells = {k: v for k, v in settings.items() if not k.startswith(PREFIX)}
     launcher = {k[len(PREFIX):]: v for k, v in settings.items() if k.startswith(PREFIX)}
     return cells, launcher
-
-
-def check_table(where: str, table: Any) -> dict[str, Any]:
-    """A sweep file's ``[launcher]`` table: its keys known (values are checked with the launcher)."""
-    if not isinstance(table, dict):
-        raise ValueError(f"{where}: [launcher] must be a table")
-    for k in table:
-        if k not in SLURM_KEYS:
-            raise ValueError(f"{where}: unknown key launcher.{k!r} (allowed: {', '.join(SLURM_KEYS)})")
-    return dict(table)
 
 
 def parse_minutes(value: Any, what: str) -> int:

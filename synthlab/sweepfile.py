@@ -191,6 +191,18 @@ class SweepSpec:
         return [k for k in tune if k != "trials_per_cell"] if tune.get("trials_per_cell", 1) > 1 else []
 
 
+# the keys of a [launcher] table: the SLURM launcher's settings (synthlab.launchers checks their values)
+LAUNCHER_KEYS = ("partition", "time", "gpus_per_task", "cpus_per_task", "array_parallelism", "mem_gb",
+                 "max_requeues")
+
+
+def _check_launcher(where: str, table: Any) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: [launcher] must be a table")
+    _unknown(where, "launcher", table, LAUNCHER_KEYS)
+    return dict(table)
+
+
 def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
     """Parse and validate a sweep file's text (``where`` names it in errors)."""
     try:
@@ -259,9 +271,7 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
             "description": p.get("description", ""),
         }
     papers = parse_papers(where, raw.get("paper"), PRESETS)
-    from synthlab.launchers import check_table  # the standard library only
-
-    launcher = check_table(where, raw.get("launcher", {}))
+    launcher = _check_launcher(where, raw.get("launcher", {}))
     claims = parse_claims(where, raw.get("claim"), PRESETS)
     default_preset = sw.get("default_preset", "quick")
     if default_preset not in PRESETS:
