@@ -1,11 +1,14 @@
 """The lesson notebooks (notebooks/*.ipynb) and the checkpoints they start from.
 
 Fast checks: every lesson is saved with its outputs (pictures included, no error), uses the
-public API only, and every shipped checkpoint loads and is listed by make_checkpoints.py.
+public API only, has learning objectives, prerequisites, a time, a first cell that installs what
+a fresh kernel lacks, and a solution under every exercise; nothing meant for the tests shows: the
+cells the tests read are tagged ``check`` and collapsed, the solutions tagged ``solution`` and
+collapsed. Every shipped checkpoint loads and is listed by make_checkpoints.py.
 Slow checks (`slow`): each lesson runs top to bottom in a real Jupyter kernel (nbclient), draws
-its figures, and shows the effect it states, read from the numbers the lesson saves (the
-notebook writes ``$SYNTHLAB_LESSON_OUT/<lesson>.json``). The lessons load the checkpoints and
-train nothing, so the slow checks take a few minutes on 2 cores.
+its figures, and shows the effect it states and the answers its solutions give, read from the
+JSON line its ``check`` cell prints. The lessons load the checkpoints and train nothing, so the
+slow checks take a few minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -51,6 +54,27 @@ def _code(nb: dict) -> list[str]:
 
 def _outputs(nb: dict) -> list[dict]:
     return [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+
+
+def _tagged(nb: dict, tag: str) -> list[dict]:
+    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def _collapsed(cell: dict) -> bool:
+    hidden = cell.get("metadata", {}).get("jupyter", {})
+    return bool(hidden.get("source_hidden") and hidden.get("outputs_hidden"))
+
+
+def _facts(nb: dict) -> dict:
+    """The lesson's numbers: the JSON lines its check cells printed, merged."""
+    facts: dict = {}
+    for cell in _tagged(nb, "check"):
+        text = "".join("".join(o["text"]) for o in cell.get("outputs", [])
+                       if o["output_type"] == "stream" and o["name"] == "stdout")
+        lines = [line for line in text.splitlines() if line.startswith("{")]
+        assert len(lines) == 1, f"a check cell printed {len(lines)} JSON lines, expected 1"
+        facts.update(json.loads(lines[0]))
+    return facts
 
 
 def _make_checkpoints():
@@ -101,6 +125,55 @@ def test_lesson_uses_the_public_api_only(path):
         assert used <= names, f"{path.name} uses {module}.{sorted(used - names)}, not public API"
 
 
+# what a student must not see: the plumbing the tests once needed
+PLUMBING = re.compile(r"RESULTS\[|SYNTHLAB_LESSON_OUT|the tests read|test_notebooks")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_lesson_shows_no_test_plumbing(path):
+    nb = _nb(path)
+    checks = _tagged(nb, "check")
+    assert checks, f"{path.name}: no cell tagged 'check' (what the slow test reads)"
+    for cell in nb["cells"]:
+        src = "".join(cell["source"])
+        if "check" in cell.get("metadata", {}).get("tags", []):
+            assert _collapsed(cell), f"{path.name}: a check cell is not collapsed (source and output hidden)"
+        else:
+            assert not PLUMBING.search(src), f"{path.name}: test plumbing in a visible cell: {src[:80]!r}"
+    facts = _facts(nb)  # the saved run's check line parses
+    assert facts, f"{path.name}: its check cell printed nothing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_lesson_has_objectives_prerequisites_time_and_solved_exercises(path):
+    nb = _nb(path)
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    for heading in ("**Learning objectives.**", "**Prerequisites.**", "**Time.**"):
+        assert heading in text, f"{path.name}: no {heading}"
+    # the exercises: numbered items after the Exercises heading, each followed by a solution cell
+    cells = nb["cells"]
+    start = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "Exercises" in "".join(c["source"]))
+    numbered, solutions = [], 0
+    for c in cells[start:]:
+        src = "".join(c["source"])
+        if c["cell_type"] == "markdown":
+            if src.lstrip().startswith("## ") and "Exercises" not in src:
+                break  # the next section (going further)
+            numbered += re.findall(r"^(\d+)\. \*\*", src, re.M)
+        elif "solution" in c.get("metadata", {}).get("tags", []):
+            assert _collapsed(c), f"{path.name}: a solution is not collapsed"
+            solutions += 1
+    assert numbered == [str(i) for i in range(1, len(numbered) + 1)] and numbered, f"{path.name}: exercises {numbered}"
+    assert solutions == len(numbered), f"{path.name}: {len(numbered)} exercises, {solutions} solution cells"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_lesson_first_code_cell_installs_only_what_is_missing(path):
+    first = _code(_nb(path))[0]
+    assert 'find_spec("synthlab") is None' in first and "torch==2.13.0" in first
+    assert "pip" in first and "[notebooks]" in first
+
+
 def test_shipped_checkpoints_load_and_are_listed():
     import synthlab
 
@@ -131,10 +204,23 @@ def _check_flipflop_glitches(r: dict) -> None:
     assert err["rope"]["test"] < 0.01 and err["cope"]["test"] < 0.01, "both learned the task in distribution"
     assert err["rope"]["ood-sparse"] > 0.10, "RoPE glitches on ood-sparse"
     assert err["cope"]["ood-sparse"] < 0.01, "CoPE does not"
-    assert r["rope_error_near"] < 0.01 and r["rope_error_far"] > 0.2, "RoPE's errors are the long gaps"
+    assert r["error_near"]["rope"] < 0.01 and r["error_far"]["rope"] > 0.2, "RoPE's errors are the long gaps"
+    assert r["far_share"]["train"] < 0.05 < 0.5 < r["far_share"]["ood-sparse"], "far reads: rare in training, common OOD"
+    # the zoomed figure's sample: RoPE answers wrong, CoPE right
+    assert r["answers"]["cope"] == r["target"] != r["answers"]["rope"]
     # on 20 glitching sequences CoPE's last layer looks at the start (the only write) far more than RoPE's
     assert r["start_attention"]["cope"] > 2 * r["start_attention"]["rope"]
     assert max(r["start_attention_heads"]["cope"]) > 0.3
+    # exercise 1: dense writes keep every gap short
+    assert r["ex1_longest_gap"]["ood-dense"] < 64 <= r["ex1_longest_gap"]["ood-sparse"]
+    # exercise 2: the head named is the one with the most attention on the write
+    assert r["ex2_best_head_share"] == max(r["start_attention_heads"]["cope"])
+    # exercise 3: more reads per sequence, a larger glitch rate / read error multiple (ood-dense)
+    rates = r["ex3_rates"]
+    assert rates["ood-dense"]["reads per sequence"] > rates["ood-sparse"]["reads per sequence"]
+    assert rates["ood-dense"]["glitch rate / read error"] > rates["ood-sparse"]["glitch rate / read error"] >= 1
+    # exercise 4: RoPE answers some far read right
+    assert r["ex4_gap"] >= 64 and 0 <= r["ex4_reach_wrong"] <= 1 and 0 <= r["ex4_reach_right"] <= 1
 
 
 def _check_encodings(r: dict) -> None:
@@ -198,11 +284,12 @@ CHECKS = {name: globals()[f"_check_{name}"] for name in LESSONS}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_lesson_runs_in_a_kernel_and_shows_its_effect(path, tmp_path, monkeypatch):
+def test_lesson_runs_in_a_kernel_and_shows_its_effect(path):
+    """The kernel inherits this process's environment (PYTHONPATH included), so it imports the
+    synthlab under test."""
     nbformat = pytest.importorskip("nbformat", reason="pip install -e '.[test]' (nbclient, nbformat, ipykernel)")
     nbclient = pytest.importorskip("nbclient", reason="pip install -e '.[test]' (nbclient, nbformat, ipykernel)")
     pytest.importorskip("ipykernel", reason="pip install -e '.[test]' (nbclient, nbformat, ipykernel)")
-    monkeypatch.setenv("SYNTHLAB_LESSON_OUT", str(tmp_path))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(NB_DIR)}})
@@ -211,6 +298,4 @@ def test_lesson_runs_in_a_kernel_and_shows_its_effect(path, tmp_path, monkeypatc
     assert not [o for o in outs if o.output_type == "error"]
     pngs = sum("image/png" in o.get("data", {}) for o in outs)
     assert pngs >= LESSONS[path.stem][1], f"{path.name} drew {pngs} figures"
-    result = tmp_path / f"{path.stem}.json"
-    assert result.is_file(), f"{path.name} did not save its numbers (SYNTHLAB_LESSON_OUT)"
-    CHECKS[path.stem](json.loads(result.read_text()))
+    CHECKS[path.stem](_facts(json.loads(nbformat.writes(nb))))
