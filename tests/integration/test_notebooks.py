@@ -240,6 +240,15 @@ def _check_encodings(r: dict) -> None:
     # CoPE: a head of layer 0 sees the last write far fewer positions back than tokens on ood-sparse
     sparse = r["cope_last_write"]["ood-sparse"]
     assert min(v for k, v in sparse.items() if k.startswith("CoPE")) < sparse["token distance"] / 4
+    # exercises: the flattest ALiBi head; T5's steps; 16 geometric slopes; scalings at 1024; CoPE counts writes
+    assert r["ex1_flattest"] == len(r["alibi_slopes"]) - 1 and max(r["ex1_at_500"]) > -5
+    assert len(r["ex2_steps"]["64"]) > len(r["ex2_steps"]["8"])
+    ratios = [b / a for a, b in zip(r["ex3_slopes"], r["ex3_slopes"][1:])]
+    assert len(r["ex3_slopes"]) == 16 and max(ratios) - min(ratios) < 1e-4 and ratios[0] < 1
+    e = r["ex4_at_1024"]
+    assert min(e["ntk"], e["yarn"]) < e["none"], "NTK or YaRN helps at 8x the training length"
+    layer0 = [v for k, v in r["ex5_gates"].items() if k.startswith("layer 0")]
+    assert any(g["w"] > 5 * g["i"] for g in layer0), "a layer-0 head opens on writes and shuts on ignores"
 
 
 def _check_counting_cope(r: dict) -> None:
@@ -250,6 +259,11 @@ def _check_counting_cope(r: dict) -> None:
     assert min(r["gate_contrast"][0]) > 0.8
     # ... so the CoPE position of the '=' is the answer plus a constant
     assert min(r["position_answer_correlation"]) > 0.99
+    # exercise 1: on ood-short the layer-0 count still follows the answer
+    assert min(r["ex1_correlation"]) > 0.95
+    # exercise 2: relative PE's share on the increments is a share; exercise 3: layer 1 opens on every kind
+    assert 0 <= r["ex2_on_increments"] <= 1 and 0 < r["ex2_increment_share"] < 1
+    assert r["ex3_layer1_min_gate"] > 0.4
 
 
 def _check_bipe_arithmetic(r: dict) -> None:
@@ -263,6 +277,15 @@ def _check_bipe_arithmetic(r: dict) -> None:
     assert all(0.25 < acc[n] < 0.45 for acc in (bipe, rope) for n in ("3", "4"))
     assert abs(r["answer_acc"]["bipe-rope"]["test"] - r["answer_acc"]["rope"]["test"]) < 0.05, "no BiPE gap"
     assert max(bipe["5"], rope["5"], bipe["6"], rope["6"]) < 0.3, "both at chance on longer chains"
+    # exercise 1: index 0 at <bos> and right after each '='
+    firsts = [r["ex1_tokens"][0]] + [t for prev, t in zip(r["ex1_tokens"], r["ex1_tokens"][1:]) if prev == "="]
+    assert r["ex1_firsts"] == firsts
+    assert set(r["ex2_ood"]["rope"]) == {"ood-ops-5", "ood-ops-6"}
+    # exercise 3: no cost within one's own segment, a cost per segment back
+    assert all(row[0] == 0 and row[1] < 0 for row in r["ex3_bias"])
+    # exercise 4: a counting program's segments are its statements (a new one after each ';')
+    seg, toks = r["ex4_segments"], r["ex4_tokens"]
+    assert seg[-1] == toks[:-1].count(";") and all(b == a + (t == ";") for a, b, t in zip(seg, seg[1:], toks))
 
 
 def _check_dape_recall(r: dict) -> None:
@@ -270,6 +293,10 @@ def _check_dape_recall(r: dict) -> None:
     assert acc["nope+dape:k=3"]["test"] > 0.95 and acc["nope+dape:k=3"]["ood-length"] > 0.9
     assert acc["nope"]["test"] < 0.25, "NoPE stays near chance (1 / 8)"
     assert r["value_peak_share"]["nope+dape:k=3"] > 0.9 > 0.3 > r["value_peak_share"]["nope"]
+    assert r["ex1_longer_share"] > 0.9, "the dots survive at 2x / 4x the length"
+    assert r["ex2_peak_k1"] == r["ex2_peak_k3"] - 1, "a 1 x 1 kernel leaves the peak on the match"
+    assert 0 <= r["ex3_layer1_share"] <= 1
+    assert all(p == r["ex4_match"] + 1 for p in r["ex4_attention_peak"]), "attention on the value after the match"
 
 
 def _check_reading_grids(r: dict) -> None:
@@ -277,6 +304,9 @@ def _check_reading_grids(r: dict) -> None:
     assert r["three_seed_p"] == 0.25
     assert r["paper_cells"] == []  # a quick grid carries no paper-scale number
     assert {"rope/ood-sparse", "cope/ood-sparse"} <= set(r["paper_values"])
+    dense = {k.split("/")[0]: v for k, v in r["flipflop_grid"].items() if k.endswith("/ood-dense")}
+    assert r["ex1_best"] == min(dense, key=dense.get)
+    assert r["ex2_columns"] == ["64"] and r["ex3_splits"] == ["test-mix"]
 
 
 CHECKS = {name: globals()[f"_check_{name}"] for name in LESSONS}
