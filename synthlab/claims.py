@@ -26,7 +26,7 @@ from typing import Any
 
 from synthlab import inference
 from synthlab.papers import CLAIM_KINDS, Claim, PaperValue, canonical
-from synthlab.tables import SETTING_COLUMNS, SETTING_PREFIXES, in_percent, per_seed, same, tidy_with_presets
+from synthlab.tables import SMOKE_NOTE, SETTING_COLUMNS, SETTING_PREFIXES, in_percent, per_seed, same, tidy_with_presets
 
 SUPPORTED = inference.SUPPORTED
 CONTRADICTED = inference.CONTRADICTED
@@ -374,7 +374,8 @@ def markdown(vs: list[Verdict], show: str) -> str:
             paper += f" ({settings})"
         lines.append(f"| {v.claim.text} | {v.kind_label()} | {v.claim.source} | {v.preset_label()} | {paper} | "
                      f"{ours} | {evidence(v)} | {verdict_text(v)} |")
-    return HEADER.format(show=show) + "\n\n" + "\n".join(lines) + "\n"
+    smoke = f"*{SMOKE_NOTE}*\n\n" if any(str(v.preset) == "smoke" for v in vs) else ""
+    return smoke + HEADER.format(show=show) + "\n\n" + "\n".join(lines) + "\n"
 
 
 def rows(vs: list[Verdict]) -> list[dict[str, Any]]:
