@@ -5,7 +5,8 @@ split (ood-sparse by default): the mean gate g_ij of the query (the read) on the
 before it (``w``), the mean gate on every other token up to it (``o``), and the share of reads
 whose contextual position at the last write is clamped (p >= npos - 1: the head cannot tell that
 write from an older one). A head with ``w`` near 1 and ``o`` near 0 counts writes alone, so the
-last write sits at position ~1 however far back it is (flipflop.toml's T 512 notes).
+last write sits at position ~1 however far back it is (the flipflop T 512 notes in
+docs/notes/2026-11-28-sweep-file-measurements.md).
 
     python scripts/cope_gates.py RUN_DIR [RUN_DIR ...] [--samples 16] [--split ood-sparse]
 

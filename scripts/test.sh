@@ -2,15 +2,15 @@
 # The full test suite from nothing (`make test`, what CI runs through .ci/run): install what is
 # missing with the test extras (scripts/setup.sh), lint (ruff, configured in pyproject.toml),
 # the unit tier with the declared minimum versions (scripts/min_versions.sh), start the local
-# PostgreSQL server for the distributed-sweep test when one can be had, then README's test
-# command (slow tests included).
+# PostgreSQL server for the distributed-sweep test and the one-node SLURM cluster for the SLURM
+# launcher's tests when they can be had, then README's test command (slow tests included).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow"; with arguments the
 # minimum-versions step is left out (a quick run while iterating) unless SYNTHLAB_MIN_VERSIONS=1;
 # SYNTHLAB_MIN_VERSIONS=0 leaves it out of a full run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh test,postgres
+bash scripts/setup.sh test,postgres,slurm
 . .venv/bin/activate
 
 ruff check .
@@ -23,6 +23,13 @@ fi
 # start); sourced, it exports SYNTHLAB_PG_URL and stops a server it started when this shell exits
 if [[ -x .ci/postgres.sh ]]; then
     source .ci/postgres.sh || echo "postgres setup failed; the PostgreSQL test will be skipped"
+fi
+
+# a one-node SLURM cluster (slurmctld + slurmd + munged) for tests/integration/test_slurm.py
+# (skipped with a reason if it cannot start); sourced, it exports SLURM_CONF and stops a cluster
+# it started when this shell exits
+if [[ -x .ci/slurm.sh ]]; then
+    source .ci/slurm.sh || echo "slurm setup failed; the SLURM launcher's cluster tests will be skipped"
 fi
 
 python -m pytest -q "$@"

@@ -26,7 +26,7 @@ from typing import Any
 
 from synthlab import inference
 from synthlab.papers import CLAIM_KINDS, Claim, PaperValue, canonical
-from synthlab.tables import SETTING_COLUMNS, SETTING_PREFIXES, in_percent, per_seed, same, tidy_with_presets
+from synthlab.tables import SETTING_COLUMNS, SETTING_PREFIXES, SMOKE_NOTE, in_percent, per_seed, same, tidy_with_presets
 
 SUPPORTED = inference.SUPPORTED
 CONTRADICTED = inference.CONTRADICTED
@@ -320,7 +320,8 @@ def judge_claims(results, sweep=None) -> list[Verdict]:
 # the claims table
 # --------------------------------------------------------------------------------------------
 
-def _p(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value as the tables print it (two digits; "-" when there is none)."""
     if math.isnan(p):
         return "-"
     return f"{p:.2g}" if p >= 0.001 else f"{p:.1e}"
@@ -335,7 +336,7 @@ def evidence(v: Verdict) -> str:
     if c.unpaired_left_out:
         n += f", {c.unpaired_left_out} unpaired left out"
     mc = "" if c.exact else f", Monte Carlo {inference.EXACT_LIMIT}"
-    return (f"{c.estimate:+.1f} {c.interval()}; {c.test}{mc}, {n}; p {_p(c.p)}, Holm {_p(v.p_adjusted)}"
+    return (f"{c.estimate:+.1f} {c.interval()}; {c.test}{mc}, {n}; p {p_text(c.p)}, Holm {p_text(v.p_adjusted)}"
             f" (of {v.family})")
 
 
@@ -373,7 +374,8 @@ def markdown(vs: list[Verdict], show: str) -> str:
             paper += f" ({settings})"
         lines.append(f"| {v.claim.text} | {v.kind_label()} | {v.claim.source} | {v.preset_label()} | {paper} | "
                      f"{ours} | {evidence(v)} | {verdict_text(v)} |")
-    return HEADER.format(show=show) + "\n\n" + "\n".join(lines) + "\n"
+    smoke = f"*{SMOKE_NOTE}*\n\n" if any(str(v.preset) == "smoke" for v in vs) else ""
+    return smoke + HEADER.format(show=show) + "\n\n" + "\n".join(lines) + "\n"
 
 
 def rows(vs: list[Verdict]) -> list[dict[str, Any]]:

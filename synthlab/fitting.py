@@ -81,6 +81,9 @@ def quiet_lightning() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
         warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")
         warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
+        # on a machine with SLURM installed (a login node) Lightning says this on every run that
+        # is not inside `srun`: a run of synthlab outside a launcher is one process on purpose
+        warnings.filterwarnings("ignore", message=".*The `srun` command is available on your system but is not used.*")
         try:
             yield
         finally:
@@ -144,6 +147,23 @@ def deterministic(strict: bool) -> Iterator[None]:
         torch.backends.cudnn.deterministic = cudnn_before
 
 
+def cluster_environment() -> Any:
+    """The Lightning cluster environment of a run, chosen here rather than detected by Lightning.
+
+    Inside a SLURM job step (``srun``, as submitit starts a task: ``SLURM_NTASKS`` set, not an
+    interactive job) Lightning's own :class:`SLURMEnvironment`, as it expects there (ranks, node
+    address from SLURM's variables), with ``auto_requeue=False``: requeueing on timeout or
+    preemption is submitit's (:mod:`synthlab.slurmtask`), and Lightning's handler would requeue the
+    job a second time and save its own ``hpc_ckpt`` in the working directory. Anywhere else
+    the plain single-process :class:`LightningEnvironment`: a synthlab run is one process on one
+    device whatever the machine has installed."""
+    from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
+
+    if "SLURM_NTASKS" in os.environ and os.environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        return SLURMEnvironment(auto_requeue=False)
+    return LightningEnvironment()
+
+
 def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, desc: str = "",
         checkpoints: Any = None, callbacks: list[Any] | tuple[Any, ...] = (), logger: Any = None,
         log_every: int = 1) -> dict[str, Any]:
@@ -169,6 +189,7 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
             num_sanity_val_steps=0, limit_val_batches=0,
             gradient_clip_val=cfg.train.grad_clip or None, gradient_clip_algorithm="norm",
             callbacks=every, benchmark=False, deterministic=False, precision=PRECISIONS[cfg.train.precision],
+            plugins=[cluster_environment()],
         )
         # Lightning turns Ctrl-C into SystemExit(1) and leaves SIGINT ignored: restore it
         sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None

@@ -41,7 +41,7 @@ RUN_FIELDS = (
     ("error", ("error",)),
 )
 RUN_COLUMNS = tuple(c for c, _ in RUN_FIELDS) + ("split",)
-TAIL_COLUMNS = ("wall_s", "device", "synthlab", "git", "schema")
+TAIL_COLUMNS = ("wall_s", "device", "synthlab", "git", "schema", "run_dir")
 # columns whose values are whole numbers (nullable: a failed run may not know them)
 INT_COLUMNS = ("trial", "task_revision", "pe_revision", "seed", "d_model", "n_layers", "n_heads", "params", "steps", "batch_size", "train_len",
                "threads", "schema")
@@ -87,6 +87,20 @@ def load_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     return latest_records(records)
 
 
+def run_dirs(files: list[Path], records: list[dict[str, Any]]) -> dict[str, str]:
+    """run_id -> its run directory, for the runs whose directory lies beside their results file
+    (``OUT/<run_id>`` of ``synthlab train``, ``OUT/runs/<run_id>`` of a sweep) with its config.json."""
+    found: dict[str, str] = {}
+    wanted = {r.get("run_id") for r in records if isinstance(r.get("run_id"), str)}
+    for f in files:
+        for run_id in wanted - set(found):
+            for d in (f.parent / run_id, f.parent / "runs" / run_id):
+                if (d / "config.json").is_file():
+                    found[run_id] = str(d)
+                    break
+    return found
+
+
 def results(paths: str | os.PathLike | Iterable[str | os.PathLike] | list[dict[str, Any]]):
     """A flat pandas DataFrame of result records: one row per run x split (module docstring,
     docs/results.md). ``paths``: a results file, an OUT directory, several of them, or a list
@@ -94,20 +108,24 @@ def results(paths: str | os.PathLike | Iterable[str | os.PathLike] | list[dict[s
     if isinstance(paths, list) and paths and all(isinstance(r, dict) for r in paths):
         records = paths
         check_records(records, "results")
-    else:
-        records = load_records(paths)
-    return frame(records)
+        return frame(records)
+    files = result_files(paths)
+    records = load_records(files)
+    return frame(records, run_dirs(files, records))
 
 
-def frame(records: list[dict[str, Any]]):
-    """The DataFrame of :func:`results` from records already read."""
+def frame(records: list[dict[str, Any]], dirs: dict[str, str] | None = None):
+    """The DataFrame of :func:`results` from records already read; ``dirs``: run_id -> run
+    directory (:func:`run_dirs`; the ``run_dir`` column, empty where a run has none)."""
+    dirs = dirs or {}
     import pandas as pd
 
     rows: list[dict[str, Any]] = []
     metric_names: dict[str, None] = {}
     for r in records:
         base = {col: _get(r, where) for col, where in RUN_FIELDS}
-        tail = {col: r.get(col) for col in TAIL_COLUMNS}
+        tail = {col: r.get(col) for col in TAIL_COLUMNS if col != "run_dir"}
+        tail["run_dir"] = dirs.get(r.get("run_id"))  # not a record field: where the run's files are
         extra = _prefixed(r)
         metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
         splits = [(s, m) for s, m in metrics.items() if isinstance(m, dict)] or [(None, {})]

@@ -28,8 +28,18 @@ from synthlab.lineplots import by_length
 from synthlab.papers import canonical
 from synthlab.records import read_results
 from synthlab.sweepfile import installed_sweeps, parse_sweep
+from synthlab.tables import (
+    SMOKE_NOTE,
+    check_records,
+    composite,
+    in_percent,
+    is_error,
+    per_seed,
+    pooled_axes,
+    pooled_labels,
+    same,
+)
 from synthlab.tables import cell_settings as _cell_settings
-from synthlab.tables import check_records, composite, in_percent, is_error, per_seed, pooled_axes, pooled_labels, same
 from synthlab.tables import tidy_with_presets as tidy
 
 __all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
@@ -108,6 +118,8 @@ class Grid:
                 else "mean ± std over n seeds")
         head = (f"**{self.title}** ({self.show} %, {what}; blank = not run{self._failed_note('; ')}"
                 + ("; paper: the source paper's number" if self.paper else "") + ")\n\n")
+        if any(cell.get("preset") == "smoke" for cell in self.settings.values()):
+            head = f"*{SMOKE_NOTE}*\n\n" + head
         cols = [str(c) for c in self.mean.columns]
         corner = self.y if self.x == "split" else f"{self.y} / {self.x}"  # rows / columns
         lines = ["| " + " | ".join([corner, *cols]) + " |", "|" + "---|" * (len(cols) + 1)]

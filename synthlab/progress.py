@@ -104,6 +104,7 @@ class SweepProgress:
         self._others: dict[int, Any] = {}  # the helpers' running trials (FrozenTrial)
         self._beats: dict[int, float] = {}  # trial number -> when its last heartbeat line was due
         self._pids = {(socket.gethostname(), os.getpid())}
+        self.slurm = False  # also show the running trials of SLURM tasks (synthlab.launchers)
         self._t0 = time.time()
         self._done_here = 0  # cells finished since this sweep started (for the ETA)
         self._lock = threading.RLock()
@@ -204,13 +205,16 @@ class SweepProgress:
             others = {}
             for t in running:
                 w = t.user_attrs.get("worker")
-                if t.number in self._live or not isinstance(w, dict) or (w.get("host"), w.get("pid")) not in self._pids:
+                task = t.user_attrs.get("slurm_job") if self.slurm else None
+                if t.number in self._live or (task is None and (not isinstance(w, dict)
+                                                                or (w.get("host"), w.get("pid")) not in self._pids)):
                     continue
                 others[t.number] = t
                 if t.number not in self._started:
                     self._started.add(t.number)
                     self._beats[t.number] = time.time()
-                    self.write(f"[sweep] trial {t.number} started: {self._label(t)} (worker pid {w.get('pid')})")
+                    who = f"SLURM task {task}" if task is not None else f"worker pid {w.get('pid')}"
+                    self.write(f"[sweep] trial {t.number} started: {self._label(t)} ({who})")
             self._others = others
 
     # ---- the lines

@@ -1,18 +1,39 @@
-"""Reopen a finished run: its config, task and trained model (for notebooks and plots).
+"""Reopen a finished run: its config, task and trained model (for notebooks and plots), and look
+inside it (docs/inspection.md).
 
 A run directory (``synthlab train ... --out DIR`` -> ``DIR/<run_id>/``) holds ``config.json``,
 ``metrics.jsonl`` and ``model.safetensors``. Weights are read with safetensors only, never
 with pickle.
+
+    >>> run = synthlab.load_run("runs/<run_id>")
+    >>> ids = run.encode("w 1 i 0 r")                 # LongTensor (T,); run.decode(ids) -> the tokens
+    >>> logits, cache = run.run_with_cache(ids)       # cache["blocks.0.attn.pattern"]: (1, H, T, T)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import numpy as np
 import torch
+
+
+class ActivationCache(dict):
+    """Hook point name -> tensor of one forward (:meth:`LoadedRun.run_with_cache`), detached, on
+    the CPU; ``tokens``: the input's tokens, one list per sequence. Printing it lists every
+    name with its shape."""
+
+    def __init__(self, activations: dict[str, torch.Tensor], tokens: list[list[str]]):
+        super().__init__(activations)
+        self.tokens = tokens
+
+    def __repr__(self) -> str:
+        width = max((len(k) for k in self), default=0)
+        return "\n".join(f"{k:{width}s}  {tuple(v.shape)}" for k, v in self.items()) or "ActivationCache()"
 
 
 @dataclass
@@ -34,6 +55,76 @@ class LoadedRun:
         for b, s in enumerate(samples):
             ids[b, : len(s.ids)] = torch.as_tensor(s.ids)
         return samples, ids
+
+    @property
+    def pad_id(self) -> int:
+        """The id :meth:`batch` pads with (one past the task's vocabulary)."""
+        return len(self.task.vocab)
+
+    def encode(self, tokens: str | list[str] | tuple[str, ...]) -> torch.Tensor:
+        """Token ids (T,) of a text (tokens separated by spaces) or a list of tokens; ValueError
+        naming a token the task does not know."""
+        toks = tokens.split() if isinstance(tokens, str) else list(tokens)
+        if not toks or not all(isinstance(t, str) for t in toks):
+            raise ValueError(f"encode takes a text or a non-empty list of tokens, got {tokens!r}")
+        index = {t: i for i, t in enumerate(self.task.vocab)}
+        unknown = [t for t in toks if t not in index]
+        if unknown:
+            vocab = self.task.vocab
+            shown = " ".join(vocab[:24]) + (f" ... ({len(vocab)} tokens)" if len(vocab) > 24 else "")
+            raise ValueError(f"token {unknown[0]!r} is not in task {self.task.name!r}'s vocabulary: {shown}")
+        return torch.tensor([index[t] for t in toks], dtype=torch.long)
+
+    def decode(self, ids: Any) -> list[str] | list[list[str]]:
+        """The tokens of ids (T,) -> [str], or of (B, T) -> one list per row; the pad id reads "<pad>"."""
+        arr = np.asarray(ids.detach().cpu() if isinstance(ids, torch.Tensor) else ids)
+        if arr.ndim not in (1, 2) or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"decode takes integer ids of shape (T,) or (B, T), got {arr.dtype} {arr.shape}")
+        names = [*self.task.vocab, "<pad>"]
+        if arr.size and not 0 <= int(arr.min()) <= int(arr.max()) < len(names):
+            raise ValueError(f"ids must lie in 0..{len(names) - 1} (the vocabulary and the pad id)")
+        return [names[i] for i in arr] if arr.ndim == 1 else [[names[i] for i in row] for row in arr]
+
+    def as_ids(self, inputs: Any) -> torch.Tensor:
+        """(B, T) ids of a text, a list of tokens, ids (T,) or (B, T), or a generators Sample."""
+        if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
+            return self.encode(inputs).unsqueeze(0)
+        ids = getattr(inputs, "ids", inputs)  # a Sample's ids
+        ids = torch.as_tensor(np.asarray(ids) if not isinstance(ids, torch.Tensor) else ids)
+        if ids.dim() == 1:
+            ids = ids.unsqueeze(0)
+        self.decode(ids)  # checks the shape and range
+        return ids.long()
+
+    def run_with_cache(self, inputs: Any) -> tuple[torch.Tensor, ActivationCache]:
+        """One forward of ``inputs`` (see :meth:`as_ids`) keeping every hook point: (logits
+        (B, T, V), :class:`ActivationCache`). Names and shapes: docs/inspection.md. Past the
+        training length the run's rope scaling applies as its evaluation applied it."""
+        from synthlab.model.transformer import Transformer
+        if not isinstance(self.model, Transformer):
+            raise ValueError(f"run_with_cache reads synthlab's Transformer; this run's model is a "
+                             f"{type(self.model).__name__} (a user's factory): register forward hooks on it instead")
+        ids = self.as_ids(inputs)
+        activations: dict[str, torch.Tensor] = {}
+        with rope_scaled(self, ids.shape[1]), torch.no_grad():
+            logits = self.model(ids, activations=activations)
+        return logits, ActivationCache(activations, self.decode(ids))
+
+
+@contextlib.contextmanager
+def rope_scaled(run: Any, T: int) -> Iterator[None]:
+    """The run's eval-time rope scaling (s = T / train_len) for sequences past its training length."""
+    cfg, model = run.config, run.model
+    train_len = cfg.get("train_len") or 0
+    on = bool(cfg.get("rope_scaling") and cfg.get("rope_factor") is None and model.rotary_encoders()
+              and train_len and T > train_len)
+    if on:
+        model.set_rope_scaling(cfg["rope_scaling"], T / train_len)
+    try:
+        yield
+    finally:
+        if on:
+            model.set_rope_scaling(None)
 
 
 def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:

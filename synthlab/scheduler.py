@@ -202,6 +202,8 @@ class Runner(SeedGroups):
         for t in trials:
             if t.state != TrialState.RUNNING or "cell_key" not in t.user_attrs:
                 continue
+            if "slurm_job" in t.user_attrs or any(k.startswith("slurm:") for k in t.user_attrs):
+                continue  # a SLURM task's: SLURM owns its liveness (synthlab.launchers.SlurmLauncher.reap)
             reason = stale_reason(t, self.grace_period, self.me, self.silence)
             if reason is None:
                 continue

@@ -40,7 +40,7 @@ _SWEEP_KEYS = {
     "objective_split": "split whose metric is the trial's objective value",
 }
 _PRESET_KEYS = ("description", "task", "model", "train", "positions", "rope_scaling", "axes", "tune")
-_TOP_KEYS = ("sweep", "axes", "tune", "presets", "paper", "claim")
+_TOP_KEYS = ("sweep", "axes", "tune", "presets", "paper", "claim", "launcher")
 _SHOW = ("accuracy", "error")
 
 # axes with a fixed value type; any other axis is a `--set` key (checked by the trainer)
@@ -172,6 +172,8 @@ class SweepSpec:
     objective_split: str | None = None
     papers: list = dataclasses.field(default_factory=list)  # [[paper]]: synthlab.papers.PaperValue
     claims: list = dataclasses.field(default_factory=list)  # [[claim]]: synthlab.papers.Claim
+    # [launcher]: the SLURM launcher's settings (synthlab.launchers.SLURM_KEYS), no part of a cell
+    launcher: dict = dataclasses.field(default_factory=dict)
 
     @property
     def tasks(self) -> list[str]:
@@ -187,6 +189,18 @@ class SweepSpec:
         """The tuned parameters of a preset (none unless it runs several trials per cell)."""
         tune = self.preset_tune(preset)
         return [k for k in tune if k != "trials_per_cell"] if tune.get("trials_per_cell", 1) > 1 else []
+
+
+# the keys of a [launcher] table: the SLURM launcher's settings (synthlab.launchers checks their values)
+LAUNCHER_KEYS = ("partition", "time", "gpus_per_task", "cpus_per_task", "array_parallelism", "mem_gb",
+                 "max_requeues")
+
+
+def _check_launcher(where: str, table: Any) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: [launcher] must be a table")
+    _unknown(where, "launcher", table, LAUNCHER_KEYS)
+    return dict(table)
 
 
 def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
@@ -257,6 +271,7 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
             "description": p.get("description", ""),
         }
     papers = parse_papers(where, raw.get("paper"), PRESETS)
+    launcher = _check_launcher(where, raw.get("launcher", {}))
     claims = parse_claims(where, raw.get("claim"), PRESETS)
     default_preset = sw.get("default_preset", "quick")
     if default_preset not in PRESETS:
@@ -267,7 +282,7 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
         metric=sw.get("metric", "token_acc"), show=show, in_dist=sw.get("in_dist", "test"),
         ood=list(sw.get("ood", [])), ood_x=sw.get("ood_x", "split"), ood_y=sw.get("ood_y", "pe"),
         capacity_x=sw.get("capacity_x", "d_model"), capacity_y=sw.get("capacity_y", "pe"),
-        objective_split=sw.get("objective_split"), papers=papers, claims=claims,
+        objective_split=sw.get("objective_split"), papers=papers, claims=claims, launcher=launcher,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from synthlab import claims, dashboard, inference
 from synthlab import grids as grids_mod
+from synthlab import launchers as launchers_mod
 from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
@@ -128,7 +129,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
           batch_seeds: bool = False, seeds: int | str | list[int] | None = None, until_decided: bool = False,
           max_seeds: int | None = None, _looks: tuple[list[int], int] | None = None,
-          claims_only: bool = False, _claim_seeds: int | None = None) -> list[dict]:
+          claims_only: bool = False, _claim_seeds: int | None = None, launcher: str | None = None,
+          detach: bool = False) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -154,6 +156,11 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     contradicted (:func:`synthlab.inference.look_levels`: the error spent per look), or the cap;
     the added seeds go to the cells the claims read, the rest of the grid keeps its preset's.
     ``claims_only`` runs only the cells the claims of the preset read.
+    ``launcher`` (:mod:`synthlab.launchers`): ``"local"`` (the default: this machine, ``workers``)
+    or ``"slurm"`` (a SLURM job array through submitit, one task per cell not finished; its
+    settings are the ``launcher.*`` keys of ``settings`` over the sweep file's ``[launcher]``
+    table); with ``detach`` a SLURM sweep returns once its cells are submitted (the records
+    finished so far, no grids), and the same call later gathers them.
     Everything is validated before anything is written.
     """
     if until_decided or max_seeds is not None:
@@ -162,7 +169,8 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
                                    quiet=quiet, grids=grids, retry_failed=retry_failed,
                                    heartbeat_interval=heartbeat_interval, grace_period=grace_period, poll=poll,
                                    workers=workers, logger=logger, progress_every=progress_every,
-                                   settings=settings, batch_seeds=batch_seeds, claims_only=claims_only))
+                                   settings=settings, batch_seeds=batch_seeds, claims_only=claims_only,
+                                   launcher=launcher, detach=detach))
     workers = workers_mod.parse_workers(workers)
     if logger is not None:
         from synthlab.loggers import check_logger  # the trainer's own check, before anything is written
@@ -176,7 +184,16 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     pe_list = split_pe_list(pe) if isinstance(pe, str) else pe
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
-    settings = dict(settings or {})
+    settings, launcher_given = launchers_mod.split_settings(dict(settings or {}))
+    chosen = launchers_mod.make_launcher(launcher, launcher_given, spec.launcher)
+    if chosen.name == "slurm":
+        if batch_seeds:
+            raise ValueError("--batch-seeds: not with --launcher slurm (each SLURM task trains one cell)")
+        if trials is not None:
+            raise ValueError("--trials: not with --launcher slurm (every cell not finished is submitted)")
+        chosen.detach = bool(detach)
+    elif detach:
+        raise ValueError("--detach goes with --launcher slurm")
     seed_list = parse_seeds(seeds) if seeds is not None else None
     cells = expand_cells(spec, preset, pe_list, settings, seed_list)
     if _claim_seeds is not None or claims_only:
@@ -210,13 +227,14 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
                          heartbeat_interval=heartbeat_interval,
                          grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every,
                          batch_seeds=bool(batch_seeds)),
-                    plans)
+                    plans, chosen)
 
 
 def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str, quiet: bool,
          grids: bool, retry_failed: bool, trials: int | None, workers: int | str, more: dict[str, Any],
-         plans: dict[str, dashboard.TrialPlan]) -> list[dict]:
-    """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments."""
+         plans: dict[str, dashboard.TrialPlan], launcher: launchers_mod.Launcher | None = None) -> list[dict]:
+    """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments;
+    ``launcher``: who trains the cells (None: this machine, :class:`launchers_mod.LocalLauncher`)."""
     import optuna
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -227,6 +245,14 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
     st = optuna.create_study(study_name=study_name, storage=store, direction=direction, load_if_exists=True)
     st.set_user_attr("sweep", spec.name)
     _describe_study(st, spec, plans)
+    if launcher is not None and launcher.name != "local":
+        pairs = launcher.run(launchers_mod.Grid(
+            spec=spec, preset=preset, cells=cells, study_name=study_name, out=out_dir, url=url, storage=store,
+            study=st, plans=plans, quiet=quiet, retry_failed=retry_failed, logger=more["logger"],
+            progress_every=more["progress_every"], poll=more["poll"]))
+        if launcher.detach:  # the cells run in the scheduler; a later run gathers them and draws the grids
+            return [r for _, r in pairs]
+        return _report(spec, preset, cells, pairs, study_name, out_dir, grids)
     mode = progress_mod.mode_for(quiet)
     view = progress_mod.SweepProgress(mode, {c.key: c.label() for c in cells}, dashboard.objective_name(spec),
                                       more["progress_every"])
@@ -293,6 +319,8 @@ def _until_decided(task_or_file, seeds, max_seeds: int | None, until_decided: bo
         raise ValueError("--until-decided chooses the seeds itself (8, 12, 16, ... up to --max-seeds): drop --seeds")
     if kwargs["trials"] is not None:
         raise ValueError("--until-decided runs whole looks: drop --trials")
+    if kwargs.get("detach"):
+        raise ValueError("--detach: not with --until-decided (each look needs the last one's results)")
     plan = inference.looks(inference.DEFAULT_MAX_SEEDS if max_seeds is None else max_seeds)
     spec = load_sweep(task_or_file)
     preset = kwargs["preset"] or spec.default_preset

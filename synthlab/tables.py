@@ -49,6 +49,9 @@ RUN_OPTIONS = ("train.threads", "train.data_workers", "train.eval_batch_size", "
 RECORD_SETTINGS = {"model": ("dropout", "causal", "tie_embeddings"),
                    "train": ("warmup", "schedule", "weight_decay", "grad_clip", "n_train", "eval_samples")}
 
+# printed above a grid or claims table of smoke runs: they train a few steps, to check the plumbing
+SMOKE_NOTE = "smoke preset: a plumbing check, not a result"
+
 
 def is_error(metric: str) -> bool:
     """Whether ``metric`` counts misses (``read_error``, ``glitch_rate``, ``seq_error``: lower is

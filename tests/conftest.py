@@ -4,7 +4,8 @@ real one in-process, which helper processes would not see; a test that wants wor
 
 tests/integration/test_postgres.py starts a private server with .ci/postgres.sh when
 $SYNTHLAB_PG_URL is not set; a server that was running before the session (CI's, a developer's)
-is left alone.
+is left alone. tests/integration/test_slurm.py likewise starts a one-node SLURM cluster with
+.ci/slurm.sh when $SLURM_CONF is not set; one this session started is stopped at its end.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import pytest
 os.environ["SYNTHLAB_WORKERS"] = "1"  # synthlab.workers.ENV_DEFAULT; the CLI's own default is auto
 
 PG_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.sh"
+SLURM_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "slurm.sh"
 _WAS_RUNNING = pytest.StashKey[bool]()
+_SLURM_WAS_RUNNING = pytest.StashKey[bool]()
 
 
 @pytest.fixture(scope="module")
@@ -97,17 +100,20 @@ def _interpreter_broken_by_numpy() -> str | None:
     return None
 
 
-def _pg(command: str) -> int:
+def _pg(command: str, script: Path = PG_SCRIPT) -> int:
     try:
-        return subprocess.run(["bash", str(PG_SCRIPT), command], capture_output=True, timeout=120).returncode
+        return subprocess.run(["bash", str(script), command], capture_output=True, timeout=120).returncode
     except (OSError, subprocess.TimeoutExpired):
         return 1
 
 
 def pytest_sessionstart(session) -> None:
     session.config.stash[_WAS_RUNNING] = not PG_SCRIPT.is_file() or _pg("status") == 0
+    session.config.stash[_SLURM_WAS_RUNNING] = not SLURM_SCRIPT.is_file() or _pg("status", SLURM_SCRIPT) == 0
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     if not session.config.stash.get(_WAS_RUNNING, True) and _pg("status") == 0:
         _pg("stop")
+    if not session.config.stash.get(_SLURM_WAS_RUNNING, True) and _pg("status", SLURM_SCRIPT) == 0:
+        _pg("stop", SLURM_SCRIPT)

@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from synthlab.errors import check_output_file
-    from synthlab.frames import frame, load_records, result_files
+    from synthlab.frames import frame, load_records, result_files, run_dirs
     from synthlab.outputs import csv_writer, pick_format, require_pyarrow, write_files
 
     fmt = pick_format(args.format, args.output, FORMATS)
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else files[0].with_suffix(EXTENSIONS[fmt])
     check_output_file(out, "-o", parent_must_exist=True)
     records = load_records(files)
-    df = frame(records)
+    df = frame(records, run_dirs(files, records))
     if fmt == "parquet":
         write = lambda path: df.to_parquet(path, index=False, engine="pyarrow")  # noqa: E731
     else:

@@ -27,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "  synthlab sweep flipflop --pe cope,rope --until-decided  # seeds added until the claim is decided\n"
         "  synthlab sweep che --preset smoke --out runs/che\n"
         "  synthlab sweep my_sweep.toml --storage postgresql://me@db/optuna --study big  # on each machine\n"
+        "  synthlab sweep flipflop --launcher slurm --set launcher.partition=gpu --set launcher.gpus_per_task=1\n"
         "  synthlab sweep flipflop --logger tensorboard 2> sweep.log\n"
         "  optuna-dashboard synthlab-runs/flipflop-quick/study.journal  # in another terminal",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -63,6 +64,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="worker processes on this machine sharing the grid (auto: one per CPU core with one "
                    "thread each, or one per GPU, never more than the cells left; default auto, or 1 with "
                    "--trials; SYNTHLAB_WORKERS sets another default)")
+    p.add_argument("--launcher", choices=("local", "slurm"),
+                   help="where the cells train: local (default: this machine, --workers) or slurm (a SLURM job "
+                   "array through submitit, one task per cell not finished; settings from --set launcher.partition=, "
+                   "launcher.time=, launcher.gpus_per_task=, launcher.cpus_per_task=, launcher.array_parallelism= or "
+                   "a [launcher] table of the sweep file; pip install 'synthlab-pe[slurm]'; docs/scaling.md)")
+    p.add_argument("--detach", action="store_true",
+                   help="with --launcher slurm: return once the cells are submitted; the same command run later "
+                   "gathers the results and draws the grids")
     p.add_argument("--logger", metavar="NAME",
                    help="each run's training logger: csv (default), tensorboard, wandb, mlflow or none "
                    "(the last three need pip install 'synthlab-pe[NAME]')")
@@ -95,7 +104,12 @@ def run(args: argparse.Namespace) -> int:
         _check_size(args, list(range(looks(DEFAULT_MAX_SEEDS if args.max_seeds is None else args.max_seeds)[-1])))
     else:
         _check_size(args, seeds)
+    if args.launcher == "slurm" and args.workers is not None:
+        raise ValueError("--workers: not with --launcher slurm (SLURM runs one task per cell; "
+                         "--set launcher.array_parallelism=N caps how many at once)")
     workers = args.workers
+    if args.launcher == "slurm":
+        workers = "1"
     if workers is None:  # --trials caps this process: its helpers would run as many each
         workers = "1" if args.trials is not None else default_workers()
         try:
@@ -106,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
                     study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
                     workers=workers, logger=args.logger, progress_every=args.progress_every,
                     settings=settings, batch_seeds=args.batch_seeds, seeds=seeds,
-                    until_decided=args.until_decided, max_seeds=args.max_seeds, claims_only=args.claims_only)
+                    until_decided=args.until_decided, max_seeds=args.max_seeds, claims_only=args.claims_only,
+                    launcher=args.launcher, detach=args.detach)
     return 0 if records is not None else 1
 
 

@@ -4,6 +4,10 @@ Fast path: ``F.scaled_dot_product_attention`` (is_causal=True with no bias, or a
 additive mask = bias + causal -inf) whenever nothing needs materialised logits; additive biases
 through FlexAttention instead where switched on (``flex.py``, CUDA). CoPE, DAPE and
 ``return_attention`` materialise S = q k^T / sqrt(d_h) (CoPE alone: its fused kernels).
+
+Hook points (docs/inspection.md): a forward given an ``activations`` dict (``ctx.activations``)
+takes the materialised path and writes q, k, v, scores, pattern and CoPE's gates and positions
+into it under this layer's name (``blocks.<i>.attn``); without one nothing is kept.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ class PositionContext:
     positions: token indices (T,) or (B, T); segments / intra: BiPE ids (B, T) or None.
     ``memoize`` caches length-only tensors across forwards in the model's cache when the
     index is the default 0..T-1 (``cacheable``), else for this forward only (shared by layers).
+    ``activations``: the dict the hook points write into (:meth:`keep`), or None.
     """
 
     def __init__(self, T: int, causal: bool, positions: torch.Tensor, default_positions: bool,
                  segments: torch.Tensor | None, intra: torch.Tensor | None, cache: TensorCache, device: torch.device,
-                 dtype: torch.dtype):
+                 dtype: torch.dtype, activations: dict[str, torch.Tensor] | None = None):
         self.T, self.causal, self.device, self.dtype = T, causal, device, dtype
+        self.activations = activations
         self._index = {"token": positions, "segment": segments, "intra": intra}
         self._cacheable = {"token": default_positions, "segment": False, "intra": False}
         self._cache = cache
@@ -48,6 +54,11 @@ class PositionContext:
         if t is None:
             raise ValueError(f"this encoding needs {index} ids but none were derived")
         return t
+
+    def keep(self, name: str, tensor: torch.Tensor) -> None:
+        """A hook point: ``tensor`` stored under ``name`` when this forward keeps activations."""
+        if self.activations is not None:  # a copy: the forward masks some tensors in place afterwards
+            self.activations[name] = tensor.detach().clone()
 
     def cacheable(self, index: str) -> bool:
         return self._cacheable[index]
@@ -113,6 +124,7 @@ class Attention(nn.Module):
         self.cope = cope
         self.dape = dape
         self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.name = "attn"  # its hook points' prefix; the transformer names it blocks.<i>.attn
         # a (B, H, T, T) bias that depends on the queries (Shaw relative) is cheaper materialised
         # than through scaled_dot_product_attention's masked math path (measured on CPU)
         self._query_bias = any(getattr(b, "needs_queries", False) for b in self.biases)
@@ -135,6 +147,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, ctx: PositionContext, return_attention: bool = False):
         B, T, C = x.shape
         q_raw, _, q, k, v = self.qkv(x, ctx)
+        return_attention = return_attention or ctx.activations is not None  # the hook points need the maps
 
         att = None
         if not (return_attention or self.cope is not None or self.dape is not None or self._query_bias):
@@ -156,6 +169,8 @@ class Attention(nn.Module):
             pass  # CoPE alone, by the native kernel from q, k, v: no (T, T) tensor either way
         else:
             S = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T); scaling q touches T x d_h values, not T x T
+            if ctx.activations is not None:
+                self._keep(ctx, q_raw, q, k, v, S, x)
             add = self._bias(ctx, q_raw) if self.biases else None
             if self.cope is not None and add is None and self.dape is None:  # CoPE alone: term, mask, softmax fused
                 att = self.cope.attention(q_raw, S, x)  # (B, H, T, T), or None off the native kernel
@@ -170,10 +185,20 @@ class Attention(nn.Module):
                     if self.causal:  # in place: A is a fresh tensor whose producer's backward does not need it
                         A = A.masked_fill_(ctx.future, float("-inf"))
                     att = F.softmax(A, dim=-1)  # (B, H, T, T)
+            ctx.keep(f"{self.name}.pattern", att)
             y = self.attn_dropout(att) @ v  # (B, H, T, d_h)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         y = self.resid_dropout(self.c_proj(y))
         return y, att
+
+    def _keep(self, ctx: PositionContext, q_raw, q, k, v, S, x) -> None:
+        """The layer's hook points before the softmax (docs/inspection.md has their shapes)."""
+        for what, t in (("q", q), ("k", k), ("v", v), ("scores", S)):
+            ctx.keep(f"{self.name}.{what}", t)
+        if self.cope is not None:  # recomputed here: the fused kernels never materialise them
+            gates, positions = self.cope.gates_positions(q_raw, S, x, ctx.future)
+            ctx.keep(f"{self.name}.cope.gates", gates)
+            ctx.keep(f"{self.name}.cope.positions", positions.masked_fill(ctx.future, 0.0))  # future: rounding, unused
 
     def _cope_attend(self, q_raw, q, k, v) -> torch.Tensor | None:
         if self.training and self.dropout > 0:  # attention dropout needs the weights

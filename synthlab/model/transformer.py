@@ -88,8 +88,10 @@ def _layer_components(parts: list[tuple[Part, BuildConfig]], shared: list[Any]) 
 
 
 class Transformer(nn.Module):
-    """``forward(tokens (B, T), positions=None, segments=None, return_attention=False)``
+    """``forward(tokens (B, T), positions=None, segments=None, return_attention=False, activations=None)``
     -> logits (B, T, V) [, attention list per layer of (B, H, T, T) or None on the fast path].
+    ``activations``: a dict the forward fills with its hook points, name -> tensor
+    (``blocks.<i>.attn.q`` ...; docs/inspection.md), or None (nothing kept, the fast paths).
 
     ``revision``: the forms of the encodings (registry.PE_REVISION, the current one, by
     default); synthlab.load_run passes the one a saved run was trained with."""
@@ -136,6 +138,8 @@ class Transformer(nn.Module):
                   Attention(d_model, n_heads, dropout, causal, n_layers, **_layer_components(parts, shared)))
             for _ in range(n_layers)
         )
+        for i, block in enumerate(self.blocks):
+            block.attn.name = f"blocks.{i}.attn"  # its hook points' names, as named_modules() has them
         self.ln_f = nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         nn.init.normal_(self.lm_head.weight, std=0.02)
@@ -144,7 +148,8 @@ class Transformer(nn.Module):
         self._cache = TensorCache()
 
     # ---- position plumbing -------------------------------------------------------------
-    def _context(self, tokens: torch.Tensor, positions: torch.Tensor | None, segments: torch.Tensor | None) -> PositionContext:
+    def _context(self, tokens: torch.Tensor, positions: torch.Tensor | None, segments: torch.Tensor | None,
+                 activations: dict[str, torch.Tensor] | None = None) -> PositionContext:
         B, T = tokens.shape
         dev = tokens.device
         if positions is None:
@@ -169,13 +174,17 @@ class Transformer(nn.Module):
             else:
                 seg, intra = bipe_segments(tokens, self.separator_ids, self.segment_start_ids)
         dtype = self.wte.weight.dtype
-        return PositionContext(T, self.causal, pos, default, seg, intra, self._cache, dev, dtype)
+        ctx = PositionContext(T, self.causal, pos, default, seg, intra, self._cache, dev, dtype, activations)
+        if seg is not None:
+            ctx.keep("bipe.segments", seg)
+            ctx.keep("bipe.intra", intra)
+        return ctx
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, segments: torch.Tensor | None = None,
-                return_attention: bool = False):
+                return_attention: bool = False, activations: dict[str, torch.Tensor] | None = None):
         if tokens.dim() != 2:
             raise ValueError(f"tokens must have shape (B, T), got {tuple(tokens.shape)}")
-        ctx = self._context(tokens, positions, segments)
+        ctx = self._context(tokens, positions, segments, activations)
         x = self.wte(tokens)  # (B, T, C)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale

@@ -11,8 +11,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from synthlab.runs import rope_scaled
+
 from .draw import WRONG, figure
-from .runs import Layers, as_run, pick, rope_scaled
+from .runs import Layers, as_run, pick
 
 # bias: the content-free position signal of an encoding
 

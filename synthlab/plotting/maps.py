@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .draw import figure, mark_scored, panel_side, token_axes
-from .runs import Layers, as_run, capture_qk, pick, resolve_sample, rope_scaled, sample_ids
+from .runs import Layers, as_run, pick, resolve_sample
 
 
 @dataclass
@@ -24,17 +24,21 @@ class AttentionMaps:
 
 
 def attention_maps(run: Any, sample: Any, split: str = "test") -> AttentionMaps:
-    """The attention maps of every layer and head for one sample (see :func:`attention`)."""
+    """The attention maps of every layer and head for one sample (see :func:`attention`): the
+    ``blocks.<i>.attn.pattern`` hook points of :meth:`LoadedRun.run_with_cache`. ``sample`` may
+    also be tokens of one's own (a text or a list of tokens; nothing is scored then)."""
     run = as_run(run)
     s = resolve_sample(run, sample, split)
-    ids = sample_ids(s)
-    with rope_scaled(run, ids.shape[1]), torch.no_grad():
-        logits, atts = run.model(ids, return_attention=True)
-    maps = torch.stack([a[0] for a in atts]).double().numpy()  # (L, H, T, T)
+    logits, cache = run.run_with_cache(s)
+    maps = torch.stack([cache[f"blocks.{i}.attn.pattern"][0] for i in range(run.model.n_layers)])
     scored = np.asarray(s.scored, dtype=np.int64)
     # teacher-forced, as evaluation scores it (CHE's placeholder targets are not inputs: the same holds)
     right = logits[0, torch.as_tensor(scored, dtype=torch.long)].argmax(-1).numpy() == np.asarray(s.target_ids)
-    return AttentionMaps(s.tokens, scored, right, maps, f"{run.config['pe']} · {s.split} sample {s.index}")
+    return AttentionMaps(s.tokens, scored, right, maps.double().numpy(), _title(run, s))
+
+
+def _title(run: Any, s: Any) -> str:
+    return f"{run.config['pe']} · " + ("your tokens" if s.split == "tokens" else f"{s.split} sample {s.index}")
 
 
 def attention(run: Any, sample: Any, layers: Layers = None, heads: Layers = None, split: str = "test") -> Any:
@@ -82,33 +86,20 @@ class CopePositions:
 
 def cope_positions(run: Any, sample: Any, split: str = "test") -> CopePositions:
     """CoPE's g_ij = sigmoid(q_i . k_j / sqrt(d_h)) (future keys 0) and p_ij = sum_{t=j..i} g_it,
-    from the q, k each layer computes (:func:`capture_qk`; the gates read q, k after a rotary
-    encoder when the spec has one, as ``Attention`` does, or CoPE's separate gate keys with
-    ``sep_keys``). p is clamped to npos - 1 as the model clamps it."""
+    clamped to npos - 1 as the model clamps it: the ``blocks.<i>.attn.cope.gates`` and
+    ``.positions`` hook points (:meth:`LoadedRun.run_with_cache`; the gates read q, k after a
+    rotary encoder when the spec has one, or CoPE's separate gate keys with ``sep_keys``)."""
     run = as_run(run)
     model = run.model
     if not model.spec.has("cope"):
         raise ValueError(f"pe {model.pe!r} has no CoPE: contextual positions exist for cope and cope-alibi")
     s = resolve_sample(run, sample, split)
-    ids = sample_ids(s)
-    with rope_scaled(run, ids.shape[1]):
-        caps = capture_qk(model, ids)
-    T = ids.shape[1]
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    gates, pos = [], []
-    with torch.no_grad():
-        for rec, block in zip(caps, model.blocks):
-            attn, cope = block.attn, block.attn.cope
-            S = (rec["q"] * attn.scale) @ rec["k"].transpose(-2, -1)  # the logits the layer passes to CoPE
-            G = cope.gate_logits(rec["q_raw"], S, rec["x"])
-            g = torch.sigmoid(G[0].double()).masked_fill(future, 0.0)  # (H, T, T)
-            # p_ij = sum over t >= j of g_it (future gates are 0): p_ii = g_ii exactly, monotone in j
-            p = g.flip(-1).cumsum(-1).flip(-1)
-            gates.append(g.numpy())
-            pos.append(p.clamp(max=cope.npos - 1).numpy())
+    _, cache = run.run_with_cache(s)
+    layers = range(model.n_layers)
+    gates = np.stack([cache[f"blocks.{i}.attn.cope.gates"][0].double().numpy() for i in layers])
+    pos = np.stack([cache[f"blocks.{i}.attn.cope.positions"][0].double().numpy() for i in layers])
     npos = model.blocks[0].attn.cope.npos
-    return CopePositions(s.tokens, np.asarray(s.scored), np.stack(gates), np.stack(pos), npos,
-                         f"{model.pe} · {s.split} sample {s.index}")
+    return CopePositions(s.tokens, np.asarray(s.scored), gates, pos, npos, _title(run, s))
 
 
 @dataclass
@@ -123,16 +114,14 @@ class BipeIds:
 
 def bipe_ids(run: Any, sample: Any, split: str = "test") -> BipeIds:
     """BiPE's segment id and index within the segment of every token, as the model derives
-    them (:func:`synthlab.model.indices.bipe_segments` with the run's separators / segment starts)."""
-    from synthlab.model.indices import bipe_segments
-
+    them (the ``bipe.segments`` / ``bipe.intra`` hook points; the run's separators / segment starts)."""
     run = as_run(run)
     model = run.model
     if not model.spec.bipe:
         raise ValueError(f"pe {model.pe!r} has no BiPE: segment ids exist for bipe-rope, bipe-alibi")
     s = resolve_sample(run, sample, split)
-    seg, intra = bipe_segments(sample_ids(s), model.separator_ids, model.segment_start_ids)
-    return BipeIds(s.tokens, seg[0].numpy(), intra[0].numpy(), f"{model.pe} · {s.split} sample {s.index}")
+    _, cache = run.run_with_cache(s)
+    return BipeIds(s.tokens, cache["bipe.segments"][0].numpy(), cache["bipe.intra"][0].numpy(), _title(run, s))
 
 
 def positions(run: Any, sample: Any, layers: Layers = None, heads: Layers = None, split: str = "test") -> Any:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import torch
@@ -30,10 +29,16 @@ def as_run(run: Any) -> Any:
 
 
 def resolve_sample(run: Any, sample: Any, split: str) -> Any:
-    """An index into the run's evaluation samples of ``split`` (or a Sample) -> Sample."""
+    """An index into the run's evaluation samples of ``split``, a Sample, or tokens of one's own
+    (a text or a list of tokens: a Sample of split "tokens" with nothing scored) -> Sample."""
     from generators import Sample
 
     task = run.task
+    if isinstance(sample, str) or (isinstance(sample, (list, tuple)) and sample and isinstance(sample[0], str)):
+        ids = run.encode(sample).numpy()
+        none = np.zeros(0, dtype=np.int64)
+        return Sample(task=task.name, split="tokens", seed=0, index=0, params={}, vocab=list(task.vocab), ids=ids,
+                      scored=none, target_ids=none)
     if isinstance(sample, Sample):
         if sample.task != task.name or list(sample.vocab) != list(task.vocab):
             raise ValueError(f"a sample of task {sample.task!r} given for a run of task {task.name!r}")
@@ -55,50 +60,14 @@ def resolve_sample(run: Any, sample: Any, split: str) -> Any:
     return task.sample(split, 1, seed=seed, start=index % n, **groups[index // n])[0]
 
 
-@contextlib.contextmanager
-def rope_scaled(run: Any, T: int) -> Iterator[None]:
-    """The run's eval-time rope scaling (s = T / train_len) for sequences past its training length."""
-    cfg, model = run.config, run.model
-    train_len = cfg.get("train_len") or 0
-    on = bool(cfg.get("rope_scaling") and cfg.get("rope_factor") is None and model.rotary_encoders()
-              and train_len and T > train_len)
-    if on:
-        model.set_rope_scaling(cfg["rope_scaling"], T / train_len)
-    try:
-        yield
-    finally:
-        if on:
-            model.set_rope_scaling(None)
-
-
-def sample_ids(sample: Any) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(sample.ids), dtype=torch.long).unsqueeze(0)  # (1, T)
-
-
 def capture_qk(model: torch.nn.Module, ids: torch.Tensor) -> list[dict[str, torch.Tensor]]:
-    """Per layer, what its attention computes q and k from, for one forward of ``ids`` (B, T).
-
-    A forward pre-hook on each block's ``attn`` receives ``Attention.forward``'s arguments
-    (x, ctx, ...): x is the layer-normed residual stream, and the layer's own
-    ``Attention.qkv(x, ctx)`` gives ``q_raw`` / ``k_raw`` (B, H, T, d_h) and ``q`` / ``k``
-    after its rotary encoder (the raw ones where it has none). Returns [{"x", "q_raw",
-    "k_raw", "q", "k"}] per layer; the model is not changed and the hooks are removed.
-    """
-    out: list[dict[str, torch.Tensor]] = []
-
-    def hook(attn: Any, args: tuple) -> None:
-        x, ctx = args[0], args[1]
-        q_raw, k_raw, q, k, _ = attn.qkv(x, ctx)
-        out.append({"x": x, "q_raw": q_raw, "k_raw": k_raw, "q": q, "k": k})
-
-    handles = [block.attn.register_forward_pre_hook(hook) for block in model.blocks]
-    try:
-        with torch.no_grad():
-            model(ids)
-    finally:
-        for h in handles:
-            h.remove()
-    return out
+    """Per layer, the queries and keys (B, H, T, d_h) its attention scored ``ids`` (B, T) with:
+    [{"q", "k"}] after the rotary encoder where there is one, from the model's hook points
+    (``activations``; docs/inspection.md). ``LoadedRun.run_with_cache`` gives them all by name."""
+    activations: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        model(ids, activations=activations)
+    return [{"q": activations[f"{b.attn.name}.q"], "k": activations[f"{b.attn.name}.k"]} for b in model.blocks]
 
 
 Layers = Union[Sequence[int], int, None]  # a layer / head choice: all (None), one, or a list

@@ -1,4 +1,5 @@
-"""scripts/cope_gates.py: the gate statistics behind flipflop.toml's T 512 notes."""
+"""scripts/cope_gates.py: the gate statistics behind the flipflop T 512 notes
+(docs/notes/2026-11-28-sweep-file-measurements.md)."""
 
 from __future__ import annotations
 

@@ -102,3 +102,18 @@ def test_until_decided_keeps_each_claim_as_its_deciding_look_left_it():
     assert v.verdict == claims.INCONCLUSIVE and v.look.startswith("look 2 of 2, 10 seeds")
     (v,) = claims.sequential_verdicts(_records(ROPE[:8], ROPE[:8]), spec, plan, reached=8)
     assert v.look.startswith("look 1 of 2")  # the second look is not reached yet
+
+
+def test_smoke_tables_say_they_are_a_plumbing_check():
+    """Smoke runs train a few steps: their grid and claims tables say so in their first line."""
+    from synthlab import grids
+    from synthlab.tables import SMOKE_NOTE
+
+    quick = _records([0.0] * 3, [20.0] * 3)
+    smoke = [{**r, "preset": "smoke", "study": "flipflop-smoke"} for r in quick]
+    spec = load_sweep("flipflop")
+    for records, shown in ((smoke, True), (quick, False)):
+        table = claims.markdown(claims.verdicts(records, spec, out="runs/flipflop"), spec.show)
+        grid = grids.grid(records, kind="ood").markdown()
+        for text in (table, grid):
+            assert (text.splitlines()[0] == f"*{SMOKE_NOTE}*") is shown, text.splitlines()[0]

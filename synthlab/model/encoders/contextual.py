@@ -296,12 +296,21 @@ class CoPE(nn.Module):
     def gate_logits(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The logits whose sigmoid are the gates (B, H, T, T), future not yet masked: the
         attention logits S, or with ``sep_keys`` q . k'_j / sqrt(d_h) for a separate key
-        projection k' of the layer input x. ``synthlab.plot`` reads the gates from here."""
+        projection k' of the layer input x."""
         if self.gate_key is None:
             return S
         B, T, C = x.shape
         kg = self.gate_key(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d_h)
         return (q @ kg.transpose(-2, -1)) * self.scale
+
+    def gates_positions(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor, future: torch.Tensor,
+                        G: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gates g_ij (future ones exactly 0) and positions p_ij clamped to [0, npos - 1],
+        each (B, H, T, T), as the PyTorch path computes them (``G``: the gate logits, if made)."""
+        G = self.gate_logits(q, S, x) if G is None else G
+        # in float32 under bf16 autocast too: a bfloat16 sum of 100 gates is only good to 0.5
+        gates = torch.sigmoid(_at_least_float32(G)).masked_fill(future, 0.0)
+        return gates, self.positions(gates).clamp(0.0, self.npos - 1)  # (rounding can give -1e-7 past the diagonal)
 
     def forward(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
         """q (B, H, T, d_h), S = q k^T / sqrt(d_h) (B, H, T, T), x (B, T, C) the layer input,
@@ -310,9 +319,7 @@ class CoPE(nn.Module):
         if self._native(G):
             table = None if self.alibi else q @ self.pos_emb  # (B, H, T, npos)
             return _FusedCoPE.apply(torch.sigmoid(G), table, self.slopes if self.alibi else None, self.npos)
-        # in float32 under bf16 autocast too: a bfloat16 sum of 100 gates is only good to 0.5
-        gates = torch.sigmoid(_at_least_float32(G)).masked_fill(future, 0.0)  # (B, H, T, T), future gates exactly 0
-        p = self.positions(gates).clamp(0.0, self.npos - 1)  # (rounding can give -1e-7 past the diagonal)
+        _, p = self.gates_positions(q, S, x, future, G)
         if self.alibi:
             return -self.slopes.to(p) * p
         logits_int = _at_least_float32(q @ self.pos_emb)  # (B, H, T, npos)
