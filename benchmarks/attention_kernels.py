@@ -24,7 +24,7 @@ round runs every path once, in turn, so a slow patch of the machine hits them al
 
 The last column is each row over ``sdpa``; the fused rows also over their PyTorch path. The
 matmuls' precision follows ``--precision`` (torch.set_float32_matmul_precision: "highest" is
-torch's default and synthlab's; the Triton kernels follow it too). Issue 12's target at the paper
+torch's default and synthlab's; the Triton kernels follow it too). The target at the paper
 size on a GPU is a whole step of CoPE and of DAPE within 1.5x RoPE's (``training.py``); this
 script says which kernel is behind a miss.
 """

@@ -1,5 +1,5 @@
 """A sweep's throughput against its number of worker processes: cells per hour with
-``--workers 1 .. N`` (issue 12: pick ``--workers auto`` from this; on a GPU, several workers
+``--workers 1 .. N`` (pick ``--workers auto`` from this; on a GPU, several workers
 per device fill it while one process leaves it idle).
 
 Each measurement runs the same sweep from scratch in a fresh directory (`synthlab sweep SWEEP

@@ -20,7 +20,7 @@
 clock readings (after the warm-up, after the last step), so the host may queue a step while the
 GPU runs the last one, as in a real run. There the plain loop builds its batches in two
 DataLoader workers, pinned, checks the loss for a NaN every 16 steps and uses fused AdamW, as
-synthlab does on a GPU (no MFU part on a GPU). Issue 12's targets there: synthlab <= 1.2x the
+synthlab does on a GPU (no MFU part on a GPU). The targets there: synthlab <= 1.2x the
 plain loop, CoPE and DAPE <= 1.5x RoPE. ``--size paper`` is the CoPE flip-flop paper size (T 512,
 d 256, 4 layers, 4 heads, batch 16). The last column compares each encoding's synthlab step with
 RoPE's.

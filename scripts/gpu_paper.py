@@ -1,4 +1,4 @@
-"""Issue 15's paper-scale check on a lent GPU: CoPE and RoPE on flip-flop at the CoPE paper's
+"""The paper-scale check on a lent GPU: CoPE and RoPE on flip-flop at the CoPE paper's
 size (``sweeps/flipflop.toml``'s paper preset, the run ``synthlab train --preset paper`` makes:
 d 256, 4 layers, 4 heads, T 512, 10k steps of batch 16, lr 3e-4), seeds 0, 1, 2 stacked into
 one model per encoding (``synthlab.train_seeds``), one process per encoding on the one GPU.

@@ -1,4 +1,4 @@
-"""Pictures of how a trained run handles positions (issue 13); each returns a matplotlib Figure.
+"""Pictures of how a trained run handles positions; each returns a matplotlib Figure.
 
     >>> from synthlab import plot
     >>> fig = plot.attention("runs/<run_id>", 3, split="ood-sparse", layers=[1])  # attention maps

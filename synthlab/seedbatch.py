@@ -1,4 +1,4 @@
-"""Batched seeds: the seeds of one cell trained together as one stacked model (issue 12).
+"""Batched seeds: the seeds of one cell trained together as one stacked model.
 
 ``train_seeds(task, pe, seeds=[0, 1, 2])`` builds the S runs exactly as S calls of
 :func:`synthlab.train` would (each seed's config, data stream, evaluation sets and initial

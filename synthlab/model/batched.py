@@ -1,5 +1,5 @@
 """What the model code needs to run under ``torch.func.vmap`` over stacked seeds (batched
-seeds, issue 12; see ``stacked.py``): tell a vmapped tensor from a plain one, read the values of
+seeds; see ``stacked.py``): tell a vmapped tensor from a plain one, read the values of
 all vmapped slices at once for a host-side check, and the vmap rule of the native kernels'
 autograd Functions.
 

@@ -13,7 +13,7 @@ FIRE's MLP on the T distances), whose gradients flex's backward returns.
 Used where every bias of a layer has one, the positions are the default 0..T-1, the tensors are
 on a CUDA device, nothing is vmapped (batched seeds) and there is no attention dropout in
 training. ``SYNTHLAB_FLEX_ATTENTION=1`` turns it on (read at each call); it is off by default
-because whether it beats the float mask on a GPU has not been measured yet (issue 12; the GPU
+because whether it beats the float mask on a GPU has not been measured yet (the GPU
 session kit times both: ``scripts/gpu_session.sh flex``). FlexAttention has no backward on CPU,
 so CPU runs keep the float mask; tests check the score_mods against the biases' dense tensors
 (values and gradients) and the flex forward against the float-mask path on CPU.

@@ -65,7 +65,7 @@ def _hidden_pad_index(T: int, c: int, B: int, device: torch.device) -> torch.Ten
 
 # The autograd Functions below are written in the setup_context style (forward without ctx) and
 # have a ``vmap`` rule, so that they run under torch.func.vmap over stacked seeds (batched seeds,
-# issue 12; synthlab/model/stacked.py). The PyTorch path's helpers move the vmapped dim into a
+# synthlab/model/stacked.py). The PyTorch path's helpers move the vmapped dim into a
 # dim they treat alike; the native kernels fold it into their batch (batched.fold_vmap).
 
 

@@ -1,4 +1,4 @@
-"""Several models of one config trained as one stacked model (batched seeds, issue 12).
+"""Several models of one config trained as one stacked model (batched seeds).
 
 The seeds of a grid cell are S models of the same config that differ only in their random
 initialisation (and their data order). Instead of S separate runs, their parameters are stacked

@@ -1,4 +1,4 @@
-"""The command line's promise on bad input and a failing environment (issue 11).
+"""The command line's promise on bad input and a failing environment.
 
 Bad input exits 2 with ONE line on stderr before anything is written; an environment error
 (read-only file system, permission denied, disk full, unreadable file) exits 1 with one line

@@ -68,7 +68,7 @@ def test_the_step_profile_runs_on_cpu(tmp_path):
 
 
 def test_the_gpu_paper_script_trains_each_encoding_once(tmp_path):
-    # scripts/gpu_paper.py (issue 15's paper-scale check on a lent GPU), dry at the smoke preset
+    # scripts/gpu_paper.py (the paper-scale check on a lent GPU), dry at the smoke preset
     script = BENCHMARKS.parent / "scripts" / "gpu_paper.py"
     for _ in range(2):
         proc = _run(str(script), str(tmp_path), "--pe", "rope", "--preset", "smoke", timeout=300)

@@ -1,4 +1,4 @@
-"""Long runs (issue 11): a run killed after a checkpoint resumes to the weights and metrics of an
+"""Long runs: a run killed after a checkpoint resumes to the weights and metrics of an
 uninterrupted run (CPU, one thread); a run that cannot fit in memory is refused up front."""
 
 import json

@@ -81,7 +81,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(run_dir, tmp_path, c
     assert sorted(tmp_path.rglob("*")) == before and sorted(run_dir.iterdir()) == run_files
 
 
-# an environment error (not writable): exit 1 and one line naming the path (issue 11)
+# an environment error (not writable): exit 1 and one line naming the path
 @pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root writes anywhere")
 def test_unwritable_directory_exits_1(tmp_path, capsys):
     locked = tmp_path / "locked"

@@ -1,4 +1,4 @@
-"""Plugins from outside the package (issue 14): a distribution installed in the test (a copy of
+"""Plugins from outside the package: a distribution installed in the test (a copy of
 tests/plugin_pkg, pip-installed into a temporary --target directory, found through its
 .dist-info on PYTHONPATH, so the venv is never changed) adds a task and an encoding that
 `synthlab tasks`, `synthlab encodings` and `synthlab train` use; a distribution of broken entry

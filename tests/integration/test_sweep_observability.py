@@ -1,4 +1,4 @@
-"""Watching a sweep (issue 14): progress on stderr (lines in a log, a bar on a terminal, one
+"""Watching a sweep: progress on stderr (lines in a log, a bar on a terminal, one
 view with --workers, nothing with --quiet), --logger passed to every run, and a study that
 optuna-dashboard shows: the cells' axes as params, headline metrics as user attrs, the
 learning curve as intermediate values (checked against the real optuna-dashboard server).

@@ -1,4 +1,4 @@
-"""Less waiting before and after the work (issue 32): what the listings and a finished sweep
+"""Less waiting before and after the work: what the listings and a finished sweep
 run again import, checked in fresh processes (the module lists, not timings).
 
 A finished sweep run again (same command, nothing left to run) reads the study, writes nothing

@@ -1,4 +1,4 @@
-"""Learning curves (train.eval_every) and the report hook (issue 14, the training side).
+"""Learning curves (train.eval_every) and the report hook (the training side).
 
 A curve evaluates the held-out splits during training with the final evaluation's sets and
 code: it changes no weight and no metric (bit for bit on CPU, with dropout and randomized

@@ -1,4 +1,4 @@
-"""The table of encodings (issue 10): each encoding is one row plus one module that builds itself;
+"""The table of encodings: each encoding is one row plus one module that builds itself;
 the model is built from the rows alone, with the state-dict keys, shapes and random
 initialisation of the models built before the table drove it (old runs load, seeds repeat)."""
 
@@ -15,7 +15,7 @@ from synthlab.model.transformer import Transformer
 
 # the position modules' state-dict keys and shapes (d_model=32, n_heads=4, n_layers=2, max_len=64),
 # and sum_i (i + 1) |p_i|_1 over the parameters in order after torch.manual_seed(0): a fingerprint of
-# the initialisation (values and order of creation); values from the model before the table (issue 10)
+# the initialisation (values and order of creation); values from the model before the table
 SNAPSHOT = [
     ("cope+rope", 2, {"blocks.0.attn.cope.pos_emb": (8, 64), "blocks.1.attn.cope.pos_emb": (8, 64)}, 7216.382954),
     ("cope", 1, {"blocks.0.attn.cope.pos_emb": (8, 64), "blocks.1.attn.cope.pos_emb": (8, 64)}, 7382.985626),

@@ -479,7 +479,7 @@ def test_spec_grammar_canonical_names():
     ("kerple:kind=cubic", "log, power"),
     ("rope:base", "key=value"),
     ("", "non-empty"),
-    # shared tables and CoPE-ALiBi's slopes (issue 15)
+    # shared tables and CoPE-ALiBi's slopes
     ("cope:alibi=1,layer_tables=1", "no position table"),
     ("cope-alibi:layer_tables=1", "unknown parameter 'layer_tables'"),
     ("cope:m0=1", "cope-alibi:m0"),

@@ -1,4 +1,4 @@
-"""The FlexAttention path of the additive biases (``synthlab/model/flex.py``, issue 12).
+"""The FlexAttention path of the additive biases (``synthlab/model/flex.py``).
 
 FlexAttention has no backward on CPU, so the score_mods are checked against each bias module's
 own dense tensor by broadcasting (values and parameter gradients), and the flex forward of a

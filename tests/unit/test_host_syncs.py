@@ -1,4 +1,4 @@
-"""No host synchronisation in a training step of the model (issue 12: GPU step overhead).
+"""No host synchronisation in a training step of the model (GPU step overhead).
 
 On a GPU, reading a device value on the host (``.item()``, ``int(t)``, ``bool(t)``, ``nonzero``,
 a Python branch on a tensor) makes the host wait for every queued kernel, so the next step's

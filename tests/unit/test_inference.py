@@ -115,7 +115,7 @@ def test_seeds_needed_reaches_the_power_it_promises():
     assert inf.seeds_needed(pilot, family=3) > n  # Holm's stricter level needs more
 
 
-# ---- calibration by simulation (issue 31: the old rule fails these) --------------------------
+# ---- calibration by simulation (the old rule fails these) --------------------------
 
 NULLS = {
     "normal": lambda rng, n: (rng.normal(20, 8, n), rng.normal(20, 8, n)),
@@ -141,7 +141,7 @@ def test_false_positive_rate_at_most_nominal_at_every_n(null):
 
 def test_power_does_not_fall_as_seeds_are_added():
     """A one-sd effect (normal, paired): the chance of "supported" rises with n; the old rule's
-    falls (issue 31: 0.33 / 0.24 / 0.13 / 0.04 at n 2 / 3 / 5 / 10)."""
+    falls (0.33 / 0.24 / 0.13 / 0.04 at n 2 / 3 / 5 / 10)."""
     rng = np.random.default_rng(32)
     reps = 300
     power, old = {}, {}

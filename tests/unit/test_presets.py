@@ -228,7 +228,7 @@ def test_evaluation_does_not_import_training():
 
 
 def test_che_paper_preset_is_a_bidirectional_encoder_for_every_encoding():
-    """Issue 15: CHE's reference model (Deletang et al. / Ruoss et al.) is an encoder; every
+    """CHE's reference model (Deletang et al. / Ruoss et al.) is an encoder; every
     encoding the paper preset sweeps (DAPE V2's k 3 / 5 / 7 included) resolves as one."""
     from synthlab.cells import expand_cells
     from synthlab.sweepfile import load_sweep
@@ -243,7 +243,7 @@ def test_che_paper_preset_is_a_bidirectional_encoder_for_every_encoding():
 
 
 def test_selective_copy_paper_preset_builds_cope_covering_the_copy_distance():
-    """Issue 15: CoPE copies the data token n_copy non-blanks back (CoPE Sec. 5.2); its
+    """CoPE copies the data token n_copy non-blanks back (CoPE Sec. 5.2); its
     position there, counted inclusively by p_ij = sum_{t=j..i} g_it, is n_copy + 1 (the data
     tokens from d_k on, the separator, the outputs before it), a row of the table only when
     npos >= n_copy + 2. The paper preset's CoPE cells are built with such a table (they had the

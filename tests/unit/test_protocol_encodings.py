@@ -1,4 +1,4 @@
-"""Encodings as their papers and reference code define them (issue 15): FIRE's learned threshold,
+"""Encodings as their papers and reference code define them: FIRE's learned threshold,
 sqrt(d) token scaling under sinusoidal APE, CoPE's and T5's tables shared across layers, CoPE-ALiBi's
 App. C slopes, KERPLE's projected (not clamped) parameters, and the reload of runs saved before."""
 

@@ -1,4 +1,4 @@
-"""Protocol of the generators against their references (issue 15, "Trustworthy results").
+"""Protocol of the generators against their references ("Trustworthy results").
 
 - MQAR follows Zoology (zoology/data/multiquery_ar.py, ``multiquery_ar``): a queried value is a
   label only; the input slot after a query key is the empty token, so a model cannot read an

@@ -1,4 +1,4 @@
-"""`sweep --seeds` (issue 31): the flag's forms, its refusals, the grid it makes, and the seed
+"""`sweep --seeds`: the flag's forms, its refusals, the grid it makes, and the seed
 as an int param that a study can widen later (no training)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A new encoding in one hop (issue 10): one row plus one small module, registered from this file
+"""A new encoding in one hop: one row plus one small module, registered from this file
 alone, parses, builds, combines with DAPE and trains end to end."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A new task in one hop (issue 10): one small Task class, registered from this file alone,
+"""A new task in one hop: one small Task class, registered from this file alone,
 generates addressable samples, is checked by its solver, trains end to end with `train`, and
 runs as a sweep from a sweep file the user writes (data, no code)."""
 

@@ -242,7 +242,7 @@ def test_paper_size_launches_spill_nothing(precision):
         pytest.skip(f"register report of triton {triton.__version__}; the tiles were checked with 3.9 and 3.6")
     configs = ta.cope_launch_configs(64, 64, True, precision) + [
         cfg for k in (1, 3) for cfg in ta.dape_launch_configs(4, 32, k, True, True, True, precision)]
-    configs.append(ta.cope_launch_configs(64, 512, True, precision)[1])  # cope:npos=512 (issue 15's T 512 lead)
+    configs.append(ta.cope_launch_configs(64, 512, True, precision)[1])  # cope:npos=512 (the T 512 lead)
     spills = {}
     for cfg in configs:
         res = cfg.compile(90)

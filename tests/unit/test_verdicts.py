@@ -1,4 +1,4 @@
-"""Issue 31's cases: the flip-flop claim fed the 10 seeds measured on an AVX2 CPU.
+"""Verdicts on the flip-flop claim fed the 10 seeds measured on an AVX2 CPU.
 
 Seeds 0-2 are the per-seed read errors the issue quotes (CoPE 0.0 / 0.1 / 11.7 %, RoPE 11.2 /
 4.9 / 19.4 %); for seeds 3-9 it gives a summary only (CoPE 0.0 in every other seed, RoPE 3-43 %,

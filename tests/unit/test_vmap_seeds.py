@@ -1,4 +1,4 @@
-"""Batched seeds (issue 12): S models of one config run as one stacked model through
+"""Batched seeds: S models of one config run as one stacked model through
 torch.func.vmap (synthlab/model/stacked.py) give, slice by slice, the outputs and gradients of
 the S models run separately, for every encoding, on the PyTorch path and with the native CPU
 kernels (whose autograd Functions have vmap rules)."""

@@ -19,7 +19,7 @@ def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
 
 # The native Functions below are written in the setup_context style (forward without ctx) and
 # have a ``vmap`` rule, so that they run under torch.func.vmap over stacked seeds (batched seeds,
-# issue 12; synthlab/model/stacked.py): the kernels treat each batch element independently, so the
+# synthlab/model/stacked.py): the kernels treat each batch element independently, so the
 # rule folds the vmapped dim into the batch, (S, B, ...) -> (S*B, ...) (batched.fold_vmap). So
 # does the Triton kernels' Function (native/cope_triton.py), which CoPE.attend takes on CUDA.
 

@@ -423,7 +423,7 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
 
     Written in the setup_context style (forward without ctx) with a ``vmap`` rule, as the CPU
     kernels' Functions (``encoders/contextual.py``), so that it runs under torch.func.vmap over
-    stacked seeds (batched seeds, issue 12; ``model/stacked.py``): each (b, h) is computed
+    stacked seeds (batched seeds; ``model/stacked.py``): each (b, h) is computed
     independently, so the rule folds the vmapped dim into the batch, (S, B, ...) -> (S*B, ...),
     one launch of each kernel, and unfolds the outputs (``batched.fold_vmap``); the backward then
     runs once on the folded tensors too. ``slopes`` (CoPE-ALiBi) is shared by the batch: a
