@@ -41,7 +41,7 @@ __all__ = ["sweep", "best_tuned", "load_sweep", "parse_sweep", "installed_sweeps
            "open_storage", "check_storage", "normalize_url", "JOURNAL_NAME", "export_results", "SweepSpec", "Cell",
            "PRESETS"]
 
-_HELPER_MODULE = "synthlab.sweeping"  # `python -m` this module runs one helper process (_helper below)
+_HELPER_MODULE = "synthlab.sweeping"  # whose _helper (below) runs one helper process (workers.spawn)
 
 
 def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximize: bool,
@@ -401,5 +401,5 @@ def _warn_dead_helpers(helpers, codes: list[int], trials, cells: dict[str, Cell]
               file=sys.stderr)
 
 
-if __name__ == "__main__":  # pragma: no cover - run as a subprocess (workers.spawn)
+if __name__ == "__main__":  # pragma: no cover - `python -m synthlab.sweeping PAYLOAD` by hand
     sys.exit(_helper(sys.argv[1]))

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -359,3 +360,82 @@ def test_train_on_a_full_tmpfs_leaves_nothing_half_made(ws):
     assert p.returncode == 1 and len(err) == 1 and "No space left on device" in err[0], p.stderr
     left = [x for x in p.stdout.split("--- mnt\n")[1].split() if "/.checkpoints" not in x]
     assert left in (["mnt"], ["mnt", "mnt/runs"])  # no run directory, no record (the checkpoint may stay)
+
+
+# ----------------------------------------------------------------------------------------
+# issue 33: a hostile working directory, and a stop while the helpers import
+
+
+PROBE = '''
+import json, sys, time
+import torch  # a helper's slow import: a stop may land in it
+from synthlab import workers
+
+
+def _helper(payload):
+    def run(report, sleep=False):
+        import jsonlines, generators
+        with open(report, "w") as f:
+            json.dump({"jsonlines": jsonlines.__file__, "tasks": sorted(generators.TASKS)}, f)
+        if sleep:
+            time.sleep(600)
+    return workers.helper_main(run, payload)
+
+
+if __name__ == "__main__":  # what `python -m` ran before the fix
+    sys.exit(_helper(sys.argv[1]))
+'''
+
+
+def plant(d: Path) -> None:
+    """A ``jsonlines.py`` and a distribution declaring a ``synthlab.tasks`` entry point in ``d``:
+    each writes a marker file when imported."""
+    (d / "jsonlines.py").write_text("open('PLANTED-jsonlines', 'w').close()\n")
+    (d / "evilmod.py").write_text("open('PLANTED-entry-point', 'w').close()\n")
+    info = d / "evil-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[synthlab.tasks]\nevil = evilmod:Evil\n")
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    """A helper module outside the working directory, importable by this process and its helpers."""
+    d = tmp_path / "probe"
+    d.mkdir()
+    (d / "synthlab_probe_helper.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(str(d))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(d), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    return "synthlab_probe_helper"
+
+
+def test_helpers_import_nothing_from_the_working_directory(tmp_path, monkeypatch, probe):
+    """Failed before: helpers ran as `python -m`, which puts the working directory first on
+    sys.path: the planted jsonlines.py and entry point ran in them."""
+    from synthlab import workers
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    plant(cwd)
+    monkeypatch.chdir(cwd)
+    procs = workers.spawn(2, probe, {"report": str(tmp_path / "report.json")})
+    assert workers.wait(procs) == [0]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert not list(cwd.glob("PLANTED-*"))
+    assert not report["jsonlines"].startswith(str(cwd)) and "evil" not in report["tasks"]
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3, 1.0, 3.0])
+def test_a_stop_while_the_helpers_import_prints_no_traceback(tmp_path, capfd, probe, delay):
+    """Failed before: a Ctrl-C (the main process's SIGINT) that reached a helper during `import
+    torch`, before helper_main's try, printed a KeyboardInterrupt traceback."""
+    import time
+
+    from synthlab import workers
+
+    procs = workers.spawn(2, probe, {"report": str(tmp_path / "report.json"), "sleep": True})
+    time.sleep(delay)
+    workers.stop(procs)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert procs[0].returncode in (130, -signal.SIGINT)
