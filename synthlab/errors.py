@@ -14,7 +14,7 @@ import contextlib
 import errno
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 
 class UsageError(ValueError):
@@ -31,6 +31,15 @@ def check_seed(seed: object, what: str = "seed") -> int:
     from generators.base import check_seed as check
 
     return check(seed, what)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean X?)`` with the closest of ``choices`` to ``word`` (difflib), or ``""``:
+    a typo gets one short line, not the list of every name."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def os_error_line(e: OSError) -> str:

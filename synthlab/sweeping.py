@@ -25,7 +25,7 @@ from typing import Any
 
 from synthlab import dashboard
 from synthlab import grids as grids_mod
-from synthlab import claims, inference
+from synthlab import claims, inference, sweepnames
 from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
@@ -166,12 +166,14 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     preset = preset or spec.default_preset
     if preset not in PRESETS:
         raise ValueError(f"--preset {preset!r} is not allowed (allowed: {', '.join(PRESETS)})")
+    sweepnames.check_file(spec)  # a metric, split, axis or claim cell its tasks do not have
     pe_list = split_pe_list(pe) if isinstance(pe, str) else pe
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
     settings = dict(settings or {})
     seed_list = parse_seeds(seeds) if seeds is not None else None
     cells = expand_cells(spec, preset, pe_list, settings, seed_list)
+    sweepnames.check_cells(spec, preset, cells)
     if _claim_seeds is not None or claims_only:
         more = cells if _claim_seeds is None else expand_cells(spec, preset, pe_list, settings,
                                                                list(range(_claim_seeds)))

@@ -439,3 +439,102 @@ def test_a_stop_while_the_helpers_import_prints_no_traceback(tmp_path, capfd, pr
     err = capfd.readouterr().err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert procs[0].returncode in (130, -signal.SIGINT)
+
+
+# ----------------------------------------------------------------------------------------
+# issue 33: sweep files that name nothing their task has: refused before anything runs
+
+CLAIM = '\n[[claim]]\ntext = "t"\nsource = "s"\npresets = ["smoke"]\nbetter = {%s}\nworse = { pe = "nope", split = "test" }\n'
+PAPER = '\n[[paper]]\nsource = "s"\npresets = ["smoke"]\ncell = {%s}\nvalue = 10\n'
+PARTIAL = """
+[sweep]
+task = "even_pairs"
+[axes]
+pe = ["rope"]
+[presets.smoke]
+task = { train_max_length = 5, test_min_length = 6, test_max_length = 8 }
+model = { d_model = 16, n_layers = 1, n_heads = 2 }
+train = { steps = 10, batch_size = 8, warmup = 0, eval_samples = 16 }
+[presets.quick]
+[presets.paper]
+"""
+
+
+def tiny(old: str = "", new: str = "", extra: str = "") -> str:
+    assert old in TINY
+    return TINY.replace(old, new) + extra
+
+
+# name -> (sweep file text, what the one line says)
+SWEEP_FILES = {
+    "metric the task does not record": (tiny('metric = "token_acc"', 'metric = "token_accuracy"'),
+                                        "sweep.metric: task 'flipflop' records no metric 'token_accuracy' (did you mean "
+                                        "token_acc"),
+    "metric of another task": (tiny('metric = "token_acc"', 'metric = "answer_acc"'), "records no metric 'answer_acc'"),
+    "ood split the task does not have": (tiny('ood = ["ood-sparse"]', 'ood = ["ood-sparse", "ood-long"]'),
+                                         "sweep.ood: task 'flipflop' has no split 'ood-long'"),
+    "ood split misspelt": (tiny('ood = ["ood-sparse"]', 'ood = ["ood_sparse"]'),
+                           "has no split 'ood_sparse' (did you mean ood-sparse"),
+    "objective_split the task does not have": (tiny('show = "error"', 'show = "error"\nobjective_split = "valid"'),
+                                               "sweep.objective_split: task 'flipflop' has no split 'valid'"),
+    "in_dist the task does not have": (tiny('show = "error"', 'show = "error"\nin_dist = "tset"'),
+                                       "sweep.in_dist: task 'flipflop' has no split 'tset' (did you mean test?)"),
+    "partial [sweep]: the default in_dist missing at the preset": (
+        PARTIAL, "sweep.in_dist (default): task 'even_pairs' has no split 'test' (its splits at preset smoke: train, ood)"),
+    "unknown task": (tiny('task = "flipflop"', 'task = "flipflap"'), "sweep.task: unknown task 'flipflap' (did you "
+                                                                     "mean flipflop?)"),
+    "capacity_x names nothing": (tiny('show = "error"', 'show = "error"\ncapacity_x = "dmodel"'),
+                                 "sweep.capacity_x: 'dmodel' names no setting or record field (did you mean d_model"),
+    "ood_y part names nothing": (tiny('show = "error"', 'show = "error"\nood_y = "task,pee"'),
+                                 "sweep.ood_y: 'pee' names no setting"),
+    "claim cell names an unknown key": (tiny(extra=CLAIM % 'pe = "rope", split = "test", d_modle = 16'),
+                                        "claim[0].better.d_modle: names no setting or record field (did you mean "
+                                        "d_model"),
+    "claim cell names an unknown split": (tiny(extra=CLAIM % 'pe = "rope", split = "ood-sprase"'),
+                                          "claim[0].better.split: no task of this sweep has a split 'ood-sprase'"),
+    "claim cell names an unknown encoding": (tiny(extra=CLAIM % 'pe = "ropee", split = "test"'),
+                                             "claim[0].better.pe: unknown"),
+    "claim cell names another task": (tiny(extra=CLAIM % 'pe = "rope", split = "test", task = "counting"'),
+                                      "claim[0].better.task: 'counting' is no task of this sweep"),
+    "claim cell names a value no preset gives": (tiny(extra=CLAIM % 'pe = "rope", split = "test", d_model = 64'),
+                                                 "claim[0].better.d_model: 64 is not a value this sweep gives d_model "
+                                                 "at its presets smoke (16)"),
+    "claim cell names a task-parameter value no preset gives": (
+        tiny(extra=CLAIM % 'pe = "rope", split = "test", n_pairs = 9'),
+        "claim[0].better.n_pairs: 9 is not a value this sweep gives n_pairs at its presets smoke (8)"),
+    "paper cell names an unknown key": (tiny(extra=PAPER % 'pe = "rope", split = "test", n_pair = 8'),
+                                        "paper[0].cell.n_pair: names no setting or record field (did you mean "
+                                        "n_pairs"),
+    "paper cell names an unknown split": (tiny(extra=PAPER % 'pe = "rope", split = "ood"'),
+                                          "paper[0].cell.split: no task of this sweep has a split 'ood'"),
+}
+
+
+@pytest.mark.parametrize("case", list(SWEEP_FILES))
+def test_a_sweep_file_that_names_nothing_is_refused_before_anything_runs(ws, capsys, monkeypatch, case):
+    """Failed before: the whole grid trained, exited 0 and drew blank cells (or every trial
+    failed); each name is now checked against the task first. (A fake trainer: a grid that
+    does run, wrongly, runs fast.)"""
+    import synthlab.training
+
+    monkeypatch.setattr(synthlab.training, "train", _Fake())
+    text, needle = SWEEP_FILES[case]
+    (ws / "named.toml").write_text(text)
+    before = listing(ws)
+    code, err = run_cli(["sweep", "named.toml", "--preset", "smoke", "--out", "sw", "--workers", "1"], capsys)
+    assert (code, len(err)) == (2, 1), err
+    assert err[0].startswith("synthlab sweep: error: named.toml: ") and needle in err[0], err[0]
+    assert listing(ws) == before
+
+
+def test_every_installed_sweep_names_only_what_its_tasks_have():
+    from synthlab.cells import expand_cells
+    from synthlab.sweepfile import installed_sweeps, load_sweep
+    from synthlab.sweepnames import check_cells, check_file
+
+    for name in [*installed_sweeps(), "even_pairs"]:
+        spec = load_sweep(name)
+        check_file(spec)
+        for preset in spec.presets:
+            if name != "pose":  # its expansion takes seconds; its cells name one task setting
+                check_cells(spec, preset, expand_cells(spec, preset))
