@@ -33,6 +33,19 @@ def check_seed(seed: object, what: str = "seed") -> int:
     return check(seed, what)
 
 
+# sizes a command takes besides a run's settings (README "sanity limits"): nothing larger can run here
+MAX_SAMPLES = 1_000_000_000  # generate -n: a billion samples is days of writing and about a terabyte
+MAX_INDEX = 2**63 - 1  # a sample's index (generate --start + n, plot --sample): Parquet's int64 column
+MAX_DISTANCE = 4096  # plot bias --max-distance: the biases are heads x T x T floats (T = D + 1)
+
+
+def check_size(value: object, flag: str, lo: int, hi: int) -> int:
+    """``value`` as an int in lo..hi, else UsageError naming ``flag`` (a size a command takes)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise UsageError(f"{flag} must be an integer from {lo:,} to {hi:,}, got {value!r}")
+    return value
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean X?)`` with the closest of ``choices`` to ``word`` (difflib), or ``""``:
     a typo gets one short line, not the list of every name."""
