@@ -99,6 +99,8 @@ def _check_journal_file(path: Path, url: str) -> None:
     torn-tail repair on opening would otherwise cut the last line off a sweep file or notes
     named by mistake, before the corruption is reported. A first line without its newline may
     be a torn first entry: left to the repair."""
+    if path.exists() and not path.is_dir() and not path.is_file():  # a FIFO would block the open forever
+        raise ValueError(f"--storage {url!r} is not a regular file (a FIFO, a device or a socket)")
     try:
         with open(path, "rb") as f:
             first = f.readline(1 << 24)

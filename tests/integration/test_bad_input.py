@@ -18,12 +18,15 @@ per-length metrics is refused with that reason; one seed range everywhere, 0 <= 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +83,8 @@ def listing(root: Path) -> dict[str, str]:
             rel = str(p.relative_to(root))
             if p.is_symlink() or p.is_dir():
                 out[rel] = "dir"
+            elif not p.is_file():  # a FIFO (reading it would block), a device, a socket
+                out[rel] = f"special {stat.S_IFMT(p.lstat().st_mode):o}"
             else:
                 out[rel] = hashlib.sha1(p.read_bytes()).hexdigest()
     return out
@@ -106,7 +111,37 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "unknown.jsonl").write_text(lines(rec(task="nosuchtask")))
     (tmp_path / "x.png").mkdir()
     (tmp_path / "y.csv").mkdir()
+    # special files (issue 33): never replaced by a regular file, never opened where that blocks
+    for name in ("fifo", "fifo.png", "fifo.toml", "fifo.csv", "side.csv", "fifodir/results.jsonl",
+                 "jdir/study.journal", "s.db"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        os.mkfifo(tmp_path / name)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock"))
+    try:  # null devices of our own (root only): never the machine's /dev/null
+        for name in ("dev", "dev.png"):
+            os.mknod(tmp_path / name, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        pass
     return tmp_path
+
+
+class Hung(BaseException):
+    """Raised by :func:`deadline` (not an Exception: the CLI must not catch it)."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    def hung(*_):
+        raise Hung(f"still running after {seconds} s (blocked on a FIFO?)")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def run_cli(argv, capsys) -> tuple[int, list[str]]:
@@ -201,6 +236,42 @@ CASES = {
     "grid unknown task": (["grid", "unknown.jsonl", "-o", "g.png"], 2, "unknown task 'nosuchtask'"),
     "grid --x length without per-length metrics": (["grid", "results.jsonl", "--x", "length", "-o", "g.png"], 2,
                                                    "no per-length metrics"),
+    # issue 33, cause 1: an output that is a FIFO, a device or a socket is refused, never replaced
+    "generate -o FIFO": (["generate", "flipflop", "-o", "fifo"], 2, "-o 'fifo' is not a regular file"),
+    "generate -o device": (["generate", "flipflop", "-o", "dev"], 2, "-o 'dev' is not a regular file"),
+    "generate -o socket": (["generate", "flipflop", "-o", "sock"], 2, "-o 'sock' is not a regular file"),
+    "generate parquet -o FIFO": (["generate", "flipflop", "--format", "parquet", "-o", "fifo"], 2,
+                                 "-o 'fifo' is not a regular file"),
+    "export -o FIFO": (["export", "results.jsonl", "-o", "fifo.csv"], 2, "-o 'fifo.csv' is not a regular file"),
+    "export -o device": (["export", "results.jsonl", "--format", "csv", "-o", "dev"], 2, "-o 'dev' is not a regular"),
+    "export -o socket": (["export", "results.jsonl", "--format", "csv", "-o", "sock"], 2, "-o 'sock' is not a regular"),
+    "grid -o FIFO": (["grid", "results.jsonl", "-o", "fifo.png"], 2, "'fifo.png' is not a regular file"),
+    "grid -o PNG whose CSV is a FIFO": (["grid", "results.jsonl", "-o", "side.png"], 2,
+                                        "'side.csv' is not a regular file"),
+    "grid -o device": (["grid", "results.jsonl", "-o", "dev.png"], 2, "'dev.png' is not a regular file"),
+    "plot -o FIFO": (["plot", "bias", "alibi", "-o", "fifo.png"], 2, "-o 'fifo.png' is not a regular file"),
+    "plot -o device": (["plot", "bias", "alibi", "-o", "dev.png"], 2, "-o 'dev.png' is not a regular file"),
+    "report -o FIFO": (["report", "adir", "-o", "fifo"], 2, "'fifo' is not a regular file"),
+    "report -o device": (["report", "adir", "-o", "dev"], 2, "'dev' is not a regular file"),
+    "train --results FIFO": (["train", "flipflop", *SMOKE, "--results", "fifo"], 2, "'fifo' is not a regular file"),
+    "train --out whose results.jsonl is a FIFO": (["train", "flipflop", *SMOKE, "--out", "fifodir"], 2,
+                                                 "'fifodir/results.jsonl' is not a regular file"),
+    # issue 33, cause 6: a FIFO that a command would read or open is refused at once, not waited on
+    "sweep --storage FIFO": (["sweep", "tiny.toml", "--storage", "fifo", "--out", "sw"], 2,
+                             "--storage 'fifo' is not a regular file"),
+    "sweep --storage sqlite FIFO": (["sweep", "tiny.toml", "--storage", "sqlite:///s.db", "--out", "sw"], 2,
+                                    "--storage 's.db' is not a regular file"),
+    "sweep OUT/results.jsonl FIFO": (["sweep", "tiny.toml", "--out", "fifodir"], 2,
+                                     "'fifodir/results.jsonl' is not a regular file"),
+    "sweep OUT/study.journal FIFO": (["sweep", "tiny.toml", "--out", "jdir"], 2,
+                                     "'jdir/study.journal' is not a regular file"),
+    "sweep file FIFO": (["sweep", "fifo.toml"], 2, "sweep file 'fifo.toml' is not a regular file"),
+    "grid RESULTS FIFO": (["grid", "fifo", "-o", "g.png"], 2, "'fifo' is not a regular file"),
+    "export RESULTS FIFO": (["export", "fifo", "-o", "e.csv"], 2, "'fifo' is not a regular file"),
+    "curves RESULTS FIFO": (["curves", "fifo", "--out", "c"], 2, "'fifo' is not a regular file"),
+    "export DIR whose results.jsonl is a FIFO": (["export", "fifodir", "-o", "e.csv"], 2,
+                                                 "'fifodir/results.jsonl' is not a regular file"),
+    "report ROOT FIFO": (["report", "fifo", "-o", "r.md"], 2, "'fifo'"),
 }
 
 
@@ -209,8 +280,11 @@ def test_one_line_and_nothing_written(ws, capsys, case):
     argv, code, needle = CASES[case]
     if any(str(a).startswith(("/sys/", "/proc/")) for a in argv) and not Path("/proc/self/mem").exists():
         pytest.skip("needs Linux /sys and /proc")
+    if {"dev", "dev.png"} & set(argv) and not (ws / "dev").exists():
+        pytest.skip("making a device node needs root")
     before = listing(ws)
-    got, err = run_cli(argv, capsys)
+    with deadline(120):  # a FIFO opened for reading or writing blocks: fail, do not hang
+        got, err = run_cli(argv, capsys)
     assert (got, len(err)) == (code, 1), err
     assert err[0].startswith(f"synthlab {argv[0]}: error: ") and needle in err[0], err[0]
     assert "Traceback" not in err[0]
