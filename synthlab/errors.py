@@ -25,6 +25,15 @@ class UsageError(ValueError):
     """
 
 
+class DamagedFile(OSError):
+    """A file synthlab wrote that no longer reads as one (random bytes, cut short, another kind
+    of file, tensors of the wrong shape, a record whose parts are not what a record holds): an
+    environment error, like a failing disk. The CLI prints ``PATH: reason`` and exits with 1."""
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        super().__init__(errno.EIO, " ".join(str(reason).split()), os.fspath(path))
+
+
 def check_seed(seed: object, what: str = "seed") -> int:
     """The one seed check (0 <= seed <= 2**32 - 1), kept with the generators at the lowest layer
     (they import nothing from synthlab); imported on use, so ``--help`` loads no numpy."""

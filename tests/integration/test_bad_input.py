@@ -631,3 +631,144 @@ def test_every_installed_sweep_names_only_what_its_tasks_have():
         for preset in spec.presets:
             if name != "pose":  # its expansion takes seconds; its cells name one task setting
                 check_cells(spec, preset, expand_cells(spec, preset))
+
+
+# ----------------------------------------------------------------------------------------
+# issue 33, cause 4: damaged run directories and records: one line naming the file, exit 1
+# (a file synthlab wrote no longer reads as one: an environment error, like a failing disk).
+# A well-formed record holding a value synthlab never writes (NaN, text) stays bad input (2).
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """One finished smoke run (alibi: `plot bias` draws it), trained once for the module."""
+    out = tmp_path_factory.mktemp("run")
+    code = main(["train", "flipflop", "--pe", "alibi", "--preset", "smoke", "--set", "steps=2", "--out", str(out),
+                 "--quiet", "--json"])
+    assert code == 0
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run, json.loads((out / "results.jsonl").read_text().splitlines()[0])
+
+
+def _tensors(edit):
+    def damage(run: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        d = load_file(run / "model.safetensors")
+        edit(d)
+        save_file(d, run / "model.safetensors")
+    return damage
+
+
+def _config(edit):
+    def damage(run: Path) -> None:
+        cfg = json.loads((run / "config.json").read_text())
+        edit(cfg)
+        (run / "config.json").write_text(json.dumps(cfg))
+    return damage
+
+
+def _first_key(d):
+    return sorted(d)[0]
+
+
+# name -> (damage, the file named, what the line says)
+DAMAGED_RUNS = {
+    "weights: random bytes": (lambda r: (r / "model.safetensors").write_bytes(os.urandom(3000)),
+                              "model.safetensors", "not a safetensors file"),
+    "weights: empty": (lambda r: (r / "model.safetensors").write_bytes(b""), "model.safetensors",
+                       "not a safetensors file"),
+    "weights: cut short": (lambda r: (r / "model.safetensors").write_bytes((r / "model.safetensors").read_bytes()[:2000]),
+                           "model.safetensors", "not a safetensors file"),
+    "weights: a pickle": (lambda r: (r / "model.safetensors").write_bytes(__import__("pickle").dumps({"w": [1.0] * 64})),
+                          "model.safetensors", "not a safetensors file"),
+    "weights: a tensor of the wrong shape": (_tensors(lambda d: d.update({_first_key(d): d[_first_key(d)].flatten()[:3].clone()})),
+                                             "model.safetensors", "its tensors do not fit the run's model (size mismatch"),
+    "weights: a tensor missing": (_tensors(lambda d: d.pop(_first_key(d))), "model.safetensors",
+                                  "its tensors do not fit the run's model (Missing key"),
+    "weights: a tensor too many": (_tensors(lambda d: d.update({"extra.weight": d[_first_key(d)].clone()})),
+                                   "model.safetensors", "its tensors do not fit the run's model (Unexpected key"),
+    "config: random bytes": (lambda r: (r / "config.json").write_bytes(os.urandom(3000)), "config.json",
+                             "not a run's config.json"),
+    "config: a JSON list": (lambda r: (r / "config.json").write_text("[1, 2]"), "config.json",
+                            "not a run's config.json (a JSON list"),
+    "config: empty object": (lambda r: (r / "config.json").write_text("{}"), "config.json", "(no 'task')"),
+    "config: task_params a list": (_config(lambda c: c.update(task_params=[1])), "config.json",
+                                   "(task_params is list)"),
+    "config: model a string": (_config(lambda c: c.update(model="big")), "config.json", "(model is str)"),
+    "config: max_len text": (_config(lambda c: c.update(max_len="64")), "config.json", "(max_len is str)"),
+    "metrics.jsonl: random bytes": (lambda r: (r / "metrics.jsonl").write_bytes(os.urandom(3000)), "metrics.jsonl",
+                                    "not JSON lines"),
+    "metrics.jsonl: a torn object": (lambda r: (r / "metrics.jsonl").write_text('{"step": 1, "loss"\n'),
+                                     "metrics.jsonl", "not JSON lines"),
+}
+RUN_COMMANDS = {
+    "plot bias": lambda run: ["plot", "bias", run, "-o", "b.png"],
+    "plot attention": lambda run: ["plot", "attention", run, "-o", "a.png"],
+}
+
+
+@pytest.mark.parametrize("command", list(RUN_COMMANDS))
+@pytest.mark.parametrize("damage", list(DAMAGED_RUNS))
+def test_a_damaged_run_directory_is_named_in_one_line(ws, capsys, trained_run, damage, command):
+    """Failed before: 20-46-line tracebacks (SafetensorError, RuntimeError, KeyError, TypeError)."""
+    edit, name, needle = DAMAGED_RUNS[damage]
+    run = ws / "run"
+    shutil.copytree(trained_run[0], run)
+    edit(run)
+    before = listing(ws)
+    code, err = run_cli(RUN_COMMANDS[command]("run"), capsys)
+    assert (code, len(err)) == (1, 1), err
+    assert err[0].startswith(f"synthlab plot: error: run/{name}: ") and needle in err[0], err[0]
+    assert listing(ws) == before
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_RUNS))
+def test_load_run_raises_one_error_naming_the_damaged_file(ws, trained_run, damage):
+    from synthlab.errors import DamagedFile
+    from synthlab.runs import load_run
+
+    edit, name, needle = DAMAGED_RUNS[damage]
+    run = ws / "run"
+    shutil.copytree(trained_run[0], run)
+    edit(run)
+    with pytest.raises(DamagedFile) as e:
+        load_run(run)
+    assert e.value.filename == str(run / name) and needle in e.value.strerror
+
+
+DAMAGED_RECORDS = {
+    "metrics a list": lambda r: r.update(metrics=[0.5, 0.9]),
+    "a split's metrics a list": lambda r: r["metrics"].update(test=[0.5]),
+    "a split's metrics text": lambda r: r["metrics"].update(test="good"),
+    "by_length a list": lambda r: r.update(by_length=[1, 2]),
+    "model a list": lambda r: r.update(model=[16]),
+    "train text": lambda r: r.update(train="fast"),
+    "task_params a list": lambda r: r.update(task_params=[8]),
+    "pe a number": lambda r: r.update(pe=5),
+    "task a list": lambda r: r.update(task=["flipflop"]),
+    "status null": lambda r: r.update(status=None),
+    "curve an object": lambda r: r.update(curve={"1": 0.5}),
+}
+RECORD_COMMANDS = {
+    "grid": ["grid", "bad.jsonl", "-o", "g.png"],
+    "export": ["export", "bad.jsonl", "-o", "e.csv"],
+    "curves": ["curves", "bad.jsonl", "--out", "c"],
+}
+
+
+@pytest.mark.parametrize("command", list(RECORD_COMMANDS))
+@pytest.mark.parametrize("damage", list(DAMAGED_RECORDS))
+def test_a_damaged_record_is_named_in_one_line(ws, capsys, trained_run, damage, command):
+    """Failed before: tracebacks from grid and export (AttributeError: 'list' object has no
+    attribute 'items'), or a grid drawn from it; curves said it held no curves."""
+    import copy
+
+    r = copy.deepcopy(trained_run[1])
+    DAMAGED_RECORDS[damage](r)
+    (ws / "bad.jsonl").write_text(lines(trained_run[1], r))
+    before = listing(ws)
+    code, err = run_cli(RECORD_COMMANDS[command], capsys)
+    assert (code, len(err)) == (1, 1), err
+    assert err[0].startswith(f"synthlab {command}: error: bad.jsonl: line 2: ") and "a damaged file" in err[0], err[0]
+    assert listing(ws) == before
