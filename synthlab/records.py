@@ -75,26 +75,31 @@ def _encode(records: Iterable[dict[str, Any]], *, ensure_ascii: bool) -> bytes:
 
 def append_record(path: str | os.PathLike, record: dict[str, Any], *, ensure_ascii: bool = False) -> None:
     """Append one JSON line with a single fsync'd write (the file stays parseable)."""
+    from synthlab.errors import naming
+
     data = _encode([record], ensure_ascii=ensure_ascii)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        # a full disk (or a file size limit) may take only part of the line and say so by the
-        # count alone: write on, so the next write raises the error instead of the record being
-        # torn in silence (the torn line is skipped by readers and ended by the next writer)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with naming(path):  # os.write names no file: "No space left on device" alone said nothing of where
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            # a full disk (or a file size limit) may take only part of the line and say so by the
+            # count alone: write on, so the next write raises the error instead of the record being
+            # torn in silence (the torn line is skipped by readers and ended by the next writer)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def repair_jsonl(path: Path) -> None:
     """End a torn final line (a record cut by a kill) so the next record starts a new line."""
+    from synthlab.errors import naming
+
     if not path.exists() or path.stat().st_size == 0:
         return
-    with open(path, "rb+") as f:
+    with naming(path), open(path, "rb+") as f:
         f.seek(-1, os.SEEK_END)
         if f.read(1) != b"\n":
             f.write(b"\n")

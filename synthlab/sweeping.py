@@ -193,7 +193,10 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     _check_destinations(out_dir, url, storage)
     done = _finished(cells, url, study_name, retry_failed)
     if done is not None:  # nothing left to run: no trainer (torch, Lightning), no study write
-        return _report(spec, preset, cells, done, study_name, out_dir, grids, _looks)
+        from synthlab.errors import naming
+
+        with naming(out_dir):
+            return _report(spec, preset, cells, done, study_name, out_dir, grids, _looks)
     configs = validate_cells(cells, preset)
 
     # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does
@@ -212,6 +215,16 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
          grids: bool, retry_failed: bool, trials: int | None, workers: int | str, more: dict[str, Any],
          plans: dict[str, dashboard.TrialPlan]) -> list[dict]:
     """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments."""
+    from synthlab.errors import naming
+
+    with naming(out_dir):  # a write that names no file (a grid's, a library's): at least the sweep's directory
+        return _run_named(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
+                          more, plans)
+
+
+def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str,
+               quiet: bool, grids: bool, retry_failed: bool, trials: int | None, workers: int | str,
+               more: dict[str, Any], plans: dict[str, dashboard.TrialPlan]) -> list[dict]:
     import optuna
 
     out_dir.mkdir(parents=True, exist_ok=True)

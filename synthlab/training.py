@@ -31,7 +31,7 @@ from synthlab import loggers, machine, rundir, usermodel
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.curves import Report, check_report, curve_callback, eval_context
-from synthlab.errors import check_seed
+from synthlab.errors import check_seed, naming
 from synthlab.evaluation import by_length, check_metrics, decode_width, evaluate
 from synthlab.fitting import QuickHookName, deterministic, fit, fix_cublas_workspace, threads
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
@@ -444,7 +444,9 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
                 record["train"]["steps_done"] = info["steps_done"]
             if run_log is not None:
                 run_log.close(failure is None)
-    except (KeyboardInterrupt, OSError):  # Ctrl-C, a stopped sweep worker, a full or read-only disk:
+    except (KeyboardInterrupt, OSError) as e:  # Ctrl-C, a stopped sweep worker, a full or read-only disk:
+        if isinstance(e, OSError) and e.filename is None and run_dir is not None:
+            e.filename = str(run_dir)  # a write that named no file (a logger's, a checkpoint's): where the run was
         if run_log is not None:
             run_log.close(False)
         rundir.remove(run_dir, created)     # not the run's failure, so no record and no run directory
@@ -464,8 +466,9 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
             ck.finish()
         raise
     record["wall_s"] = round(time.perf_counter() - t0, 3)
-    rundir.finish(run_dir, results_path, record, lines, model if record["status"] == "ok" else None, save_model,
-                  created=created)
+    with naming(run_dir if run_dir is not None else results_path or "."):  # a failed write names where it went
+        rundir.finish(run_dir, results_path, record, lines, model if record["status"] == "ok" else None, save_model,
+                      created=created)
     if ck is not None:
         ck.finish()  # the run has its record
     return clean(record)

@@ -772,3 +772,59 @@ def test_a_damaged_record_is_named_in_one_line(ws, capsys, trained_run, damage, 
     assert (code, len(err)) == (1, 1), err
     assert err[0].startswith(f"synthlab {command}: error: bad.jsonl: line 2: ") and "a damaged file" in err[0], err[0]
     assert listing(ws) == before
+
+
+# ----------------------------------------------------------------------------------------
+# issue 33, cause 8: an environment error names its path even where the failing write named none
+
+
+def _enospc(*_a, **_k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as os.write / f.write raise it: no file name
+
+
+def _full_journal(monkeypatch):
+    from optuna.storages.journal import JournalFileBackend
+
+    calls = []
+
+    def append_logs(self, logs):
+        calls.append(1)
+        if len(calls) > 3:  # the study is made; the disk fills up while the cells run
+            _enospc()
+        return real(self, logs)
+
+    real = JournalFileBackend.append_logs
+    monkeypatch.setattr(JournalFileBackend, "append_logs", append_logs)
+
+
+def _full_results(monkeypatch):
+    monkeypatch.setattr(os, "write", _enospc)  # only records.append_record writes with os.write here
+
+
+ENV_ERRORS = {
+    "sweep: the journal's disk fills up": (_full_journal, "sw/study.journal: No space left on device"),
+    "sweep: results.jsonl's disk fills up": (_full_results, "sw/results.jsonl: No space left on device"),
+}
+
+
+@pytest.mark.parametrize("case", list(ENV_ERRORS))
+def test_an_environment_error_names_its_path(ws, capsys, monkeypatch, case):
+    """Failed before: `synthlab sweep: error: No space left on device`, no path."""
+    import synthlab.training
+
+    monkeypatch.setattr(synthlab.training, "train", _Fake())
+    fill, line = ENV_ERRORS[case]
+    fill(monkeypatch)
+    code, err = run_cli(["sweep", "tiny.toml", "--out", "sw", "--quiet", "--workers", "1"], capsys)
+    assert code == 1 and err == [f"synthlab sweep: error: {line}"], err
+
+
+def test_train_names_the_run_directory_when_a_write_names_no_file(ws, capsys, monkeypatch):
+    """Failed before: `synthlab train: error: No space left on device` (a logger's write)."""
+    from synthlab import loggers
+
+    monkeypatch.setattr(loggers, "open_logger", _enospc)
+    code, err = run_cli(["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "runs", "--quiet"], capsys)
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("synthlab train: error: runs/") and err[0].endswith(": No space left on device"), err
+    assert not [p for p in ws.glob("runs/*") if p.is_dir() and not p.name.startswith(".")]  # no half-made run
