@@ -31,7 +31,7 @@ from synthlab import loggers, machine, rundir, usermodel
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.curves import Report, check_report, curve_callback, eval_context
-from synthlab.errors import check_seed, naming
+from synthlab.errors import check_seed, did_you_mean, naming
 from synthlab.evaluation import by_length, check_metrics, decode_width, evaluate
 from synthlab.fitting import QuickHookName, deterministic, fit, fix_cublas_workspace, threads
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
@@ -69,7 +69,8 @@ def _resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, 
              positions: str | None, rope_scaling: str | None, probe: bool) -> tuple[RunConfig, PESpec]:
     """:func:`resolve_config` and the parsed pe spec, which the run is handed (parsed once)."""
     if not isinstance(task, str) or task not in generators.TASKS:
-        raise ValueError(f"unknown task {task!r} (allowed: {', '.join(generators.TASKS)})")
+        hint = did_you_mean(task, list(generators.TASKS)) or " (see `synthlab tasks`)"
+        raise ValueError(f"unknown task {task!r}{hint}")
     check_seed(seed)
     cfg = build_config(task, pe, preset, seed=int(seed), positions=positions, rope_scaling=rope_scaling)
     names = tuple(generators.TASKS[task].PARAMS)

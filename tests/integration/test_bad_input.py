@@ -230,7 +230,10 @@ CASES = {
     "grid -o not writable": (["grid", "results.jsonl", "-o", "/sys/synthlab-test.png"], 1,
                              "/sys/synthlab-test.png:"),
     "grid unreadable RESULTS": (["grid", "/proc/self/mem", "-o", "g.png"], 1, "/proc/self/mem: Input/output error"),
-    "grid DIR as RESULTS": (["grid", "adir", "-o", "g.png"], 2, "results file 'adir' is a directory"),
+    "grid DIR without results as RESULTS": (["grid", "adir", "-o", "g.png"], 2,
+                                            "'adir' is a directory without results.jsonl or study-results.jsonl"),
+    "grid DIR whose results.jsonl is a FIFO": (["grid", "fifodir", "-o", "g.png"], 2,
+                                               "'fifodir/results.jsonl' is not a regular file"),
     "grid NaN literal": (["grid", "nan.jsonl", "-o", "g.png"], 2, "metrics.test.token_acc is NaN"),
     "grid text metric": (["grid", "text.jsonl", "-o", "g.png"], 2, "metrics.test.token_acc is not a number ('high')"),
     "grid unknown task": (["grid", "unknown.jsonl", "-o", "g.png"], 2, "unknown task 'nosuchtask'"),
@@ -272,7 +275,20 @@ CASES = {
     "export DIR whose results.jsonl is a FIFO": (["export", "fifodir", "-o", "e.csv"], 2,
                                                  "'fifodir/results.jsonl' is not a regular file"),
     "report ROOT FIFO": (["report", "fifo", "-o", "r.md"], 2, "'fifo'"),
+    # issue 33, usability: a typo gets the closest name, on one short line (TYPOS below: its length)
+    "train task typo": (["train", "flipfolp", *SMOKE], 2, "unknown task 'flipfolp' (did you mean flipflop?)"),
+    "train --set typo": (["train", "flipflop", *SMOKE, "--set", "stpes=10"], 2,
+                         "unknown setting 'stpes' (did you mean train.steps?)"),
+    "train --set dotted typo": (["train", "flipflop", *SMOKE, "--set", "model.d_modle=16"], 2,
+                                "unknown setting 'model.d_modle' (did you mean model.d_model"),
+    "train --set task typo": (["train", "flipflop", *SMOKE, "--set", "task.n_pair=16"], 2,
+                              "unknown setting 'task.n_pair' (did you mean task.n_pairs"),
+    "generate task typo": (["generate", "flipfolp"], 2, "unknown task 'flipfolp' (did you mean flipflop?)"),
+    "sweep --set typo": (["sweep", "tiny.toml", "--set", "stpes=10"], 2,
+                         "unknown setting 'stpes' (did you mean train.steps?)"),
+    "train task far from any": (["train", "zzzz", *SMOKE], 2, "unknown task 'zzzz' (see `synthlab tasks`)"),
 }
+TYPOS = [c for c in CASES if "typo" in c or "far from any" in c]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -289,6 +305,8 @@ def test_one_line_and_nothing_written(ws, capsys, case):
     assert err[0].startswith(f"synthlab {argv[0]}: error: ") and needle in err[0], err[0]
     assert "Traceback" not in err[0]
     assert listing(ws) == before  # nothing written, no temporary file left
+    if case in TYPOS:  # the closest names, not all 23 tasks or 37 settings
+        assert len(err[0]) < 120, err[0]
 
 
 def test_the_cases_accepted_before_still_run_with_their_fix(ws, capsys):
@@ -828,3 +846,13 @@ def test_train_names_the_run_directory_when_a_write_names_no_file(ws, capsys, mo
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith("synthlab train: error: runs/") and err[0].endswith(": No space left on device"), err
     assert not [p for p in ws.glob("runs/*") if p.is_dir() and not p.name.startswith(".")]  # no half-made run
+
+
+def test_grid_takes_the_directory_a_sweep_printed(ws, capsys):
+    """Failed before: `synthlab grid DIR` (the "results in DIR" a sweep prints) was refused as
+    a directory, while export and curves took it."""
+    (ws / "sweepout").mkdir()
+    shutil.copy(ws / "results.jsonl", ws / "sweepout" / "results.jsonl")
+    code, err = run_cli(["grid", "sweepout"], capsys)
+    assert code == 0, err
+    assert (ws / "sweepout" / "grid-ood.png").is_file() and (ws / "sweepout" / "grid-ood.csv").is_file()
