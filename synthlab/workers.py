@@ -153,8 +153,12 @@ def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[sub
     return procs
 
 
-def stop(procs: list[subprocess.Popen], sig: int = signal.SIGINT, timeout: float = 60.0) -> None:
-    """Ask the helpers to stop (their running cells go back to the queue), then wait."""
+def stop(procs: list[subprocess.Popen], sig: int = signal.SIGTERM, timeout: float = 60.0) -> None:
+    """Ask the helpers to stop (their running cells go back to the queue), then wait. SIGTERM,
+    not SIGINT: Python turns SIGINT into KeyboardInterrupt from its first instant, so a helper
+    stopped while its interpreter still started (importing ``site``) printed a fatal error and
+    a traceback; SIGTERM ends such a helper quietly (it has no cell yet), and once :data:`_BOOT`
+    runs it is a Ctrl-C like SIGINT."""
     for p in procs:
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -206,9 +210,9 @@ def helper_main(run: Callable[..., Any], payload: str) -> int:
     kwargs = json.loads(payload)
     torch.set_num_threads(int(kwargs.pop("threads")))
     parent = int(kwargs.pop("parent", 0))
-    # the main process stops us with SIGINT (a parent without job control may have left it
-    # ignored, which a child inherits); SIGTERM (a scheduler, or the main process's death)
-    # likewise: the cell is re-queued
+    # the main process stops us with SIGTERM (as a scheduler does, or the kernel when the main
+    # process dies); SIGINT too (a parent without job control may have left it ignored, which a
+    # child inherits): the cell is re-queued
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

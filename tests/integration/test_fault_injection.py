@@ -503,3 +503,56 @@ def test_sigkill_at_random_moments_with_batched_seeds(driver, setup, tmp_path):
           f"finished first, over {len(rounds)} grids; cells trained in a batch: {batched}; finished cells trained "
           f"again: {retrained}")
     assert kills == 10 and retrained == 0 and batched > 0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_two_workers_run_nothing_from_a_hostile_working_directory(tmp_path):
+    """Issue 33: `sweep --workers 2` run (as the console script runs it: no working directory on
+    sys.path) where a jsonlines.py and a *.dist-info declaring a synthlab.tasks entry point lie:
+    the helpers imported and ran both; now nothing of it runs, and the grid finishes."""
+    from test_bad_input import plant
+
+    path = write_sweep(tmp_path, TINY)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    plant(cwd)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-P", "-m", "synthlab.cli", "sweep", str(path), "--out", str(out), "--workers", "2",
+           "--quiet"]
+    p = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0 and "4/4 cells finished" in p.stdout, p.stderr
+    # the helper loads the task plugins whether or not it trains a cell (it validates the grid
+    # first), so before the fix the entry point's marker was written even when the main process
+    # had run every cell
+    assert not list(cwd.glob("PLANTED-*")), "a helper ran code from the working directory"
+    print("\n[fault-injection] --workers 2 in a directory with a planted jsonlines.py and entry point: "
+          "planted code run: 0")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.5, 2.0])
+def test_sigterm_while_the_helpers_import_prints_no_traceback(tmp_path, delay):
+    """Issue 33, cause 7: a stop that reached a helper during `import torch` (before its try)
+    printed its KeyboardInterrupt traceback; now: exit 130, one line, no cell left running."""
+    path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,"))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "synthlab.cli", "sweep", str(path), "--out", str(out), "--workers", "2", "--quiet"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not _children(proc.pid) and proc.poll() is None:
+        time.sleep(0.05)
+    assert _children(proc.pid), "no helper started"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines()[-1] == "synthlab: interrupted", err
+    if (out / "study.journal").exists():
+        _assert_requeued(out)
