@@ -401,6 +401,12 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     if again:
         rundir.remove(run_dir)  # what a killed attempt left (its checkpoint is elsewhere)
     created: list[Path] = []  # the parents of the run directory it made (removed with it)
+    if out is not None:  # what runs killed outright (SIGKILL, the OOM killer) left half made in OUT
+        gone = rundir.clean_half_made(out, results_path)
+        if gone and not quiet:
+            print(f"synthlab: removed {len(gone)} run director{'y' if len(gone) == 1 else 'ies'} a killed run left "
+                  f"half made: {', '.join(str(d) for d in gone[:3])}{', ...' if len(gone) > 3 else ''}",
+                  file=sys.stderr)
     if run_dir is not None:  # everything is validated and built: now the run directory
         created = rundir.make(run_dir, run_config(cfg, run_id, max_len, rope_factor, train_len, named))
 

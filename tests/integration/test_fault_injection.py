@@ -556,3 +556,31 @@ def test_sigterm_while_the_helpers_import_prints_no_traceback(tmp_path, delay):
     assert err.strip().splitlines()[-1] == "synthlab: interrupted", err
     if (out / "study.journal").exists():
         _assert_requeued(out)
+
+
+def test_a_train_killed_outright_leaves_nothing_the_next_run_keeps(tmp_path, capsys):
+    """Issue 33: kill -9 during `synthlab train` left OUT/<run_id>/ (config.json, logs/) that
+    nothing removed. The next run on the same OUT removes it, says so, and leaves alone a run
+    directory whose process still runs."""
+    from synthlab import rundir
+    from synthlab.cli import main
+
+    out = tmp_path / "runs"
+    live = out / "live-run"  # another train on the same OUT, still running (this process)
+    rundir.make(live, {"k": 1})
+    cmd = [sys.executable, "-m", "synthlab.cli", "train", "flipflop", "--pe", "rope", "--preset", "smoke",
+           "--set", "steps=100000", "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("*-flipflop-*/config.json")):
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.2)
+    (half,) = [p.parent for p in out.glob("*-flipflop-*/config.json")]
+    proc.kill()
+    proc.wait()
+    assert half.is_dir()  # what the kill left
+    assert main(["train", "flipflop", "--pe", "nope", "--preset", "smoke", "--set", "steps=2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert not half.exists() and f"removed 1 run directory a killed run left half made: {half}" in err, err
+    assert (live / "config.json").is_file() and (live / rundir.OWNER).is_file()  # its process (this one) runs
+    assert len([p for p in out.glob("*-flipflop-*") if (p / "model.safetensors").is_file()]) == 1
