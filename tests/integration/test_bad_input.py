@@ -725,6 +725,7 @@ DAMAGED_RUNS = {
 RUN_COMMANDS = {
     "plot bias": lambda run: ["plot", "bias", run, "-o", "b.png"],
     "plot attention": lambda run: ["plot", "attention", run, "-o", "a.png"],
+    "plot glitches": lambda run: ["plot", "glitches", run, "-n", "8", "-o", "g.png"],
 }
 
 
