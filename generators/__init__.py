@@ -49,8 +49,12 @@ def get_task(name: str, **params: Any) -> Task:
     """The task ``name`` with ``params`` (ValueError for an unknown name or parameter)."""
     try:
         cls = TASKS[name]
-    except KeyError:
-        raise ValueError(f"unknown task {name!r} (allowed: {', '.join(TASKS)})") from None
+    except KeyError:  # one line: the closest names, not all of them (`synthlab tasks` lists them)
+        import difflib
+
+        close = difflib.get_close_matches(str(name), list(TASKS), n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}?" if close else "see `synthlab tasks`"
+        raise ValueError(f"unknown task {name!r} ({hint})") from None
     return cls(**params)
 
 

@@ -253,6 +253,8 @@ def setting_keys(task_params: dict[str, Any] | None = None) -> list[str]:
 def resolve_key(key: str, task_param_names: list[str] | tuple[str, ...]) -> tuple[str, str]:
     """``"d_model"`` -> ``("model", "d_model")``; ``"task.n_pairs"`` -> ``("task", "n_pairs")``;
     ``"pe"`` -> ``("", "pe")``. ValueError for an unknown or ambiguous key."""
+    from synthlab.errors import did_you_mean
+
     key = key.strip()
     section, dot, name = key.partition(".")
     if dot:
@@ -260,10 +262,11 @@ def resolve_key(key: str, task_param_names: list[str] | tuple[str, ...]) -> tupl
             if name in task_param_names:
                 return "task", name
             allowed = ", ".join(f"task.{k}" for k in task_param_names) or "none"
-            raise ValueError(f"unknown setting {key!r} (task parameters: {allowed})")
+            hint = did_you_mean(key, [f"task.{k}" for k in task_param_names])
+            raise ValueError(f"unknown setting {key!r}{hint or f' (task parameters: {allowed})'}")
         if section in _SECTIONS and name in field_types(_SECTIONS[section]):
             return section, name
-        raise ValueError(f"unknown setting {key!r} (allowed: {', '.join(setting_keys(dict.fromkeys(task_param_names)))})")
+        raise ValueError(f"unknown setting {key!r}{_closest(key, task_param_names)}")
     hits = [(s, key) for s, cls in _SECTIONS.items() if key in field_types(cls)]
     if key in _TOP_LEVEL:
         hits.append(("", key))
@@ -274,7 +277,22 @@ def resolve_key(key: str, task_param_names: list[str] | tuple[str, ...]) -> tupl
     if len(hits) > 1:
         names = ", ".join(f"{s}.{n}" if s else n for s, n in hits)
         raise ValueError(f"setting {key!r} is ambiguous (use one of: {names})")
-    raise ValueError(f"unknown setting {key!r} (allowed: {', '.join(setting_keys(dict.fromkeys(task_param_names)))})")
+    raise ValueError(f"unknown setting {key!r}{_closest(key, task_param_names)}")
+
+
+def _closest(key: str, task_param_names: list[str] | tuple[str, ...]) -> str:
+    """`` (did you mean model.d_model?)``: the closest keys (bare or dotted) to a typo, one line,
+    not the list of every key (`synthlab train --help` and docs/results.md list them)."""
+    from synthlab.errors import did_you_mean
+
+    dotted = setting_keys(dict.fromkeys(task_param_names))
+    bare = {k.partition(".")[2] or k: k for k in dotted}
+    hint = did_you_mean(key, dotted)
+    if not hint and "." not in key:
+        hint = did_you_mean(key, bare)
+        close = hint[len(" (did you mean "):-len("?)")].split(" or ") if hint else []
+        hint = f" (did you mean {' or '.join(bare[c] for c in close)}?)" if close else ""
+    return hint or " (the settings: `synthlab train --help`; task parameters: `synthlab tasks`)"
 
 
 def apply_overrides(cfg: RunConfig, overrides: dict[str, Any] | None, task_param_names: list[str] | tuple[str, ...]) -> RunConfig:

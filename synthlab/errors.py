@@ -14,7 +14,7 @@ import contextlib
 import errno
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 
 class UsageError(ValueError):
@@ -25,12 +25,43 @@ class UsageError(ValueError):
     """
 
 
+class DamagedFile(OSError):
+    """A file synthlab wrote that no longer reads as one (random bytes, cut short, another kind
+    of file, tensors of the wrong shape, a record whose parts are not what a record holds): an
+    environment error, like a failing disk. The CLI prints ``PATH: reason`` and exits with 1."""
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        super().__init__(errno.EIO, " ".join(str(reason).split()), os.fspath(path))
+
+
 def check_seed(seed: object, what: str = "seed") -> int:
     """The one seed check (0 <= seed <= 2**32 - 1), kept with the generators at the lowest layer
     (they import nothing from synthlab); imported on use, so ``--help`` loads no numpy."""
     from generators.base import check_seed as check
 
     return check(seed, what)
+
+
+# sizes a command takes besides a run's settings (README "sanity limits"): nothing larger can run here
+MAX_SAMPLES = 1_000_000_000  # generate -n: a billion samples is days of writing and about a terabyte
+MAX_INDEX = 2**63 - 1  # a sample's index (generate --start + n, plot --sample): Parquet's int64 column
+MAX_DISTANCE = 4096  # plot bias --max-distance: the biases are heads x T x T floats (T = D + 1)
+
+
+def check_size(value: object, flag: str, lo: int, hi: int) -> int:
+    """``value`` as an int in lo..hi, else UsageError naming ``flag`` (a size a command takes)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise UsageError(f"{flag} must be an integer from {lo:,} to {hi:,}, got {value!r}")
+    return value
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean X?)`` with the closest of ``choices`` to ``word`` (difflib), or ``""``:
+    a typo gets one short line, not the list of every name."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def os_error_line(e: OSError) -> str:

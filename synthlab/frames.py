@@ -63,7 +63,7 @@ def result_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     for item in items:
         p = Path(item)
         if p.is_dir():
-            found = [p / name for name in RESULTS_FILES if (p / name).is_file()]
+            found = [p / name for name in RESULTS_FILES if os.path.lexists(p / name)]  # a FIFO there: said below
             if not found:
                 raise UsageError(f"results {str(item)!r} is a directory without {' or '.join(RESULTS_FILES)} "
                                  "(expected a results file or the --out directory of synthlab train / sweep)")

@@ -16,6 +16,7 @@ import functools
 from typing import Any
 
 import generators
+from synthlab.errors import did_you_mean
 from synthlab.config import PRESETS, RunConfig, apply_overrides
 from synthlab.sweepfile import installed_sweeps, load_sweep, parse_sweep
 
@@ -40,7 +41,8 @@ def preset_family(task: str) -> str | None:
     """The sweep file whose presets ``task`` uses (the fifteen CHE tasks share ``che``); None
     for a registered task that no installed sweep file lists (it trains with the defaults)."""
     if task not in generators.TASKS:
-        raise ValueError(f"unknown task {task!r} (allowed: {', '.join(generators.TASKS)})")
+        hint = did_you_mean(task, list(generators.TASKS)) or " (see `synthlab tasks`)"
+        raise ValueError(f"unknown task {task!r}{hint}")
     return preset_files().get(task)
 
 

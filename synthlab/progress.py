@@ -88,6 +88,33 @@ class LiveTrial:
         return {"step": self.step, "steps": self.steps, "loss": self.loss}
 
 
+class TrainHeartbeat:
+    """``synthlab train``'s ``report`` hook where stderr is no terminal (a batch job's log, where
+    tqdm's bar does not show): a line when the run starts reporting, then one every ``every``
+    seconds, as a sweep's heartbeat: ``[train] flipflop rope: step 120/1500, loss 0.5230, 1m 05s
+    elapsed``."""
+
+    def __init__(self, label: str, steps: int | None, every: float = HEARTBEAT_EVERY,
+                 stream: TextIO | None = None) -> None:
+        self.live = LiveTrial(0, label, steps)
+        self.every, self.stream = check_interval(every), stream
+        self._last: float | None = None
+
+    def __call__(self, step: int, values: dict[str, float]) -> None:
+        self.live.update(step, values)
+        now = time.time()
+        if self._last is not None and now - self._last < self.every:
+            return
+        self._last = now
+        snap = self.live.snapshot() or {}
+        parts = [f"step {snap['step']}" + (f"/{snap['steps']}" if snap.get("steps") else "")]
+        if isinstance(snap.get("loss"), (int, float)):
+            parts.append(f"loss {snap['loss']:.4f}")
+        parts.append(f"{duration(now - self.live.started)} elapsed")
+        stream = self.stream if self.stream is not None else sys.stderr
+        print(f"[train] {self.live.label}: {', '.join(parts)}", file=stream, flush=True)
+
+
 class SweepProgress:
     """The sweep's progress view (see the module docstring). ``labels``: cell key -> label;
     ``objective``: the name of the trials' value (``ood-sparse/token_acc``)."""

@@ -75,26 +75,31 @@ def _encode(records: Iterable[dict[str, Any]], *, ensure_ascii: bool) -> bytes:
 
 def append_record(path: str | os.PathLike, record: dict[str, Any], *, ensure_ascii: bool = False) -> None:
     """Append one JSON line with a single fsync'd write (the file stays parseable)."""
+    from synthlab.errors import naming
+
     data = _encode([record], ensure_ascii=ensure_ascii)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        # a full disk (or a file size limit) may take only part of the line and say so by the
-        # count alone: write on, so the next write raises the error instead of the record being
-        # torn in silence (the torn line is skipped by readers and ended by the next writer)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with naming(path):  # os.write names no file: "No space left on device" alone said nothing of where
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            # a full disk (or a file size limit) may take only part of the line and say so by the
+            # count alone: write on, so the next write raises the error instead of the record being
+            # torn in silence (the torn line is skipped by readers and ended by the next writer)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def repair_jsonl(path: Path) -> None:
     """End a torn final line (a record cut by a kill) so the next record starts a new line."""
+    from synthlab.errors import naming
+
     if not path.exists() or path.stat().st_size == 0:
         return
-    with open(path, "rb+") as f:
+    with naming(path), open(path, "rb+") as f:
         f.seek(-1, os.SEEK_END)
         if f.read(1) != b"\n":
             f.write(b"\n")
@@ -237,6 +242,32 @@ def scan_records(path: str | os.PathLike, offset: int = 0) -> tuple[list[dict[st
     return out, offset + end
 
 
+# a record's parts that are objects (or null) wherever synthlab writes them
+_OBJECT_FIELDS = ("metrics", "by_length", "model", "train", "task_params", "pe_params")
+
+
+def _check_shape(obj: dict[str, Any], path: Path, line: int) -> None:
+    """A record whose parts are not what synthlab writes (``metrics`` a list, a split's metrics
+    text, the task not a name): the file was damaged; DamagedFile (exit 1) naming it."""
+    from synthlab.errors import DamagedFile
+
+    def damaged(what: str) -> DamagedFile:
+        return DamagedFile(path, f"line {line}: {what}: not a record synthlab wrote (a damaged file?)")
+
+    for key in ("task", "pe", "status"):
+        if not isinstance(obj[key], str):
+            raise damaged(f"{key} is {type(obj[key]).__name__}, not a string")
+    for key in _OBJECT_FIELDS:
+        v = obj.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise damaged(f"{key} is {type(v).__name__}, not an object")
+    if obj.get("curve") is not None and not isinstance(obj["curve"], list):
+        raise damaged(f"curve is {type(obj['curve']).__name__}, not a list")
+    for split, m in (obj.get("metrics") or {}).items():
+        if m is not None and not isinstance(m, dict):
+            raise damaged(f"metrics.{split} is {type(m).__name__}, not an object")
+
+
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Result records of a JSONL file, one per run (:func:`latest_records`: a cell recorded
     twice counts once). A torn line (cut by a kill) is skipped; a file that is missing, empty
@@ -262,6 +293,7 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
             continue
         if "status" not in obj or "pe" not in obj or "task" not in obj:
             raise ValueError(f"results file {str(p)!r} line {n}: not a result record (needs task, pe, status)")
+        _check_shape(obj, p, n)
         records.append(obj)
     if not records:
         raise ValueError(f"results file {str(p)!r} holds no result records (expected JSON lines from synthlab train/sweep)")

@@ -83,9 +83,16 @@ def remove(run_dir: Path | None, created: list[Path] | tuple = ()) -> None:
             break
 
 
+OWNER = ".owner"  # in a run directory being made: the process making it (removed when it is finished)
+
+
 def make(run_dir: Path, config: dict[str, Any]) -> list[Path]:
     """``run_dir`` with its config.json, or nothing (a failure removes what was made). Returns
-    the parents it created, outermost first, for :func:`remove`."""
+    the parents it created, outermost first, for :func:`remove`. The directory holds
+    :data:`OWNER` (this process) until :func:`finish`: a run killed outright (SIGKILL, the OOM
+    killer) leaves it behind, and :func:`clean_half_made` knows the directory for a dead one's."""
+    from synthlab.liveness import worker_id
+
     created = []
     for parent in run_dir.parents:
         if os.path.lexists(parent):
@@ -93,6 +100,7 @@ def make(run_dir: Path, config: dict[str, Any]) -> list[Path]:
         created.insert(0, parent)
     run_dir.mkdir(parents=True, exist_ok=False)
     try:
+        (run_dir / OWNER).write_text(json.dumps(worker_id()) + "\n")
         (run_dir / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     except BaseException:
         remove(run_dir, created)
@@ -130,3 +138,41 @@ def finish(run_dir: Path | None, results_path: Path | None, record: dict[str, An
     except BaseException:
         remove(run_dir, created)
         raise
+    if run_dir is not None:
+        (run_dir / OWNER).unlink(missing_ok=True)  # finished: no longer half made
+
+
+def clean_half_made(out: str | os.PathLike, results_path: Path | None) -> list[Path]:
+    """Remove the run directories under ``out`` that a run killed outright left half made
+    (:data:`OWNER` names a process of this machine that is gone, and no record names the run);
+    returns them. A directory whose process still runs (another run on the same OUT), or runs
+    on another machine, is left alone; one whose record was appended just before the kill keeps
+    its files (only the marker goes)."""
+    from synthlab.liveness import pid_alive, same_pid_space, worker_id
+    from synthlab.records import scan_records
+
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    me, dead = worker_id(), []
+    for marker in out.glob(f"*/{OWNER}"):
+        try:
+            w = json.loads(marker.read_text())
+            pid = int(w["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: not ours to judge
+        if same_pid_space(w, me) and not pid_alive(pid, w.get("start")):
+            dead.append(marker.parent)
+    if not dead:
+        return []
+    recorded = set()
+    if results_path is not None and Path(results_path).is_file():
+        recorded = {r.get("run_id") for r in scan_records(results_path)[0]}
+    removed = []
+    for d in dead:
+        if d.name in recorded:
+            (d / OWNER).unlink(missing_ok=True)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed

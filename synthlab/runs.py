@@ -21,6 +21,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from synthlab.errors import DamagedFile
+
 
 class ActivationCache(dict):
     """Hook point name -> tensor of one forward (:meth:`LoadedRun.run_with_cache`), detached, on
@@ -127,10 +129,31 @@ def rope_scaled(run: Any, T: int) -> Iterator[None]:
             model.set_rope_scaling(None)
 
 
+# config.json's parts load_run reads, and what each must be
+_CONFIG_FIELDS = {"task": str, "task_params": dict, "pe": str, "model": dict, "train": dict, "max_len": int}
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """config.json as a run wrote it; DamagedFile (exit 1) naming it when it is not."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # not UTF-8, not JSON
+        raise DamagedFile(path, f"not a run's config.json ({e})") from None
+    if not isinstance(cfg, dict):
+        raise DamagedFile(path, f"not a run's config.json (a JSON {type(cfg).__name__}, not an object)")
+    for key, kind in _CONFIG_FIELDS.items():
+        if key not in cfg:
+            raise DamagedFile(path, f"not a run's config.json (no {key!r})")
+        if not isinstance(cfg[key], kind) or isinstance(cfg[key], bool):
+            raise DamagedFile(path, f"not a run's config.json ({key} is {type(cfg[key]).__name__})")
+    return cfg
+
+
 def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
     """Rebuild the model of a finished run and load its weights (ValueError for a bad dir).
     ``model``: the factory a run trained with ``synthlab.train(..., model=factory)`` (such a run
     cannot be rebuilt without it; docs/interfaces.md)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
     import generators
@@ -145,15 +168,16 @@ def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
         raise ValueError(f"{run_dir}: not a run directory (no config.json)")
     if not weights.is_file():
         raise ValueError(f"{run_dir}: the run kept no weights (model.safetensors missing; did it fail?)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
+    cfg = _read_config(cfg_path)
     task = generators.get_task(cfg["task"], **{k: v for k, v in cfg["task_params"].items() if v is not None})
     # runs saved before config.json recorded the encodings' forms are pe revision 1 (registry.PE_REVISION)
     model = saved_model(cfg, task, model, where=str(run_dir))  # a user's factory's module, or None
     if model is None:  # synthlab's Transformer
-        model = model_for(RunConfig.from_dict(cfg), task, max_len=cfg["max_len"], revision=cfg.get("pe_revision", 1))
+        try:
+            run_cfg = RunConfig.from_dict(cfg)
+        except (KeyError, TypeError, AttributeError) as e:  # a part of it is not what a run writes
+            raise DamagedFile(cfg_path, f"not a run's config ({type(e).__name__}: {e})") from None
+        model = model_for(run_cfg, task, max_len=cfg["max_len"], revision=cfg.get("pe_revision", 1))
     # runs saved before the rotary layout was recorded used pairs (k, k + d/2)
     pairs = cfg.get("rotary_pairs", "half")
     if pairs not in PAIR_LAYOUTS:
@@ -161,12 +185,22 @@ def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
     for mod in model.modules():
         if isinstance(mod, Rotary):
             mod.pairs = pairs
-    load_model(model, str(weights), device="cpu")
+    try:
+        load_model(model, str(weights), device="cpu")
+    except SafetensorError as e:  # random bytes, cut short, a pickle: never read any other way
+        raise DamagedFile(weights, f"not a safetensors file ({e})") from None
+    except RuntimeError as e:  # torch: missing, unexpected or wrongly shaped tensors
+        first = str(e).strip().splitlines()
+        detail = next((ln.strip() for ln in first[1:] if ln.strip()), first[0] if first else "")
+        raise DamagedFile(weights, f"its tensors do not fit the run's model ({detail[:300]})") from None
     if cfg.get("rope_factor") is not None:  # PoSE's static interpolation, as the run trained and was evaluated
         model.set_rope_scaling(cfg["rope_scaling"], cfg["rope_factor"], cfg.get("train_len"))
     model.eval()
     metrics_path = run_dir / "metrics.jsonl"
     metrics = []
     if metrics_path.is_file():
-        metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+        try:
+            metrics = [json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except ValueError as e:  # not UTF-8, not JSON lines
+            raise DamagedFile(metrics_path, f"not JSON lines ({e})") from None
     return LoadedRun(run_dir=run_dir, config=cfg, task=task, model=model, metrics=metrics)

@@ -101,6 +101,8 @@ def _check_journal_file(path: Path, url: str) -> None:
     torn-tail repair on opening would otherwise cut the last line off a sweep file or notes
     named by mistake, before the corruption is reported. A first line without its newline may
     be a torn first entry: left to the repair."""
+    if path.exists() and not path.is_dir() and not path.is_file():  # a FIFO would block the open forever
+        raise ValueError(f"--storage {url!r} is not a regular file (a FIFO, a device or a socket)")
     try:
         with open(path, "rb") as f:
             first = f.readline(1 << 24)
@@ -208,7 +210,6 @@ def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], attempts: int =
 
 def _open_journal(path: str):
     from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
 
     lock = _repairing_lock_class()(path)
     if os.path.exists(path) and os.path.getsize(path):
@@ -221,7 +222,7 @@ def _open_journal(path: str):
                 repair_journal_tail(path, check_last=True)
             finally:
                 lock.release()
-    backend = JournalFileBackend(path, lock_obj=lock)
+    backend = _NamedJournalBackend(path, lock_obj=lock)
     try:
         return JournalStorage(backend)
     except Exception:
@@ -232,6 +233,30 @@ def _open_journal(path: str):
         raise ValueError(f"journal {path!r} is corrupt at byte {offset} (entry {number}: {why}); only a torn last "
                          "entry is repaired: restore the file, or truncate it at that byte to keep the study before "
                          "it (what follows is lost)") from None
+
+
+def _named_backend_class():
+    from optuna.storages.journal import JournalFileBackend
+
+    from synthlab.errors import naming
+
+    class NamedJournalBackend(JournalFileBackend):
+        """A journal file whose failed reads and writes name it (a full disk: ``PATH: No space
+        left on device``, where optuna's own write named no file)."""
+
+        def append_logs(self, logs):
+            with naming(self._file_path):
+                return super().append_logs(logs)
+
+        def read_logs(self, log_number_from):  # a generator: the reads happen while it is consumed
+            with naming(self._file_path):
+                yield from super().read_logs(log_number_from)
+
+    return NamedJournalBackend
+
+
+def _NamedJournalBackend(path: str, lock_obj: Any):
+    return _named_backend_class()(path, lock_obj=lock_obj)
 
 
 def _repairing_lock_class():

@@ -174,6 +174,8 @@ class SweepSpec:
     claims: list = dataclasses.field(default_factory=list)  # [[claim]]: synthlab.papers.Claim
     # [launcher]: the SLURM launcher's settings (synthlab.launchers.SLURM_KEYS), no part of a cell
     launcher: dict = dataclasses.field(default_factory=dict)
+    given: tuple[str, ...] = ()  # the [sweep] keys the file gives (the others are defaults)
+    file_tasks: tuple[str, ...] = ()  # the file's task list (``tasks`` may be restricted to one)
 
     @property
     def tasks(self) -> list[str]:
@@ -276,14 +278,16 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
     default_preset = sw.get("default_preset", "quick")
     if default_preset not in PRESETS:
         raise ValueError(f"{where}: sweep.default_preset: {default_preset!r} is not allowed (allowed: {', '.join(PRESETS)})")
-    return SweepSpec(
+    spec = SweepSpec(
         name=sw.get("name", name or Path(where).stem), path=where, description=sw.get("description", ""),
         default_preset=default_preset, axes=axes, tune=tune, presets=presets,
         metric=sw.get("metric", "token_acc"), show=show, in_dist=sw.get("in_dist", "test"),
         ood=list(sw.get("ood", [])), ood_x=sw.get("ood_x", "split"), ood_y=sw.get("ood_y", "pe"),
         capacity_x=sw.get("capacity_x", "d_model"), capacity_y=sw.get("capacity_y", "pe"),
         objective_split=sw.get("objective_split"), papers=papers, claims=claims, launcher=launcher,
+        given=tuple(sw), file_tasks=tuple(axes["task"]),
     )
+    return spec
 
 
 def installed_sweeps() -> dict[str, str]:

@@ -26,6 +26,7 @@ from typing import Any
 from synthlab import claims, dashboard, inference
 from synthlab import grids as grids_mod
 from synthlab import launchers as launchers_mod
+from synthlab import sweepnames
 from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list
@@ -49,7 +50,7 @@ __all__ = ["sweep", "best_tuned", "load_sweep", "parse_sweep", "installed_sweeps
            "open_storage", "check_storage", "normalize_url", "JOURNAL_NAME", "export_results", "SweepSpec", "Cell",
            "PRESETS"]
 
-_HELPER_MODULE = "synthlab.sweeping"  # `python -m` this module runs one helper process (_helper below)
+_HELPER_MODULE = "synthlab.sweeping"  # whose _helper (below) runs one helper process (workers.spawn)
 
 
 def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximize: bool,
@@ -181,6 +182,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     preset = preset or spec.default_preset
     if preset not in PRESETS:
         raise ValueError(f"--preset {preset!r} is not allowed (allowed: {', '.join(PRESETS)})")
+    sweepnames.check_file(spec)  # a metric, split, axis or claim cell its tasks do not have
     pe_list = split_pe_list(pe) if isinstance(pe, str) else pe
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
@@ -196,6 +198,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
         raise ValueError("--detach goes with --launcher slurm")
     seed_list = parse_seeds(seeds) if seeds is not None else None
     cells = expand_cells(spec, preset, pe_list, settings, seed_list)
+    sweepnames.check_cells(spec, preset, cells)
     if _claim_seeds is not None or claims_only:
         more = cells if _claim_seeds is None else expand_cells(spec, preset, pe_list, settings,
                                                                list(range(_claim_seeds)))
@@ -215,7 +218,10 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     _check_destinations(out_dir, url, storage)
     done = _finished(cells, url, study_name, retry_failed)
     if done is not None:  # nothing left to run: no trainer (torch, Lightning), no study write
-        return _report(spec, preset, cells, done, study_name, out_dir, grids, _looks)
+        from synthlab.errors import naming
+
+        with naming(out_dir):
+            return _report(spec, preset, cells, done, study_name, out_dir, grids, _looks)
     configs = validate_cells(cells, preset)
 
     # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does
@@ -235,6 +241,17 @@ def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_d
          plans: dict[str, dashboard.TrialPlan], launcher: launchers_mod.Launcher | None = None) -> list[dict]:
     """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments;
     ``launcher``: who trains the cells (None: this machine, :class:`launchers_mod.LocalLauncher`)."""
+    from synthlab.errors import naming
+
+    with naming(out_dir):  # a write that names no file (a grid's, a library's): at least the sweep's directory
+        return _run_named(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
+                          more, plans, launcher)
+
+
+def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str,
+               quiet: bool, grids: bool, retry_failed: bool, trials: int | None, workers: int | str,
+               more: dict[str, Any], plans: dict[str, dashboard.TrialPlan],
+               launcher: launchers_mod.Launcher | None) -> list[dict]:
     import optuna
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -436,5 +453,5 @@ def _warn_dead_helpers(helpers, codes: list[int], trials, cells: dict[str, Cell]
               file=sys.stderr)
 
 
-if __name__ == "__main__":  # pragma: no cover - run as a subprocess (workers.spawn)
+if __name__ == "__main__":  # pragma: no cover - `python -m synthlab.sweeping PAYLOAD` by hand
     sys.exit(_helper(sys.argv[1]))

@@ -30,7 +30,7 @@ from synthlab import __version__, loggers, machine, rundir, usermodel
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.curves import Report, check_report, curve_callback, eval_context
-from synthlab.errors import check_seed
+from synthlab.errors import check_seed, did_you_mean, naming
 from synthlab.evaluation import by_length, check_metrics, decode_width, evaluate
 from synthlab.fitting import QuickHookName, deterministic, fit, fix_cublas_workspace, threads
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
@@ -67,7 +67,8 @@ def _resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, 
              positions: str | None, rope_scaling: str | None, probe: bool) -> tuple[RunConfig, PESpec]:
     """:func:`resolve_config` and the parsed pe spec, which the run is handed (parsed once)."""
     if not isinstance(task, str) or task not in generators.TASKS:
-        raise ValueError(f"unknown task {task!r} (allowed: {', '.join(generators.TASKS)})")
+        hint = did_you_mean(task, list(generators.TASKS)) or " (see `synthlab tasks`)"
+        raise ValueError(f"unknown task {task!r}{hint}")
     check_seed(seed)
     cfg = build_config(task, pe, preset, seed=int(seed), positions=positions, rope_scaling=rope_scaling)
     names = tuple(generators.TASKS[task].PARAMS)
@@ -398,6 +399,12 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     if again:
         rundir.remove(run_dir)  # what a killed attempt left (its checkpoint is elsewhere)
     created: list[Path] = []  # the parents of the run directory it made (removed with it)
+    if out is not None:  # what runs killed outright (SIGKILL, the OOM killer) left half made in OUT
+        gone = rundir.clean_half_made(out, results_path)
+        if gone and not quiet:
+            print(f"synthlab: removed {len(gone)} run director{'y' if len(gone) == 1 else 'ies'} a killed run left "
+                  f"half made: {', '.join(str(d) for d in gone[:3])}{', ...' if len(gone) > 3 else ''}",
+                  file=sys.stderr)
     if run_dir is not None:  # everything is validated and built: now the run directory
         created = rundir.make(run_dir, run_config(cfg, run_id, max_len, rope_factor, train_len, named))
 
@@ -443,7 +450,9 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
                 record["train"]["steps_done"] = info["steps_done"]
             if run_log is not None:
                 run_log.close(failure is None)
-    except (KeyboardInterrupt, OSError):  # Ctrl-C, a stopped sweep worker, a full or read-only disk:
+    except (KeyboardInterrupt, OSError) as e:  # Ctrl-C, a stopped sweep worker, a full or read-only disk:
+        if isinstance(e, OSError) and e.filename is None and run_dir is not None:
+            e.filename = str(run_dir)  # a write that named no file (a logger's, a checkpoint's): where the run was
         if run_log is not None:
             run_log.close(False)
         rundir.remove(run_dir, created)     # not the run's failure, so no record and no run directory
@@ -463,8 +472,9 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
             ck.finish()
         raise
     record["wall_s"] = round(time.perf_counter() - t0, 3)
-    rundir.finish(run_dir, results_path, record, lines, model if record["status"] == "ok" else None, save_model,
-                  created=created)
+    with naming(run_dir if run_dir is not None else results_path or "."):  # a failed write names where it went
+        rundir.finish(run_dir, results_path, record, lines, model if record["status"] == "ok" else None, save_model,
+                      created=created)
     if ck is not None:
         ck.finish()  # the run has its record
     return clean(record)

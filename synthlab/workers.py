@@ -2,7 +2,7 @@
 
 The study's scheduling is already exactly once across processes (see :mod:`synthlab.scheduler`),
 so a sweep with N workers is this process plus N - 1 helper processes running the same sweep on
-the same storage and study, without drawing grids (``python -m synthlab.sweeping``: this module
+the same storage and study, without drawing grids (``synthlab.sweeping._helper``: this module
 knows processes and threads, not sweeps, and imports none of their modules). The machine is
 split between them:
 
@@ -17,6 +17,12 @@ Ctrl-C or SIGTERM in the main process (:func:`sigterm_as_ctrl_c`: a batch schedu
 preemption, ``timeout``) stops the helpers (each re-queues its running cell); a helper whose
 main process is killed outright gets SIGTERM from the kernel and does the same. A helper that
 dies is reaped like any killed worker: its cell runs again.
+
+A helper imports only what the main process would: it starts as ``python -P -c`` (:data:`_BOOT`)
+with the main process's ``sys.path``, never with the working directory that ``python -m`` puts
+first (a ``jsonlines.py`` or a ``*.dist-info`` naming a ``synthlab.tasks`` entry point in the
+directory a sweep runs in would run in the helpers). A stop that lands while a helper is still
+importing (Ctrl-C right after the start) ends it with 130 and no traceback.
 """
 
 from __future__ import annotations
@@ -95,9 +101,36 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+# A helper's first lines (``python -P -c``: -P puts no working directory on sys.path, so nothing
+# here or below can import a planted module): Ctrl-C / SIGTERM as KeyboardInterrupt from the
+# start (a parent may have left SIGINT ignored), then the main process's sys.path, then
+# ``module._helper(PAYLOAD)``; a stop during the imports (torch's take seconds) exits 130 quietly.
+_BOOT = """\
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+code = 130
+try:
+    import importlib, json
+    sys.path[:] = json.loads(sys.argv[1])
+    code = importlib.import_module(sys.argv[2])._helper(sys.argv[3])
+except KeyboardInterrupt:
+    code = 130
+finally:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping: a second signal prints nothing either
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+sys.exit(code)
+"""
+
+
+def helper_argv(module: str, payload: str) -> list[str]:
+    """The command line of one helper process: ``module._helper(payload)`` (see :data:`_BOOT`)."""
+    return [sys.executable, "-P", "-c", _BOOT, json.dumps(sys.path), module, payload]
+
+
 def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[subprocess.Popen]:
-    """Start ``n_workers - 1`` helper processes, ``python -m module PAYLOAD``, on the sweep (the
-    caller is worker 0); ``module`` passes the payload to :func:`helper_main`."""
+    """Start ``n_workers - 1`` helper processes, each ``module._helper(PAYLOAD)`` (:func:`helper_argv`),
+    on the sweep (the caller is worker 0); ``_helper`` passes the payload to :func:`helper_main`."""
     gpus = gpu_count()
     threads = threads_per_worker(n_workers)
     procs: list[subprocess.Popen] = []
@@ -112,7 +145,7 @@ def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[sub
             payload = json.dumps({**sweep_kwargs, "threads": threads, "parent": os.getpid()})
             # a new process group: a Ctrl-C at the terminal reaches the main process only, which
             # then stops the helpers itself (so they never race it to the journal)
-            procs.append(subprocess.Popen([sys.executable, "-m", module, payload], env=env,
+            procs.append(subprocess.Popen(helper_argv(module, payload), env=env,
                                           stdin=subprocess.DEVNULL, start_new_session=True))
     except BaseException:  # Ctrl-C (or a failed start) half-way: the caller never sees these helpers
         stop(procs)
@@ -120,8 +153,12 @@ def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[sub
     return procs
 
 
-def stop(procs: list[subprocess.Popen], sig: int = signal.SIGINT, timeout: float = 60.0) -> None:
-    """Ask the helpers to stop (their running cells go back to the queue), then wait."""
+def stop(procs: list[subprocess.Popen], sig: int = signal.SIGTERM, timeout: float = 60.0) -> None:
+    """Ask the helpers to stop (their running cells go back to the queue), then wait. SIGTERM,
+    not SIGINT: Python turns SIGINT into KeyboardInterrupt from its first instant, so a helper
+    stopped while its interpreter still started (importing ``site``) printed a fatal error and
+    a traceback; SIGTERM ends such a helper quietly (it has no cell yet), and once :data:`_BOOT`
+    runs it is a Ctrl-C like SIGINT."""
     for p in procs:
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -173,9 +210,9 @@ def helper_main(run: Callable[..., Any], payload: str) -> int:
     kwargs = json.loads(payload)
     torch.set_num_threads(int(kwargs.pop("threads")))
     parent = int(kwargs.pop("parent", 0))
-    # the main process stops us with SIGINT (a parent without job control may have left it
-    # ignored, which a child inherits); SIGTERM (a scheduler, or the main process's death)
-    # likewise: the cell is re-queued
+    # the main process stops us with SIGTERM (as a scheduler does, or the kernel when the main
+    # process dies); SIGINT too (a parent without job control may have left it ignored, which a
+    # child inherits): the cell is re-queued
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

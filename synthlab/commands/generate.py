@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from synthlab.errors import UsageError, check_output_file, check_seed, naming
+from synthlab.errors import MAX_INDEX, MAX_SAMPLES, UsageError, check_output_file, check_seed, check_size, naming
 from synthlab.outputs import pick_format, require_pyarrow
 
 from ._common import parse_assignments
@@ -38,8 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("task", help="task name (see `synthlab tasks`)")
     p.add_argument("--split", default="train", help="split name (default: train)")
-    p.add_argument("-n", type=int, default=10, help="number of samples (default: 10)")
-    p.add_argument("--start", type=int, default=0, help="index of the first sample (default: 0)")
+    p.add_argument("-n", type=int, default=10, help="number of samples, at most 10^9 (default: 10)")
+    p.add_argument("--start", type=int, default=0, help="index of the first sample, below 2^63 (default: 0)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default: 0)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="task parameter (repeatable)")
     p.add_argument("--format", choices=FORMATS, default=None,
@@ -51,10 +51,8 @@ def run(args: argparse.Namespace) -> int:
     import generators
 
     # validate everything before writing anything
-    if args.n < 0:
-        raise UsageError(f"-n must be >= 0, got {args.n}")
-    if args.start < 0:
-        raise UsageError(f"--start must be >= 0, got {args.start}")
+    check_size(args.n, "-n", 0, MAX_SAMPLES)
+    check_size(args.start, "--start", 0, MAX_INDEX - args.n)  # the last index fits Parquet's int64
     check_seed(args.seed, "--seed")
     task = generators.get_task(args.task, **parse_assignments(args.set))
     task.check_split(args.split)

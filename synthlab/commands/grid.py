@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "unknown tasks are refused).",
         epilog="example: synthlab grid synthlab-runs/flipflop-quick/results.jsonl --kind ood -o ff-ood.png",
     )
-    p.add_argument("results", metavar="RESULTS", help="results JSONL (from synthlab train or sweep)")
+    p.add_argument("results", metavar="RESULTS",
+                   help="results JSONL, or the OUT directory of synthlab train / sweep (its results.jsonl)")
     p.add_argument("--kind", choices=("capacity", "ood"), default="ood", help="which grid (default: ood)")
     p.add_argument("--x", help="column field (split, length, d_model, n_heads, pe, task, seed, ...; default: the "
                    "ood_x / capacity_x of the sweep file that lists the records' task, else split / d_model)")
@@ -33,16 +34,20 @@ def run(args: argparse.Namespace) -> int:
     from synthlab.errors import check_output_file
     from synthlab.grids import grid, load_results, sweep_spec_for
 
+    from synthlab.frames import result_files
+
+    # a directory is the OUT of synthlab train / sweep (what a sweep prints: "results in DIR")
+    results = result_files([args.results])[0] if Path(args.results).is_dir() else Path(args.results)
     # everything is checked before the first file is written: the outputs (a directory in the
     # way is bad input, a read-only place an environment error), then the results
-    out = args.output or str(Path(args.results).with_name(f"grid-{args.kind}.png"))
+    out = args.output or str(results.with_name(f"grid-{args.kind}.png"))
     if not out.lower().endswith(".png"):
         raise ValueError(f"-o {out!r}: expected a .png path (CSV and Markdown go beside it)")
     png = Path(out)
     side = png.with_name(f"{png.stem}-by-length.png")  # the OOD grid's per-length line plot, if any
     for path in (png, png.with_suffix(".csv"), png.with_suffix(".md"), side, side.with_suffix(".csv")):
         check_output_file(path, "-o", parent_must_exist=True)
-    records = load_results(args.results)
+    records = load_results(results)
     spec = sweep_spec_for(records)
     if spec is not None:  # the claims table goes beside the grid
         for ext in ("md", "csv"):

@@ -7,7 +7,7 @@ import os
 import uuid
 from pathlib import Path
 
-from synthlab.errors import check_output_file, naming
+from synthlab.errors import MAX_DISTANCE, MAX_INDEX, check_output_file, check_size, naming
 
 KINDS = ("attention", "positions", "bias", "glitches")  # = synthlab.plot.KINDS (not imported: keeps --help fast)
 
@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="layer to draw, from 0 (repeatable; default: all)")
     p.add_argument("--head", type=int, action="append", metavar="H",
                    help="head to draw, from 0 (repeatable; default: all)")
-    p.add_argument("--max-distance", type=int, metavar="D", help="bias: largest distance drawn (default: 64)")
+    p.add_argument("--max-distance", type=int, metavar="D", help=f"bias: largest distance drawn, at most {MAX_DISTANCE} (default: 64)")
     p.add_argument("-n", type=int, metavar="N", help="glitches: samples of the split (default: the run's eval_samples)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.png", help="PNG file to write")
 
@@ -64,6 +64,15 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, opt) is not None and opt not in allowed:
             takes = ", ".join(_FLAGS[o] for o in allowed)
             raise ValueError(f"{flag} does not apply to `plot {args.kind}` (it takes {takes})")
+    # sizes: a distance of 10^9 allocated exabytes after minutes of work
+    if args.max_distance is not None:
+        check_size(args.max_distance, "--max-distance", 1, MAX_DISTANCE)
+    if args.sample is not None:
+        check_size(args.sample, "--sample", 0, MAX_INDEX)
+    if args.n is not None:
+        from generators.base import MAX_SIZE
+
+        check_size(args.n, "-n", 1, MAX_SIZE)
     out = Path(args.output)
     if out.suffix.lower() != ".png":
         raise ValueError(f"-o {args.output!r}: expected a .png path")

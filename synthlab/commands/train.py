@@ -45,7 +45,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "directory: csv (default: logs/metrics.csv), tensorboard (logs/), wandb (offline, wandb/), "
                    "mlflow (mlruns/, or MLFLOW_TRACKING_URI), none. tensorboard, wandb and mlflow need their "
                    "extra: pip install 'synthlab-pe[wandb]'")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (nor heartbeat lines)")
+    p.add_argument("--progress-every", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds between two heartbeat lines (step, loss, time) when stderr is not a terminal, "
+                   "as a sweep prints them (default 60)")
     p.add_argument("--json", action="store_true", help="print the result record as JSON instead of the table")
 
 
@@ -56,15 +59,25 @@ def run(args: argparse.Namespace) -> int:
     from synthlab.records import to_json
     from synthlab.training import train
 
+    from synthlab import progress
+
     check_seed(args.seed, "--seed")
     check_logger(args.logger, "--logger")
+    progress.check_interval(args.progress_every, "--progress-every")
     overrides = parse_assignments(args.set)
     if args.preset is not None:
         check_preset_exists(args.task, args.preset)
+    report = None
+    if progress.mode_for(args.quiet) == progress.LINES:  # a log file gets no bar: heartbeat lines instead
+        from synthlab.training import resolve_config
+
+        steps = resolve_config(args.task, args.pe, args.preset or "quick", overrides, seed=args.seed,
+                               positions=args.positions, rope_scaling=args.rope_scaling).train.steps
+        report = progress.TrainHeartbeat(f"{args.task} {args.pe}", steps, args.progress_every)
     # validates everything (task, params, settings, pe, positions, combination) before writing
     record = train(args.task, args.pe, args.preset or "quick", seed=args.seed, out=args.out, positions=args.positions,
                    rope_scaling=args.rope_scaling, quiet=args.quiet, results=args.results, overrides=overrides,
-                   logger=args.logger)
+                   logger=args.logger, report=report)
     print(to_json(record) if args.json else format_result(record))
     return 0 if record.get("status") == "ok" else 1
 

@@ -67,8 +67,11 @@ def bias_curves(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, s
     from synthlab.model.attention import PositionContext
     from synthlab.model.cache import TensorCache
 
-    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 1:
-        raise ValueError(f"max_distance must be a positive integer, got {max_distance!r}")
+    from synthlab.errors import MAX_DISTANCE
+
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or not 1 <= max_distance <= MAX_DISTANCE:
+        raise ValueError(f"max_distance must be an integer from 1 to {MAX_DISTANCE:,} (the biases are heads x "
+                         f"(D + 1)^2 floats), got {max_distance!r}")
     model, built = _bias_model(pe_or_run, max_distance, d_model, n_heads, seed)
     spec = model.spec
     has_bias = any(len(b.attn.biases) for b in model.blocks)

@@ -18,11 +18,15 @@ per-length metrics is refused with that reason; one seed range everywhere, 0 <= 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import shutil
+import signal
+import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +83,8 @@ def listing(root: Path) -> dict[str, str]:
             rel = str(p.relative_to(root))
             if p.is_symlink() or p.is_dir():
                 out[rel] = "dir"
+            elif not p.is_file():  # a FIFO (reading it would block), a device, a socket
+                out[rel] = f"special {stat.S_IFMT(p.lstat().st_mode):o}"
             else:
                 out[rel] = hashlib.sha1(p.read_bytes()).hexdigest()
     return out
@@ -105,7 +111,37 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "unknown.jsonl").write_text(lines(rec(task="nosuchtask")))
     (tmp_path / "x.png").mkdir()
     (tmp_path / "y.csv").mkdir()
+    # special files (issue 33): never replaced by a regular file, never opened where that blocks
+    for name in ("fifo", "fifo.png", "fifo.toml", "fifo.csv", "side.csv", "fifodir/results.jsonl",
+                 "jdir/study.journal", "s.db"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        os.mkfifo(tmp_path / name)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock"))
+    try:  # null devices of our own (root only): never the machine's /dev/null
+        for name in ("dev", "dev.png"):
+            os.mknod(tmp_path / name, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        pass
     return tmp_path
+
+
+class Hung(BaseException):
+    """Raised by :func:`deadline` (not an Exception: the CLI must not catch it)."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    def hung(*_):
+        raise Hung(f"still running after {seconds} s (blocked on a FIFO?)")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def run_cli(argv, capsys) -> tuple[int, list[str]]:
@@ -137,6 +173,25 @@ CASES = {
                               "'n_pairs' must be at most 1,000,000"),
     "generate --seed -1": (["generate", "flipflop", "--seed", "-1"], 2, "--seed must be an integer from 0 to"),
     "generate --seed 2**70": (["generate", "flipflop", "--seed", str(2**70)], 2, "--seed must be an integer"),
+    # issue 33: every size a command takes is bounded
+    "generate -n 10^10": (["generate", "flipflop", "-n", "10000000000"], 2,
+                          "-n must be an integer from 0 to 1,000,000,000, got 10000000000"),
+    "generate -n -1": (["generate", "flipflop", "-n", "-1"], 2, "-n must be an integer from 0 to"),
+    "generate --start 2**63": (["generate", "flipflop", "--start", str(2**63)], 2, "--start must be an integer from 0 to"),
+    "generate --start 2**63 - 5 -n 10": (["generate", "flipflop", "--start", str(2**63 - 5), "-n", "10"], 2,
+                                         "--start must be an integer from 0 to 9,223,372,036,854,775,797"),
+    "generate --start -1": (["generate", "flipflop", "--start", "-1"], 2, "--start must be an integer from 0 to"),
+    "plot bias --max-distance 10^9": (["plot", "bias", "alibi", "--max-distance", "1000000000", "-o", "b.png"], 2,
+                                      "--max-distance must be an integer from 1 to 4,096, got 1000000000"),
+    "plot bias --max-distance 0": (["plot", "bias", "alibi", "--max-distance", "0", "-o", "b.png"], 2,
+                                   "--max-distance must be an integer from 1 to 4,096, got 0"),
+    "plot attention --sample 2**70": (["plot", "attention", "adir", "--sample", str(2**70), "-o", "a.png"], 2,
+                                      "--sample must be an integer from 0 to 9,223,372,036,854,775,807"),
+    "plot attention --sample -1": (["plot", "attention", "adir", "--sample", "-1", "-o", "a.png"], 2,
+                                   "--sample must be an integer from 0 to"),
+    "plot glitches -n 10^12": (["plot", "glitches", "adir", "-n", str(10**12), "-o", "g.png"], 2,
+                               "-n must be an integer from 1 to 1,000,000, got 1000000000000"),
+    "plot glitches -n 0": (["plot", "glitches", "adir", "-n", "0", "-o", "g.png"], 2, "-n must be an integer from 1 to"),
     # sweep
     "sweep --out under a file": (["sweep", "tiny.toml", "--out", "afile/sw"], 2, "'afile' is a file"),
     "sweep --out not writable": (["sweep", "tiny.toml", "--out", f"{SYS}/sw"], 1, SYS),
@@ -175,13 +230,65 @@ CASES = {
     "grid -o not writable": (["grid", "results.jsonl", "-o", "/sys/synthlab-test.png"], 1,
                              "/sys/synthlab-test.png:"),
     "grid unreadable RESULTS": (["grid", "/proc/self/mem", "-o", "g.png"], 1, "/proc/self/mem: Input/output error"),
-    "grid DIR as RESULTS": (["grid", "adir", "-o", "g.png"], 2, "results file 'adir' is a directory"),
+    "grid DIR without results as RESULTS": (["grid", "adir", "-o", "g.png"], 2,
+                                            "'adir' is a directory without results.jsonl or study-results.jsonl"),
+    "grid DIR whose results.jsonl is a FIFO": (["grid", "fifodir", "-o", "g.png"], 2,
+                                               "'fifodir/results.jsonl' is not a regular file"),
     "grid NaN literal": (["grid", "nan.jsonl", "-o", "g.png"], 2, "metrics.test.token_acc is NaN"),
     "grid text metric": (["grid", "text.jsonl", "-o", "g.png"], 2, "metrics.test.token_acc is not a number ('high')"),
     "grid unknown task": (["grid", "unknown.jsonl", "-o", "g.png"], 2, "unknown task 'nosuchtask'"),
     "grid --x length without per-length metrics": (["grid", "results.jsonl", "--x", "length", "-o", "g.png"], 2,
                                                    "no per-length metrics"),
+    # issue 33, cause 1: an output that is a FIFO, a device or a socket is refused, never replaced
+    "generate -o FIFO": (["generate", "flipflop", "-o", "fifo"], 2, "-o 'fifo' is not a regular file"),
+    "generate -o device": (["generate", "flipflop", "-o", "dev"], 2, "-o 'dev' is not a regular file"),
+    "generate -o socket": (["generate", "flipflop", "-o", "sock"], 2, "-o 'sock' is not a regular file"),
+    "generate parquet -o FIFO": (["generate", "flipflop", "--format", "parquet", "-o", "fifo"], 2,
+                                 "-o 'fifo' is not a regular file"),
+    "export -o FIFO": (["export", "results.jsonl", "-o", "fifo.csv"], 2, "-o 'fifo.csv' is not a regular file"),
+    "export -o device": (["export", "results.jsonl", "--format", "csv", "-o", "dev"], 2, "-o 'dev' is not a regular"),
+    "export -o socket": (["export", "results.jsonl", "--format", "csv", "-o", "sock"], 2, "-o 'sock' is not a regular"),
+    "grid -o FIFO": (["grid", "results.jsonl", "-o", "fifo.png"], 2, "'fifo.png' is not a regular file"),
+    "grid -o PNG whose CSV is a FIFO": (["grid", "results.jsonl", "-o", "side.png"], 2,
+                                        "'side.csv' is not a regular file"),
+    "grid -o device": (["grid", "results.jsonl", "-o", "dev.png"], 2, "'dev.png' is not a regular file"),
+    "plot -o FIFO": (["plot", "bias", "alibi", "-o", "fifo.png"], 2, "-o 'fifo.png' is not a regular file"),
+    "plot -o device": (["plot", "bias", "alibi", "-o", "dev.png"], 2, "-o 'dev.png' is not a regular file"),
+    "report -o FIFO": (["report", "adir", "-o", "fifo"], 2, "'fifo' is not a regular file"),
+    "report -o device": (["report", "adir", "-o", "dev"], 2, "'dev' is not a regular file"),
+    "train --results FIFO": (["train", "flipflop", *SMOKE, "--results", "fifo"], 2, "'fifo' is not a regular file"),
+    "train --out whose results.jsonl is a FIFO": (["train", "flipflop", *SMOKE, "--out", "fifodir"], 2,
+                                                 "'fifodir/results.jsonl' is not a regular file"),
+    # issue 33, cause 6: a FIFO that a command would read or open is refused at once, not waited on
+    "sweep --storage FIFO": (["sweep", "tiny.toml", "--storage", "fifo", "--out", "sw"], 2,
+                             "--storage 'fifo' is not a regular file"),
+    "sweep --storage sqlite FIFO": (["sweep", "tiny.toml", "--storage", "sqlite:///s.db", "--out", "sw"], 2,
+                                    "--storage 's.db' is not a regular file"),
+    "sweep OUT/results.jsonl FIFO": (["sweep", "tiny.toml", "--out", "fifodir"], 2,
+                                     "'fifodir/results.jsonl' is not a regular file"),
+    "sweep OUT/study.journal FIFO": (["sweep", "tiny.toml", "--out", "jdir"], 2,
+                                     "'jdir/study.journal' is not a regular file"),
+    "sweep file FIFO": (["sweep", "fifo.toml"], 2, "sweep file 'fifo.toml' is not a regular file"),
+    "grid RESULTS FIFO": (["grid", "fifo", "-o", "g.png"], 2, "'fifo' is not a regular file"),
+    "export RESULTS FIFO": (["export", "fifo", "-o", "e.csv"], 2, "'fifo' is not a regular file"),
+    "curves RESULTS FIFO": (["curves", "fifo", "--out", "c"], 2, "'fifo' is not a regular file"),
+    "export DIR whose results.jsonl is a FIFO": (["export", "fifodir", "-o", "e.csv"], 2,
+                                                 "'fifodir/results.jsonl' is not a regular file"),
+    "report ROOT FIFO": (["report", "fifo", "-o", "r.md"], 2, "'fifo'"),
+    # issue 33, usability: a typo gets the closest name, on one short line (TYPOS below: its length)
+    "train task typo": (["train", "flipfolp", *SMOKE], 2, "unknown task 'flipfolp' (did you mean flipflop?)"),
+    "train --set typo": (["train", "flipflop", *SMOKE, "--set", "stpes=10"], 2,
+                         "unknown setting 'stpes' (did you mean train.steps?)"),
+    "train --set dotted typo": (["train", "flipflop", *SMOKE, "--set", "model.d_modle=16"], 2,
+                                "unknown setting 'model.d_modle' (did you mean model.d_model"),
+    "train --set task typo": (["train", "flipflop", *SMOKE, "--set", "task.n_pair=16"], 2,
+                              "unknown setting 'task.n_pair' (did you mean task.n_pairs"),
+    "generate task typo": (["generate", "flipfolp"], 2, "unknown task 'flipfolp' (did you mean flipflop?)"),
+    "sweep --set typo": (["sweep", "tiny.toml", "--set", "stpes=10"], 2,
+                         "unknown setting 'stpes' (did you mean train.steps?)"),
+    "train task far from any": (["train", "zzzz", *SMOKE], 2, "unknown task 'zzzz' (see `synthlab tasks`)"),
 }
+TYPOS = [c for c in CASES if "typo" in c or "far from any" in c]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -189,12 +296,17 @@ def test_one_line_and_nothing_written(ws, capsys, case):
     argv, code, needle = CASES[case]
     if any(str(a).startswith(("/sys/", "/proc/")) for a in argv) and not Path("/proc/self/mem").exists():
         pytest.skip("needs Linux /sys and /proc")
+    if {"dev", "dev.png"} & set(argv) and not (ws / "dev").exists():
+        pytest.skip("making a device node needs root")
     before = listing(ws)
-    got, err = run_cli(argv, capsys)
+    with deadline(120):  # a FIFO opened for reading or writing blocks: fail, do not hang
+        got, err = run_cli(argv, capsys)
     assert (got, len(err)) == (code, 1), err
     assert err[0].startswith(f"synthlab {argv[0]}: error: ") and needle in err[0], err[0]
     assert "Traceback" not in err[0]
     assert listing(ws) == before  # nothing written, no temporary file left
+    if case in TYPOS:  # the closest names, not all 23 tasks or 37 settings
+        assert len(err[0]) < 120, err[0]
 
 
 def test_the_cases_accepted_before_still_run_with_their_fix(ws, capsys):
@@ -355,7 +467,395 @@ def test_train_on_a_full_tmpfs_leaves_nothing_half_made(ws):
     # room for config.json and metrics.jsonl, not for the weights
     p = in_namespace(ws, "mount -t tmpfs -o size=24k tmpfs mnt",
                      ["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "mnt/runs", "--quiet"])
-    err = [ln for ln in p.stderr.splitlines() if ln.strip() and "warn" not in ln.lower()]
+    # library warnings (Lightning's, e.g. "The `srun` command is available" where SLURM is) aside
+    err = [ln for ln in p.stderr.splitlines() if ln.strip() and "warn" not in ln.lower() and "srun" not in ln]
     assert p.returncode == 1 and len(err) == 1 and "No space left on device" in err[0], p.stderr
     left = [x for x in p.stdout.split("--- mnt\n")[1].split() if "/.checkpoints" not in x]
     assert left in (["mnt"], ["mnt", "mnt/runs"])  # no run directory, no record (the checkpoint may stay)
+
+
+# ----------------------------------------------------------------------------------------
+# issue 33: a hostile working directory, and a stop while the helpers import
+
+
+PROBE = '''
+import json, sys, time
+import torch  # a helper's slow import: a stop may land in it
+from synthlab import workers
+
+
+def _helper(payload):
+    def run(report, sleep=False):
+        import jsonlines, generators
+        with open(report, "w") as f:
+            json.dump({"jsonlines": jsonlines.__file__, "tasks": sorted(generators.TASKS)}, f)
+        if sleep:
+            time.sleep(600)
+    return workers.helper_main(run, payload)
+
+
+if __name__ == "__main__":  # what `python -m` ran before the fix
+    sys.exit(_helper(sys.argv[1]))
+'''
+
+
+def plant(d: Path) -> None:
+    """A ``jsonlines.py`` and a distribution declaring a ``synthlab.tasks`` entry point in ``d``:
+    each writes a marker file when imported."""
+    (d / "jsonlines.py").write_text("open('PLANTED-jsonlines', 'w').close()\n")
+    (d / "evilmod.py").write_text("open('PLANTED-entry-point', 'w').close()\n")
+    info = d / "evil-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[synthlab.tasks]\nevil = evilmod:Evil\n")
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    """A helper module outside the working directory, importable by this process and its helpers."""
+    d = tmp_path / "probe"
+    d.mkdir()
+    (d / "synthlab_probe_helper.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(str(d))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(d), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    return "synthlab_probe_helper"
+
+
+def test_helpers_import_nothing_from_the_working_directory(tmp_path, monkeypatch, probe):
+    """Failed before: helpers ran as `python -m`, which puts the working directory first on
+    sys.path: the planted jsonlines.py and entry point ran in them."""
+    from synthlab import workers
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    plant(cwd)
+    monkeypatch.chdir(cwd)
+    procs = workers.spawn(2, probe, {"report": str(tmp_path / "report.json")})
+    assert workers.wait(procs) == [0]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert not list(cwd.glob("PLANTED-*"))
+    assert not report["jsonlines"].startswith(str(cwd)) and "evil" not in report["tasks"]
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3, 1.0, 3.0])
+def test_a_stop_while_the_helpers_import_prints_no_traceback(tmp_path, capfd, probe, delay):
+    """Failed before: a Ctrl-C (the main process's SIGINT) that reached a helper during `import
+    torch`, before helper_main's try, printed a KeyboardInterrupt traceback (and one that came
+    while its interpreter imported `site`, a fatal error)."""
+    import time
+
+    from synthlab import workers
+
+    procs = workers.spawn(2, probe, {"report": str(tmp_path / "report.json"), "sleep": True})
+    time.sleep(delay)
+    workers.stop(procs)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert procs[0].returncode in (130, -signal.SIGTERM)  # stopped in its interpreter's start: killed quietly
+
+
+# ----------------------------------------------------------------------------------------
+# issue 33: sweep files that name nothing their task has: refused before anything runs
+
+CLAIM = '\n[[claim]]\ntext = "t"\nsource = "s"\npresets = ["smoke"]\nbetter = {%s}\nworse = { pe = "nope", split = "test" }\n'
+PAPER = '\n[[paper]]\nsource = "s"\npresets = ["smoke"]\ncell = {%s}\nvalue = 10\n'
+PARTIAL = """
+[sweep]
+task = "even_pairs"
+[axes]
+pe = ["rope"]
+[presets.smoke]
+task = { train_max_length = 5, test_min_length = 6, test_max_length = 8 }
+model = { d_model = 16, n_layers = 1, n_heads = 2 }
+train = { steps = 10, batch_size = 8, warmup = 0, eval_samples = 16 }
+[presets.quick]
+[presets.paper]
+"""
+
+
+def tiny(old: str = "", new: str = "", extra: str = "") -> str:
+    assert old in TINY
+    return TINY.replace(old, new) + extra
+
+
+# name -> (sweep file text, what the one line says)
+SWEEP_FILES = {
+    "metric the task does not record": (tiny('metric = "token_acc"', 'metric = "token_accuracy"'),
+                                        "sweep.metric: task 'flipflop' records no metric 'token_accuracy' (did you mean "
+                                        "token_acc"),
+    "metric of another task": (tiny('metric = "token_acc"', 'metric = "answer_acc"'), "records no metric 'answer_acc'"),
+    "ood split the task does not have": (tiny('ood = ["ood-sparse"]', 'ood = ["ood-sparse", "ood-long"]'),
+                                         "sweep.ood: task 'flipflop' has no split 'ood-long'"),
+    "ood split misspelt": (tiny('ood = ["ood-sparse"]', 'ood = ["ood_sparse"]'),
+                           "has no split 'ood_sparse' (did you mean ood-sparse"),
+    "objective_split the task does not have": (tiny('show = "error"', 'show = "error"\nobjective_split = "valid"'),
+                                               "sweep.objective_split: task 'flipflop' has no split 'valid'"),
+    "in_dist the task does not have": (tiny('show = "error"', 'show = "error"\nin_dist = "tset"'),
+                                       "sweep.in_dist: task 'flipflop' has no split 'tset' (did you mean test?)"),
+    "partial [sweep]: the default in_dist missing at the preset": (
+        PARTIAL, "sweep.in_dist (default): task 'even_pairs' has no split 'test' (its splits at preset smoke: train, ood)"),
+    "unknown task": (tiny('task = "flipflop"', 'task = "flipflap"'), "sweep.task: unknown task 'flipflap' (did you "
+                                                                     "mean flipflop?)"),
+    "capacity_x names nothing": (tiny('show = "error"', 'show = "error"\ncapacity_x = "dmodel"'),
+                                 "sweep.capacity_x: 'dmodel' names no setting or record field (did you mean d_model"),
+    "ood_y part names nothing": (tiny('show = "error"', 'show = "error"\nood_y = "task,pee"'),
+                                 "sweep.ood_y: 'pee' names no setting"),
+    "claim cell names an unknown key": (tiny(extra=CLAIM % 'pe = "rope", split = "test", d_modle = 16'),
+                                        "claim[0].better.d_modle: names no setting or record field (did you mean "
+                                        "d_model"),
+    "claim cell names an unknown split": (tiny(extra=CLAIM % 'pe = "rope", split = "ood-sprase"'),
+                                          "claim[0].better.split: no task of this sweep has a split 'ood-sprase'"),
+    "claim cell names an unknown encoding": (tiny(extra=CLAIM % 'pe = "ropee", split = "test"'),
+                                             "claim[0].better.pe: unknown"),
+    "claim cell names another task": (tiny(extra=CLAIM % 'pe = "rope", split = "test", task = "counting"'),
+                                      "claim[0].better.task: 'counting' is no task of this sweep"),
+    "claim cell names a value no preset gives": (tiny(extra=CLAIM % 'pe = "rope", split = "test", d_model = 64'),
+                                                 "claim[0].better.d_model: 64 is not a value this sweep gives d_model "
+                                                 "at its presets smoke (16)"),
+    "claim cell names a task-parameter value no preset gives": (
+        tiny(extra=CLAIM % 'pe = "rope", split = "test", n_pairs = 9'),
+        "claim[0].better.n_pairs: 9 is not a value this sweep gives n_pairs at its presets smoke (8)"),
+    "paper cell names an unknown key": (tiny(extra=PAPER % 'pe = "rope", split = "test", n_pair = 8'),
+                                        "paper[0].cell.n_pair: names no setting or record field (did you mean "
+                                        "n_pairs"),
+    "paper cell names an unknown split": (tiny(extra=PAPER % 'pe = "rope", split = "ood"'),
+                                          "paper[0].cell.split: no task of this sweep has a split 'ood'"),
+}
+
+
+@pytest.mark.parametrize("case", list(SWEEP_FILES))
+def test_a_sweep_file_that_names_nothing_is_refused_before_anything_runs(ws, capsys, monkeypatch, case):
+    """Failed before: the whole grid trained, exited 0 and drew blank cells (or every trial
+    failed); each name is now checked against the task first. (A fake trainer: a grid that
+    does run, wrongly, runs fast.)"""
+    import synthlab.training
+
+    monkeypatch.setattr(synthlab.training, "train", _Fake())
+    text, needle = SWEEP_FILES[case]
+    (ws / "named.toml").write_text(text)
+    before = listing(ws)
+    code, err = run_cli(["sweep", "named.toml", "--preset", "smoke", "--out", "sw", "--workers", "1"], capsys)
+    assert (code, len(err)) == (2, 1), err
+    assert err[0].startswith("synthlab sweep: error: named.toml: ") and needle in err[0], err[0]
+    assert listing(ws) == before
+
+
+def test_every_installed_sweep_names_only_what_its_tasks_have():
+    from synthlab.cells import expand_cells
+    from synthlab.sweepfile import installed_sweeps, load_sweep
+    from synthlab.sweepnames import check_cells, check_file
+
+    for name in [*installed_sweeps(), "even_pairs"]:
+        spec = load_sweep(name)
+        check_file(spec)
+        for preset in spec.presets:
+            if name != "pose":  # its expansion takes seconds; its cells name one task setting
+                check_cells(spec, preset, expand_cells(spec, preset))
+
+
+# ----------------------------------------------------------------------------------------
+# issue 33, cause 4: damaged run directories and records: one line naming the file, exit 1
+# (a file synthlab wrote no longer reads as one: an environment error, like a failing disk).
+# A well-formed record holding a value synthlab never writes (NaN, text) stays bad input (2).
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """One finished smoke run (alibi: `plot bias` draws it), trained once for the module."""
+    out = tmp_path_factory.mktemp("run")
+    code = main(["train", "flipflop", "--pe", "alibi", "--preset", "smoke", "--set", "steps=2", "--out", str(out),
+                 "--quiet", "--json"])
+    assert code == 0
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run, json.loads((out / "results.jsonl").read_text().splitlines()[0])
+
+
+def _tensors(edit):
+    def damage(run: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        d = load_file(run / "model.safetensors")
+        edit(d)
+        save_file(d, run / "model.safetensors")
+    return damage
+
+
+def _config(edit):
+    def damage(run: Path) -> None:
+        cfg = json.loads((run / "config.json").read_text())
+        edit(cfg)
+        (run / "config.json").write_text(json.dumps(cfg))
+    return damage
+
+
+def _first_key(d):
+    return sorted(d)[0]
+
+
+# name -> (damage, the file named, what the line says)
+DAMAGED_RUNS = {
+    "weights: random bytes": (lambda r: (r / "model.safetensors").write_bytes(os.urandom(3000)),
+                              "model.safetensors", "not a safetensors file"),
+    "weights: empty": (lambda r: (r / "model.safetensors").write_bytes(b""), "model.safetensors",
+                       "not a safetensors file"),
+    "weights: cut short": (lambda r: (r / "model.safetensors").write_bytes((r / "model.safetensors").read_bytes()[:2000]),
+                           "model.safetensors", "not a safetensors file"),
+    "weights: a pickle": (lambda r: (r / "model.safetensors").write_bytes(__import__("pickle").dumps({"w": [1.0] * 64})),
+                          "model.safetensors", "not a safetensors file"),
+    "weights: a tensor of the wrong shape": (_tensors(lambda d: d.update({_first_key(d): d[_first_key(d)].flatten()[:3].clone()})),
+                                             "model.safetensors", "its tensors do not fit the run's model (size mismatch"),
+    "weights: a tensor missing": (_tensors(lambda d: d.pop(_first_key(d))), "model.safetensors",
+                                  "its tensors do not fit the run's model (Missing key"),
+    "weights: a tensor too many": (_tensors(lambda d: d.update({"extra.weight": d[_first_key(d)].clone()})),
+                                   "model.safetensors", "its tensors do not fit the run's model (Unexpected key"),
+    "config: random bytes": (lambda r: (r / "config.json").write_bytes(os.urandom(3000)), "config.json",
+                             "not a run's config.json"),
+    "config: a JSON list": (lambda r: (r / "config.json").write_text("[1, 2]"), "config.json",
+                            "not a run's config.json (a JSON list"),
+    "config: empty object": (lambda r: (r / "config.json").write_text("{}"), "config.json", "(no 'task')"),
+    "config: task_params a list": (_config(lambda c: c.update(task_params=[1])), "config.json",
+                                   "(task_params is list)"),
+    "config: model a string": (_config(lambda c: c.update(model="big")), "config.json", "(model is str)"),
+    "config: max_len text": (_config(lambda c: c.update(max_len="64")), "config.json", "(max_len is str)"),
+    "metrics.jsonl: random bytes": (lambda r: (r / "metrics.jsonl").write_bytes(os.urandom(3000)), "metrics.jsonl",
+                                    "not JSON lines"),
+    "metrics.jsonl: a torn object": (lambda r: (r / "metrics.jsonl").write_text('{"step": 1, "loss"\n'),
+                                     "metrics.jsonl", "not JSON lines"),
+}
+RUN_COMMANDS = {
+    "plot bias": lambda run: ["plot", "bias", run, "-o", "b.png"],
+    "plot attention": lambda run: ["plot", "attention", run, "-o", "a.png"],
+    "plot glitches": lambda run: ["plot", "glitches", run, "-n", "8", "-o", "g.png"],
+}
+
+
+@pytest.mark.parametrize("command", list(RUN_COMMANDS))
+@pytest.mark.parametrize("damage", list(DAMAGED_RUNS))
+def test_a_damaged_run_directory_is_named_in_one_line(ws, capsys, trained_run, damage, command):
+    """Failed before: 20-46-line tracebacks (SafetensorError, RuntimeError, KeyError, TypeError)."""
+    edit, name, needle = DAMAGED_RUNS[damage]
+    run = ws / "run"
+    shutil.copytree(trained_run[0], run)
+    edit(run)
+    before = listing(ws)
+    code, err = run_cli(RUN_COMMANDS[command]("run"), capsys)
+    assert (code, len(err)) == (1, 1), err
+    assert err[0].startswith(f"synthlab plot: error: run/{name}: ") and needle in err[0], err[0]
+    assert listing(ws) == before
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_RUNS))
+def test_load_run_raises_one_error_naming_the_damaged_file(ws, trained_run, damage):
+    from synthlab.errors import DamagedFile
+    from synthlab.runs import load_run
+
+    edit, name, needle = DAMAGED_RUNS[damage]
+    run = ws / "run"
+    shutil.copytree(trained_run[0], run)
+    edit(run)
+    with pytest.raises(DamagedFile) as e:
+        load_run(run)
+    assert e.value.filename == str(run / name) and needle in e.value.strerror
+
+
+DAMAGED_RECORDS = {
+    "metrics a list": lambda r: r.update(metrics=[0.5, 0.9]),
+    "a split's metrics a list": lambda r: r["metrics"].update(test=[0.5]),
+    "a split's metrics text": lambda r: r["metrics"].update(test="good"),
+    "by_length a list": lambda r: r.update(by_length=[1, 2]),
+    "model a list": lambda r: r.update(model=[16]),
+    "train text": lambda r: r.update(train="fast"),
+    "task_params a list": lambda r: r.update(task_params=[8]),
+    "pe a number": lambda r: r.update(pe=5),
+    "task a list": lambda r: r.update(task=["flipflop"]),
+    "status null": lambda r: r.update(status=None),
+    "curve an object": lambda r: r.update(curve={"1": 0.5}),
+}
+RECORD_COMMANDS = {
+    "grid": ["grid", "bad.jsonl", "-o", "g.png"],
+    "export": ["export", "bad.jsonl", "-o", "e.csv"],
+    "curves": ["curves", "bad.jsonl", "--out", "c"],
+}
+
+
+@pytest.mark.parametrize("command", list(RECORD_COMMANDS))
+@pytest.mark.parametrize("damage", list(DAMAGED_RECORDS))
+def test_a_damaged_record_is_named_in_one_line(ws, capsys, trained_run, damage, command):
+    """Failed before: tracebacks from grid and export (AttributeError: 'list' object has no
+    attribute 'items'), or a grid drawn from it; curves said it held no curves."""
+    import copy
+
+    r = copy.deepcopy(trained_run[1])
+    DAMAGED_RECORDS[damage](r)
+    (ws / "bad.jsonl").write_text(lines(trained_run[1], r))
+    before = listing(ws)
+    code, err = run_cli(RECORD_COMMANDS[command], capsys)
+    assert (code, len(err)) == (1, 1), err
+    assert err[0].startswith(f"synthlab {command}: error: bad.jsonl: line 2: ") and "a damaged file" in err[0], err[0]
+    assert listing(ws) == before
+
+
+# ----------------------------------------------------------------------------------------
+# issue 33, cause 8: an environment error names its path even where the failing write named none
+
+
+def _enospc(*_a, **_k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as os.write / f.write raise it: no file name
+
+
+def _full_journal(monkeypatch):
+    from optuna.storages.journal import JournalFileBackend
+
+    calls = []
+
+    def append_logs(self, logs):
+        calls.append(1)
+        if len(calls) > 3:  # the study is made; the disk fills up while the cells run
+            _enospc()
+        return real(self, logs)
+
+    real = JournalFileBackend.append_logs
+    monkeypatch.setattr(JournalFileBackend, "append_logs", append_logs)
+
+
+def _full_results(monkeypatch):
+    monkeypatch.setattr(os, "write", _enospc)  # only records.append_record writes with os.write here
+
+
+ENV_ERRORS = {
+    "sweep: the journal's disk fills up": (_full_journal, "sw/study.journal: No space left on device"),
+    "sweep: results.jsonl's disk fills up": (_full_results, "sw/results.jsonl: No space left on device"),
+}
+
+
+@pytest.mark.parametrize("case", list(ENV_ERRORS))
+def test_an_environment_error_names_its_path(ws, capsys, monkeypatch, case):
+    """Failed before: `synthlab sweep: error: No space left on device`, no path."""
+    import synthlab.training
+
+    monkeypatch.setattr(synthlab.training, "train", _Fake())
+    fill, line = ENV_ERRORS[case]
+    fill(monkeypatch)
+    code, err = run_cli(["sweep", "tiny.toml", "--out", "sw", "--quiet", "--workers", "1"], capsys)
+    assert code == 1 and err == [f"synthlab sweep: error: {line}"], err
+
+
+def test_train_names_the_run_directory_when_a_write_names_no_file(ws, capsys, monkeypatch):
+    """Failed before: `synthlab train: error: No space left on device` (a logger's write)."""
+    from synthlab import loggers
+
+    monkeypatch.setattr(loggers, "open_logger", _enospc)
+    code, err = run_cli(["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "runs", "--quiet"], capsys)
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("synthlab train: error: runs/") and err[0].endswith(": No space left on device"), err
+    assert not [p for p in ws.glob("runs/*") if p.is_dir() and not p.name.startswith(".")]  # no half-made run
+
+
+def test_grid_takes_the_directory_a_sweep_printed(ws, capsys):
+    """Failed before: `synthlab grid DIR` (the "results in DIR" a sweep prints) was refused as
+    a directory, while export and curves took it."""
+    (ws / "sweepout").mkdir()
+    shutil.copy(ws / "results.jsonl", ws / "sweepout" / "results.jsonl")
+    code, err = run_cli(["grid", "sweepout"], capsys)
+    assert code == 0, err
+    assert (ws / "sweepout" / "grid-ood.png").is_file() and (ws / "sweepout" / "grid-ood.csv").is_file()

@@ -74,7 +74,7 @@ def test_generate_start_addresses_the_same_samples(capsys):
         (["generate", "flipflop", "--set", "n_pairs=abc"], "n_pairs"),
         (["generate", "flipflop", "--set", "p_i=1.5"], "p_i"),
         (["generate", "flipflop", "--split", "ood-nowhere"], "unknown split 'ood-nowhere'"),
-        (["generate", "flipflop", "-n", "-1"], "-n must be >= 0"),
+        (["generate", "flipflop", "-n", "-1"], "-n must be an integer from 0 to"),
         (["generate", "flipflop", "--set", "novalue"], "key=value"),
     ],
 )

@@ -502,3 +502,84 @@ def test_sigkill_at_random_moments_with_batched_seeds(driver, setup, tmp_path):
           f"finished first, over {len(rounds)} grids; cells trained in a batch: {batched}; finished cells trained "
           f"again: {retrained}")
     assert kills == 10 and retrained == 0 and batched > 0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_two_workers_run_nothing_from_a_hostile_working_directory(tmp_path):
+    """Issue 33: `sweep --workers 2` run (as the console script runs it: no working directory on
+    sys.path) where a jsonlines.py and a *.dist-info declaring a synthlab.tasks entry point lie:
+    the helpers imported and ran both; now nothing of it runs, and the grid finishes."""
+    from test_bad_input import plant
+
+    path = write_sweep(tmp_path, TINY)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    plant(cwd)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-P", "-m", "synthlab.cli", "sweep", str(path), "--out", str(out), "--workers", "2",
+           "--quiet"]
+    p = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0 and "4/4 cells finished" in p.stdout, p.stderr
+    # the helper loads the task plugins whether or not it trains a cell (it validates the grid
+    # first), so before the fix the entry point's marker was written even when the main process
+    # had run every cell
+    assert not list(cwd.glob("PLANTED-*")), "a helper ran code from the working directory"
+    print("\n[fault-injection] --workers 2 in a directory with a planted jsonlines.py and entry point: "
+          "planted code run: 0")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.5, 2.0])
+def test_sigterm_while_the_helpers_import_prints_no_traceback(tmp_path, delay):
+    """Issue 33, cause 7: a stop that reached a helper during `import torch` (before its try)
+    printed its KeyboardInterrupt traceback; now: exit 130, one line, no cell left running."""
+    path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,"))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "synthlab.cli", "sweep", str(path), "--out", str(out), "--workers", "2", "--quiet"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not _children(proc.pid) and proc.poll() is None:
+        time.sleep(0.05)
+    assert _children(proc.pid), "no helper started"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines()[-1] == "synthlab: interrupted", err
+    if (out / "study.journal").exists():
+        _assert_requeued(out)
+
+
+def test_a_train_killed_outright_leaves_nothing_the_next_run_keeps(tmp_path, capsys):
+    """Issue 33: kill -9 during `synthlab train` left OUT/<run_id>/ (config.json, logs/) that
+    nothing removed. The next run on the same OUT removes it, says so, and leaves alone a run
+    directory whose process still runs."""
+    from synthlab import rundir
+    from synthlab.cli import main
+
+    out = tmp_path / "runs"
+    live = out / "live-run"  # another train on the same OUT, still running (this process)
+    rundir.make(live, {"k": 1})
+    cmd = [sys.executable, "-m", "synthlab.cli", "train", "flipflop", "--pe", "rope", "--preset", "smoke",
+           "--set", "steps=100000", "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("*-flipflop-*/config.json")):
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.2)
+    (half,) = [p.parent for p in out.glob("*-flipflop-*/config.json")]
+    proc.kill()
+    proc.wait()
+    assert half.is_dir()  # what the kill left
+    assert main(["train", "flipflop", "--pe", "nope", "--preset", "smoke", "--set", "steps=2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert not half.exists() and f"removed 1 run directory a killed run left half made: {half}" in err, err
+    assert (live / "config.json").is_file() and (live / rundir.OWNER).is_file()  # its process (this one) runs
+    assert len([p for p in out.glob("*-flipflop-*") if (p / "model.safetensors").is_file()]) == 1

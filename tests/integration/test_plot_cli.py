@@ -49,7 +49,7 @@ BAD = {
     "not a run": (["attention", "{empty}"], "not a run directory"),
     "results dir": (["attention", "{parent}"], "runs inside it"),
     "sample out of range": (["attention", "{run}", "--sample", "32"], "out of range"),
-    "negative sample": (["positions", "{run}", "--sample", "-1"], "out of range"),
+    "negative sample": (["positions", "{run}", "--sample", "-1"], "--sample must be an integer from 0"),
     "unknown split": (["attention", "{run}", "--split", "validation"], "unknown split"),
     "layer out of range": (["attention", "{run}", "--layer", "1"], "layer 1 out of range"),
     "no such picture: bias of cope": (["bias", "{run}"], "no content-free position signal"),

@@ -507,3 +507,15 @@ def test_batched_seeds_with_a_data_worker_equal_in_process():
     a = train_seeds("flipflop", "rope", [0, 1], preset="smoke", overrides={"steps": 8})
     b = train_seeds("flipflop", "rope", [0, 1], preset="smoke", overrides={"steps": 8, "train.data_workers": 1})
     assert [r["metrics"] for r in a] == [r["metrics"] for r in b]
+
+
+def test_cli_train_prints_heartbeat_lines_to_a_log(tmp_path, capsys):
+    """Issue 33: on a stderr that is no terminal (a batch log) `synthlab train` printed nothing
+    until it ended (34 minutes under load): now the heartbeat lines a sweep prints."""
+    argv = ["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--set", "steps=20", "--out", str(tmp_path),
+            "--progress-every", "0.001"]
+    assert main(argv) == 0
+    beats = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[train] flipflop rope: step ")]
+    assert len(beats) >= 2 and "/20, loss " in beats[0] and beats[-1].endswith("elapsed"), beats
+    assert main([*argv, "--quiet"]) == 0
+    assert "[train]" not in capsys.readouterr().err
