@@ -23,10 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from synthlab import claims, dashboard, inference
+from synthlab import claims, dashboard, inference, sweepnames
 from synthlab import grids as grids_mod
 from synthlab import launchers as launchers_mod
-from synthlab import sweepnames
 from synthlab import progress as progress_mod
 from synthlab import workers as workers_mod
 from synthlab.cells import Cell, expand_cells, split_pe_list

@@ -186,9 +186,8 @@ def _known_column(name: str, spec, tasks: dict[str, list[Any]]) -> bool:
 
 
 def _column_names(spec, tasks: dict[str, list[Any]]) -> list[str]:
-    from synthlab.config import setting_keys
-
     import generators
+    from synthlab.config import setting_keys
 
     names = set(_COLUMNS) | set().union(*(spec.preset_axes(p) for p in spec.presets)) | set(setting_keys())
     for task in tasks:
@@ -238,11 +237,10 @@ def _check_cell(spec, where: str, cell: dict[str, Any], presets: tuple[str, ...]
                 tasks: dict[str, list[Any]], all_tasks: dict[str, list[Any]]) -> None:
     """One paper or claim cell: its keys name columns, its encoding parses, its task is the
     file's, its split one its task has, and an axis value is a value of that axis."""
+    import generators
     from synthlab.cells import with_dape_k
     from synthlab.model import parse_pe
     from synthlab.tables import same
-
-    import generators
 
     for k in cell:
         if not _known_column(k, spec, all_tasks):

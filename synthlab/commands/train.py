@@ -53,13 +53,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from synthlab import progress
     from synthlab.errors import check_seed
     from synthlab.evaluation import format_result
     from synthlab.loggers import check_logger
     from synthlab.records import to_json
     from synthlab.training import train
-
-    from synthlab import progress
 
     check_seed(args.seed, "--seed")
     check_logger(args.logger, "--logger")

@@ -64,10 +64,9 @@ def bias_curves(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, s
                 n_heads: int = 4) -> BiasCurves:
     """The numbers :func:`bias` draws. ``pe_or_run``: a pe spec (a one-layer model of
     ``d_model`` / ``n_heads`` is built, seeded), a run, a run directory or a built model."""
+    from synthlab.errors import MAX_DISTANCE
     from synthlab.model.attention import PositionContext
     from synthlab.model.cache import TensorCache
-
-    from synthlab.errors import MAX_DISTANCE
 
     if isinstance(max_distance, bool) or not isinstance(max_distance, int) or not 1 <= max_distance <= MAX_DISTANCE:
         raise ValueError(f"max_distance must be an integer from 1 to {MAX_DISTANCE:,} (the biases are heads x "
