@@ -130,7 +130,7 @@ def rope_scaled(run: Any, T: int) -> Iterator[None]:
 
 
 # config.json's parts load_run reads, and what each must be
-_CONFIG_FIELDS = {"task": str, "task_params": dict, "pe": str, "model": dict, "train": dict, "max_len": int}
+_CONFIG_FIELDS = {"task": str, "task_params": dict, "pe": str, "model": dict, "max_len": int}
 
 
 def _read_config(path: Path) -> dict[str, Any]:
