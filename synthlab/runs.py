@@ -169,15 +169,18 @@ def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
     if not weights.is_file():
         raise ValueError(f"{run_dir}: the run kept no weights (model.safetensors missing; did it fail?)")
     cfg = _read_config(cfg_path)
-    task = generators.get_task(cfg["task"], **{k: v for k, v in cfg["task_params"].items() if v is not None})
+    try:
+        task = generators.get_task(cfg["task"], **{k: v for k, v in cfg["task_params"].items() if v is not None})
+    except (ValueError, TypeError) as e:  # a value no run writes (a task not installed reads the same)
+        raise DamagedFile(cfg_path, f"its task does not build ({e})") from None
     # runs saved before config.json recorded the encodings' forms are pe revision 1 (registry.PE_REVISION)
     model = saved_model(cfg, task, model, where=str(run_dir))  # a user's factory's module, or None
     if model is None:  # synthlab's Transformer
         try:
             run_cfg = RunConfig.from_dict(cfg)
-        except (KeyError, TypeError, AttributeError) as e:  # a part of it is not what a run writes
+            model = model_for(run_cfg, task, max_len=cfg["max_len"], revision=cfg.get("pe_revision", 1))
+        except (KeyError, TypeError, AttributeError, ValueError) as e:  # a part of it is not what a run writes
             raise DamagedFile(cfg_path, f"not a run's config ({type(e).__name__}: {e})") from None
-        model = model_for(run_cfg, task, max_len=cfg["max_len"], revision=cfg.get("pe_revision", 1))
     # runs saved before the rotary layout was recorded used pairs (k, k + d/2)
     pairs = cfg.get("rotary_pairs", "half")
     if pairs not in PAIR_LAYOUTS:
