@@ -131,7 +131,7 @@ class Launcher:
 
 class LocalLauncher(Launcher):
     """This machine: the sweep's own process plus ``--workers`` helpers (:mod:`synthlab.workers`).
-    Its loop is :func:`synthlab.sweeping._run_local`; this class only names it."""
+    Its loop is :func:`synthlab.sweeping._run_named` (workers, trials, helpers); this class only names it."""
 
     name = "local"
 

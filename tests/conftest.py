@@ -100,7 +100,7 @@ def _interpreter_broken_by_numpy() -> str | None:
     return None
 
 
-def _pg(command: str, script: Path = PG_SCRIPT) -> int:
+def _script(command: str, script: Path = PG_SCRIPT) -> int:
     try:
         return subprocess.run(["bash", str(script), command], capture_output=True, timeout=120).returncode
     except (OSError, subprocess.TimeoutExpired):
@@ -108,12 +108,12 @@ def _pg(command: str, script: Path = PG_SCRIPT) -> int:
 
 
 def pytest_sessionstart(session) -> None:
-    session.config.stash[_WAS_RUNNING] = not PG_SCRIPT.is_file() or _pg("status") == 0
-    session.config.stash[_SLURM_WAS_RUNNING] = not SLURM_SCRIPT.is_file() or _pg("status", SLURM_SCRIPT) == 0
+    session.config.stash[_WAS_RUNNING] = not PG_SCRIPT.is_file() or _script("status") == 0
+    session.config.stash[_SLURM_WAS_RUNNING] = not SLURM_SCRIPT.is_file() or _script("status", SLURM_SCRIPT) == 0
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    if not session.config.stash.get(_WAS_RUNNING, True) and _pg("status") == 0:
-        _pg("stop")
-    if not session.config.stash.get(_SLURM_WAS_RUNNING, True) and _pg("status", SLURM_SCRIPT) == 0:
-        _pg("stop", SLURM_SCRIPT)
+    if not session.config.stash.get(_WAS_RUNNING, True) and _script("status") == 0:
+        _script("stop")
+    if not session.config.stash.get(_SLURM_WAS_RUNNING, True) and _script("status", SLURM_SCRIPT) == 0:
+        _script("stop", SLURM_SCRIPT)

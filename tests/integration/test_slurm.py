@@ -19,30 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from test_sweep import TINY as SWEEP_TINY
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / ".ci" / "slurm.sh"
 
-TINY = """
-[sweep]
-name = "tiny"
-task = "flipflop"
-default_preset = "smoke"
-metric = "token_acc"
-show = "error"
-ood = ["ood-sparse"]
-
-[axes]
-pe = ["rope", "nope"]
-seed = [0, 1]
-
-[presets.smoke]
-task = { n_pairs = 8 }
-model = { d_model = 16, n_layers = 1, n_heads = 2 }
-train = { steps = 10, batch_size = 8, warmup = 0, eval_samples = 16, threads = 1 }
-
-[presets.quick]
-[presets.paper]
-"""
+# the shared tiny sweep (test_sweep.py), one thread a run as a SLURM task would have
+TINY = SWEEP_TINY.replace("eval_samples = 16 }", "eval_samples = 16, threads = 1 }")
 
 # one cell long enough to stop mid-run (about a minute here), saving a checkpoint every 20 steps
 LONG = ["--pe", "rope", "--seeds", "1", "--set", "steps=1500", "--set", "train.checkpoint_every=20"]
