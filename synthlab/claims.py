@@ -282,13 +282,24 @@ def sequential_verdicts(records: list[dict[str, Any]], spec, plan: list[int], re
     return list(final.values())
 
 
-def reads(spec, preset: str, task: str, pe_name: str, axes: dict[str, Any]) -> bool:
+def claim_id(claim) -> str:
+    """A claim's identity within its sweep file (``--until-decided`` counts seeds per claim; a
+    string, so it travels to the sweep's helper processes as JSON)."""
+    return f"{claim.source}: {claim.text}"
+
+
+def reads(spec, preset: str, task: str, pe_name: str, axes: dict[str, Any], seed: int | None = None,
+          seeds_per_claim: dict[str, int] | None = None) -> bool:
     """Whether a claim of ``preset`` reads the grid cell of ``task`` / ``pe_name`` (the
     encoding as records name it) / ``axes`` (its other axis values): every key a claim side
     gives that the cell has must agree; a key the grid does not vary (a preset setting) never
-    excludes the cell, so a claim's runs are never left out."""
+    excludes the cell, so a claim's runs are never left out. With ``seeds_per_claim``
+    (:func:`claim_id` -> seed count), a claim reads the cell's ``seed`` only below its count:
+    a claim decided at an earlier look takes no more seeds."""
     for claim in spec.claims:
         if preset not in claim.presets:
+            continue
+        if seeds_per_claim is not None and seed is not None and seed >= seeds_per_claim.get(claim_id(claim), 0):
             continue
         for side in claim.cells():
             side = canonical(side)

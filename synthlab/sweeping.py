@@ -129,7 +129,7 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
           progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
           batch_seeds: bool = False, seeds: int | str | list[int] | None = None, until_decided: bool = False,
           max_seeds: int | None = None, _looks: tuple[list[int], int] | None = None,
-          claims_only: bool = False, _claim_seeds: int | None = None, launcher: str | None = None,
+          claims_only: bool = False, _claim_seeds: int | dict[str, int] | None = None, launcher: str | None = None,
           detach: bool = False) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
@@ -199,9 +199,11 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     cells = expand_cells(spec, preset, pe_list, settings, seed_list)
     sweepnames.check_cells(spec, preset, cells)
     if _claim_seeds is not None or claims_only:
-        more = cells if _claim_seeds is None else expand_cells(spec, preset, pe_list, settings,
-                                                               list(range(_claim_seeds)))
-        cells = _with_claim_seeds(spec, preset, [] if claims_only else cells, more)
+        if isinstance(_claim_seeds, int):
+            _claim_seeds = {claims.claim_id(c): _claim_seeds for c in spec.claims}
+        more = cells if not _claim_seeds else expand_cells(spec, preset, pe_list, settings,
+                                                           list(range(max(_claim_seeds.values()))))
+        cells = _with_claim_seeds(spec, preset, [] if claims_only else cells, more, _claim_seeds)
         if not cells:
             raise ValueError(f"--claims-only: no cell of this grid is read by a claim of {spec.name}'s "
                              f"{preset} preset")
@@ -344,26 +346,38 @@ def _until_decided(task_or_file, seeds, max_seeds: int | None, until_decided: bo
         raise ValueError(f"--until-decided: {spec.name}'s sweep file states no claim for the {preset} preset: "
                          "nothing to decide")
     grids, reached = kwargs.pop("grids"), plan[0]
+    decided_at: dict[str, int] = {}  # a decided claim's seeds: no more go to its cells
+
+    def seeds_per_claim(n: int) -> dict[str, int]:
+        return {claims.claim_id(c): decided_at.get(claims.claim_id(c), n) for c in spec.claims}
+
     for n in plan:
         reached = n
-        records = sweep(task_or_file, grids=False, _claim_seeds=n, **kwargs)
+        records = sweep(task_or_file, grids=False, _claim_seeds=seeds_per_claim(n), **kwargs)
         vs = [v for v in claims.sequential_verdicts(records, spec, plan, reached=n) if v.comparison is not None]
+        still_open = {claims.claim_id(v.claim) for v in vs if not claims.decided(v)}
+        for v in vs:
+            if claims.claim_id(v.claim) not in still_open:
+                decided_at.setdefault(claims.claim_id(v.claim), n)
         done = sum(claims.decided(v) for v in vs)
         print(f"look {plan.index(n) + 1} of {len(plan)} ({n} seeds): {done} of {len(vs)} claims decided")
         if done == len(vs):
             break
-    return sweep(task_or_file, grids=grids, _looks=(plan, reached), _claim_seeds=reached, **kwargs)
+    return sweep(task_or_file, grids=grids, _looks=(plan, reached), _claim_seeds=seeds_per_claim(reached), **kwargs)
 
 
-def _with_claim_seeds(spec: SweepSpec, preset: str, grid: list[Cell], more: list[Cell]) -> list[Cell]:
+def _with_claim_seeds(spec: SweepSpec, preset: str, grid: list[Cell], more: list[Cell],
+                      seeds_per_claim: dict[str, int] | None = None) -> list[Cell]:
     """The grid at its own seeds plus, from ``more`` (the grid at the look's seeds), the cells
-    a claim of ``preset`` reads: in ``more``'s order, the grid's other seeds after."""
+    a claim of ``preset`` reads (with ``seeds_per_claim``, at the seeds below that claim's
+    count): in ``more``'s order, the grid's other seeds after."""
     from synthlab.model import parse_pe
 
     keys = {c.key for c in grid}
     out = [c for c in more if c.key in keys or claims.reads(
         spec, preset, c.task, parse_pe(c.pe).name,
-        {k: v for k, v in c.axes.items() if k not in ("task", "pe", "dape_k", "seed", "slot")})]
+        {k: v for k, v in c.axes.items() if k not in ("task", "pe", "dape_k", "seed", "slot")},
+        seed=c.seed, seeds_per_claim=seeds_per_claim)]
     seen = {c.key for c in out}
     return out + [c for c in grid if c.key not in seen]
 

@@ -152,3 +152,34 @@ def test_claims_only_without_a_claimed_cell_exits_2_before_anything_is_written(t
 
 def _pes(out) -> list[str]:
     return [json.loads(line)["pe"] for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+
+
+OTHER_PAIR_EQUAL = """
+[[claim]]
+text = "alibi reads better than learned out of distribution"
+source = "a test"
+better = { pe = "alibi", split = "ood-sparse" }
+worse = { pe = "learned", split = "ood-sparse" }
+presets = ["smoke"]
+"""
+
+
+def test_a_claim_decided_at_a_look_takes_no_more_seeds(tmp_path, fake, capsys):
+    """rope vs nope is decided at look 1 (8 seeds); alibi vs learned never is: only alibi's and
+    learned's cells go on to 10 seeds, and the decided claim keeps its look-1 verdict."""
+    path = write_sweep(tmp_path, TINY + CLAIMS + OTHER_PAIR_EQUAL)
+    out = tmp_path / "runs"
+    argv = ["sweep", str(path), "--pe", "rope,nope,alibi,learned", "--out", str(out), "--until-decided",
+            "--max-seeds", "10", "--quiet"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "look 1 of 2 (8 seeds): 1 of 2 claims decided" in text
+    assert "look 2 of 2 (10 seeds): 1 of 2 claims decided" in text
+    assert "**supported**: the claimed way (look 1 of 2, 8 seeds" in text
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    seeds = {pe: sorted(r["train"]["seed"] for r in recs if r["pe"] == pe) for pe in ("rope", "nope", "alibi", "learned")}
+    assert seeds == {"rope": list(range(8)), "nope": list(range(8)), "alibi": list(range(10)),
+                     "learned": list(range(10))}
+    assert len(fake.calls) == 36
+    assert main(argv) == 0 and len(fake.calls) == 36  # finished: the same looks, nothing trained again
+    assert "36/36 cells finished" in capsys.readouterr().out
