@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -78,14 +77,6 @@ def switched(name: str, value: str):
             del os.environ[name]
         else:
             os.environ[name] = before
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return ""
 
 
 def sync(device: torch.device) -> None:
@@ -206,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_float32_matmul_precision(args.precision)
     B, H, T, d_h = SIZES[args.size]
     if device.type == "cpu":
+        from synthlab import machine
         from synthlab.model import native
 
-        print(f"# {platform.processor() or platform.machine()} {_cpu_model()}; {torch.get_num_threads()} threads; "
-              f"{native.describe()}")
+        print(f"# {machine.vector_paths()}; {torch.get_num_threads()} threads; {native.describe()}")
     print(f"# one layer's attention, forward + backward: B {B}, H {H}, T {T}, d_h {d_h}; {args.device}"
           f"{' ' + torch.cuda.get_device_name() if device.type == 'cuda' else ''}, float32 matmul precision "
           f"{args.precision}; median of {args.rounds} rounds")

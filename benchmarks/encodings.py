@@ -37,6 +37,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import torch
 import torch.nn.functional as F
 
+from synthlab import machine
 from synthlab.model import build_model, native, tune_cpu_allocator
 
 SIZES = {
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     rate = matmul_rate(clock=clock)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
           f"float32 matmul rate {rate / 1e9:.1f} GFLOP/s (1024^2 sgemm, best of 10), allocator tuning {'on' if tuned else 'off'}")
+    print(machine.vector_paths())
     print(native.describe())
     encs = [e.strip() for e in args.encodings.split(",") if e.strip()]
     if "nope" not in encs:

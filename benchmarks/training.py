@@ -238,8 +238,10 @@ def main() -> None:
     where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}, lightning {L.__version__}, clock {args.clock}")
     if DEVICE.type == "cpu":
+        from synthlab import machine
         from synthlab.model import native
 
+        print(machine.vector_paths())  # the vector set torch's kernels use, and any cap on it
         print(native.describe())  # the instruction set and -march the CPU kernels were built for
     overrides, label = SIZES[args.size]
     overrides = {**overrides, "train.precision": args.precision, "train.compile": args.compile,

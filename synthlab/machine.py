@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import platform
 import sys
 from pathlib import Path
@@ -63,15 +64,39 @@ def _host() -> dict[str, str]:
 
 def describe(device: Any = None) -> dict[str, str]:
     """{"cpu": model name, "arch": machine, "isa": the widest vector set the CPU has, "torch",
-    "python", "lightning", "numpy", "optuna": their versions}, and "gpu": the device's name when
+    "python", "lightning", "numpy", "optuna": their versions}, "torch_isa" (:func:`torch_isa`) when
+    torch is imported, and "gpu": the device's name when
     ``device`` (a ``torch.device`` or string, the one the run trained on) is a CUDA device.
     Records older than a key lack it (readers use ``.get``)."""
     out = dict(_host())
+    if "torch" in sys.modules:  # the vector width of torch's own kernels, which the rounding follows
+        out["torch_isa"] = torch_isa()
     if device is not None and str(device).startswith("cuda"):
         import torch
 
         out["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return out
+
+
+# what caps the vector width of the libraries under torch (scripts/as_avx2.sh sets them all)
+VECTOR_CAPS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "SYNTHLAB_NATIVE_MARCH")
+
+
+def torch_isa() -> str:
+    """The vector set torch's own CPU kernels dispatch to ("AVX512", "AVX2", "DEFAULT", ...):
+    the CPU's widest unless ``ATEN_CPU_CAPABILITY`` lowers it."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def vector_paths() -> str:
+    """One line for a benchmark's header: the CPU, its widest vector set, the set torch's kernels
+    use, and any cap set on MKL, oneDNN or synthlab's native build."""
+    host = _host()
+    caps = [f"{k}={os.environ[k]}" for k in VECTOR_CAPS if os.environ.get(k)]
+    return (f"CPU {host['cpu']} ({host['arch']}, {host['isa']}); torch's kernels {torch_isa()}"
+            + (f"; capped: {', '.join(caps)}" if caps else ""))
 
 
 def label(machine: dict[str, str] | None) -> str:
@@ -80,5 +105,8 @@ def label(machine: dict[str, str] | None) -> str:
     if not machine:
         return "not recorded"
     gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
-    return (f"{machine.get('cpu', '?')} ({machine.get('arch', '?')}, {machine.get('isa', '?')}), "
+    isa = machine.get("isa", "?")
+    if machine.get("torch_isa") and machine["torch_isa"].lower() != isa.lower():
+        isa += f", torch's kernels {machine['torch_isa']}"
+    return (f"{machine.get('cpu', '?')} ({machine.get('arch', '?')}, {isa}), "
             f"torch {machine.get('torch', '?')}{gpu}")

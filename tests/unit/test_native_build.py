@@ -4,6 +4,7 @@ and a clang build where clang is installed."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -208,9 +209,15 @@ def test_march_override_builds_for_that_instruction_set(fresh_loader, monkeypatc
                     reason="no aarch64 cross compiler (apt install g++-aarch64-linux-gnu)")
 @pytest.mark.parametrize("name", sorted(native.KERNELS))
 def test_kernel_compiles_for_arm64_neon(name, tmp_path):
-    """The kernels' portable vector code (NEON's four lanes on arm64: Apple, Graviton) compiles;
-    it cannot run here."""
+    """The kernels' portable vector code (NEON's four lanes on arm64: Apple, Graviton) compiles,
+    and its inner products are NEON's four-lane fused multiply-adds (``fmla vN.4s``), not scalar
+    ones; it cannot run here."""
     source = native._DIR / native.KERNELS[name][0]
     cmd = ["aarch64-linux-gnu-g++", *native._BASE_FLAGS, "-march=armv8-a", str(source), "-o", str(tmp_path / "k.so")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    asm = tmp_path / "k.s"
+    proc = subprocess.run([*cmd[:-2], "-S", "-o", str(asm)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    vector_fmas = re.findall(r"\bfmla\s+v\d+\.4s", asm.read_text())
+    assert len(vector_fmas) >= 16, f"{len(vector_fmas)} four-lane fmla in {source.name}'s arm64 build"

@@ -5,6 +5,7 @@ synthlab's version (setuptools-scm's version file, synthlab/__init__.py) and the
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import shutil
@@ -57,6 +58,24 @@ def test_label_reads_old_and_new_records():
     assert machine.label({**old, "python": "3.11.9", "numpy": "2.4.6"}) == machine.label(old)
     assert machine.label({**old, "gpu": "NVIDIA H200"}) == "AMD EPYC (x86_64, avx2), torch 2.13.0, NVIDIA H200"
     assert machine.label(None) == "not recorded"
+
+
+def test_a_record_says_which_vector_set_torchs_kernels_used():
+    """ATEN_CPU_CAPABILITY lowers torch's own kernels (and so the rounding) below the CPU's widest
+    set: the record keeps it, and the report's machine label shows it where the two differ."""
+    import torch
+
+    assert machine.describe()["torch_isa"] == torch.backends.cpu.get_cpu_capability()
+    code = ("import json, torch; from synthlab import machine; "
+            "print(json.dumps([machine.describe(), machine.vector_paths()]))")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}  # every x86 and ARM CPU has it
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    m, line = json.loads(out.stdout)
+    assert m["torch_isa"] == "DEFAULT"
+    assert "torch's kernels DEFAULT" in line and "capped: ATEN_CPU_CAPABILITY=default" in line
+    assert machine.label(m).startswith(f"{m['cpu']} ({m['arch']}, {m['isa']}, torch's kernels DEFAULT)")
+    same = {"cpu": "AMD EPYC", "arch": "x86_64", "isa": "avx2", "torch": "2.13.0", "torch_isa": "AVX2"}
+    assert machine.label(same) == "AMD EPYC (x86_64, avx2), torch 2.13.0"
 
 
 def _copy_package(dest: Path) -> Path:
