@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: import generators
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: import synthlab.generators
 
 from synthlab.generators.arithmetic import Arithmetic  # noqa: E402
 from synthlab.generators.base import SEED_MAX  # noqa: E402
