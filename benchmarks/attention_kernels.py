@@ -38,9 +38,6 @@ import statistics
 import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
-
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import torch
 import torch.nn.functional as F

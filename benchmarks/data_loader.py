@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]  # generators.py here
+import torch
 
-import torch  # noqa: E402
-
-import generators  # noqa: E402
-from synthlab.data import StepLoader, TrainBatches, TrainStream  # noqa: E402
-from synthlab.presets import build_config  # noqa: E402
+from synthlab import generators
+from synthlab.data import StepLoader, TrainBatches, TrainStream
+from synthlab.presets import build_config
 
 CASES = [("flipflop", "quick"), ("flipflop", "paper"), ("selective_copy", "quick"), ("mqar", "quick"),
          ("arithmetic", "quick"), ("counting", "quick"), ("even_pairs", "quick")]

@@ -27,12 +27,7 @@ On a shared machine use ``--threads 1 --clock cpu``.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
-
-# benchmarks/ holds scripts named like packages (generators.py): import the real packages
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import torch
 import torch.nn.functional as F

@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-
-# this script is named like the package: keep its own folder off the import path
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-import generators  # noqa: E402
+from synthlab import generators  # noqa: E402 (after the thread settings, before numpy loads)
 
 # (task params for ~512-token samples, target tokens/s)
 CONFIGS: dict[str, tuple[dict, float]] = {
@@ -41,7 +36,7 @@ BIT_CHE = {"even_pairs", "parity_check", "reverse_string", "duplicate_string", "
 
 def che_configs() -> dict[str, tuple[dict, float]]:
     try:
-        from generators import che
+        from synthlab.generators import che
     except ImportError:
         return {}
     out = {}

@@ -17,24 +17,20 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # generators.py here
+import lightning as L
+import torch
+from torch.profiler import ProfilerActivity, profile
 
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from synthlab.data import DataModule
+from synthlab.fitting import fit, quiet_lightning
+from synthlab.training import make_module
 
 # the training benchmark's model / data / sizes (a script beside this one, not a package)
-_spec = importlib.util.spec_from_file_location("training_benchmark", _HERE / "training.py")
+_spec = importlib.util.spec_from_file_location("training_benchmark", Path(__file__).resolve().parent / "training.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
-
-from synthlab.data import DataModule  # noqa: E402
-from synthlab.fitting import fit, quiet_lightning  # noqa: E402
-from synthlab.training import make_module  # noqa: E402
 
 # names of profiler events that make the host wait for the device
 WAITS = ("aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy",

@@ -33,8 +33,7 @@ def run_sweep(sweep: str, preset: str, pe: str | None, workers: int, batch_seeds
         cmd = [sys.executable, "-m", "synthlab.cli", "sweep", sweep, "--preset", preset, "--workers", str(workers),
                "--out", str(out), "--quiet"] + (["--pe", pe] if pe else []) + (["--batch-seeds"] if batch_seeds else [])
         t0 = time.perf_counter()
-        # cwd: not benchmarks/, whose generators.py would shadow the generators package
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")

@@ -41,18 +41,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
-
-# benchmarks/ holds scripts named like packages (generators.py): import the real packages
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
-import generators
+from synthlab import generators
 from synthlab.config import COMPILE_MODES, apply_overrides
 from synthlab.data import DataModule, TrainBatches, TrainStream
 from synthlab.fitting import fit, quiet_lightning

@@ -1,6 +1,6 @@
 """Synthetic tasks with exactly known answers (numpy only; never imports torch).
 
-    >>> import generators
+    >>> from synthlab import generators
     >>> task = generators.get_task("flipflop", n_pairs=64)
     >>> s = task.sample("test", n=1, seed=0)[0]
     >>> task.solve(s) == s.targets
@@ -8,7 +8,7 @@
 
 Tasks from other distributions join ``TASKS`` through the entry-point group ``synthlab.tasks``
 (one entry point per task, named like it, naming its Task subclass), loaded on the table's
-first read (:mod:`generators.plugins`, docs/plugins.md).
+first read (:mod:`synthlab.generators.plugins`, docs/plugins.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _adopt(entry_point: str, cls: object) -> None:
     """Register a task plugin: a Task subclass named like its entry point, whose defaults make
     a task (a class that cannot describe itself would break `synthlab tasks`)."""
     if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise TypeError(f"the entry point names {cls!r}, not a generators.Task subclass")
+        raise TypeError(f"the entry point names {cls!r}, not a synthlab.generators.Task subclass")
     if getattr(cls, "name", None) != entry_point:
         raise ValueError(f"the entry point is named {entry_point!r} but the task's name is {getattr(cls, 'name', None)!r}")
     cls().describe()

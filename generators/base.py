@@ -19,7 +19,7 @@ hash falls in bucket 0 of ``HASH_BUCKETS`` belongs to the held-out splits only, 
 sample to ``train`` only (rejection sampling, deterministic). So a test sample can never be a
 training sample, whatever the size of the training set.
 
-Numpy only: importing ``generators`` never imports torch.
+Numpy only: importing ``synthlab.generators`` never imports torch.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 
 #: the words read as true / false (any case, surrounding blanks ignored); the one list for
 #: ``--set``, sweep-file settings, task parameters and pe spec parameters (here, at the
-#: lowest layer: generators import nothing from synthlab; synthlab.config re-exports them)
+#: lowest layer: synthlab.generators imports nothing else from synthlab; synthlab.config re-exports them)
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 

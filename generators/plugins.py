@@ -3,11 +3,11 @@
 A distribution adds a task or an encoding by naming it in its package metadata::
 
     [project.entry-points."synthlab.tasks"]
-    my_task = "my_pkg.tasks:MyTask"            # a generators.Task subclass
+    my_task = "my_pkg.tasks:MyTask"            # a synthlab.generators.Task subclass
     [project.entry-points."synthlab.encodings"]
     my-pe = "my_pkg:MY_PE"                     # a synthlab.model.registry.Encoding row
 
-(docs/plugins.md). :class:`PluginRegistry` is the mapping behind ``generators.TASKS`` and
+(docs/plugins.md). :class:`PluginRegistry` is the mapping behind ``synthlab.generators.TASKS`` and
 ``synthlab.model.registry.COMPONENTS``: the built-ins are in it from the start, and the first
 read of any kind (a lookup, ``in``, iteration, ``len``) loads the group's entry points, so
 ``import synthlab`` reads no package metadata and a plugin is there wherever a name is looked up
@@ -18,8 +18,8 @@ A broken plugin never breaks synthlab: an entry point that fails to import, name
 kind of object, or takes a name already registered (a built-in, or an earlier plugin) is
 skipped with one warning line on stderr naming it, its distribution and the reason.
 
-It lives here, at the lowest layer, because both registries use it and ``generators`` may
-import nothing from ``synthlab`` (docs/architecture.md, layers); it needs only the standard
+It lives here, at the lowest layer, because both registries use it and ``synthlab.generators``
+may import nothing else from ``synthlab`` (docs/architecture.md, layers); it needs only the standard
 library.
 """
 

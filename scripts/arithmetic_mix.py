@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: import generators
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: import synthlab.generators
 
-from generators.arithmetic import Arithmetic  # noqa: E402
-from generators.base import SEED_MAX  # noqa: E402
+from synthlab.generators.arithmetic import Arithmetic  # noqa: E402
+from synthlab.generators.base import SEED_MAX  # noqa: E402
 
 #: chains drawn at once (the draws, so the counts, depend on it: keep it fixed)
 BATCH = 50_000

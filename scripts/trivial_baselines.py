@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    from generators.che import TASKS
     from synthlab.config import PRESETS
+    from synthlab.generators.che import TASKS
     from synthlab.presets import preset_settings
 
     if args.preset not in PRESETS:

@@ -12,7 +12,8 @@ The public API (what notebooks and tests use; the CLI is a thin layer over it):
 - ``synthlab.judge_claims(results)`` -> the sweep file's claims judged on these results (the
   claims table's rows; docs/results.md "How a claim is decided")
 - ``synthlab.compare_seeds(better, worse)`` -> that test on two arms given as {seed: goodness}
-- ``generators.get_task(name, **params)`` for the data alone (numpy only).
+- ``synthlab.generators.get_task(name, **params)`` for the data alone (numpy only; importing
+  it imports none of the modules above)
 
 Heavy modules (torch, lightning, optuna, seaborn) are imported on first use, so
 ``import synthlab`` and ``synthlab tasks`` stay fast.
@@ -22,6 +23,10 @@ from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from synthlab import _checkout
+
+_checkout.add_finder()  # a checkout imported without an install: its generators/ and sweeps/
 
 try:  # written by setuptools-scm when synthlab is built or installed (pyproject.toml)
     from synthlab._version import __version__

@@ -128,7 +128,7 @@ def _norm_key(k: str) -> str:
 def _settings(settings: dict[str, Any], task: str, fixed: dict[str, str]) -> dict[str, Any]:
     """``sweep --set`` keys made canonical for ``task`` (``steps`` -> ``train.steps``,
     ``n_pairs`` -> ``task.n_pairs``), values as given (typed where the run's config is made)."""
-    import generators
+    from synthlab import generators
     from synthlab.config import resolve_key
 
     out: dict[str, Any] = {}

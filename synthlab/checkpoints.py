@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-import generators
+from synthlab import generators
 from synthlab.config import RunConfig
 
 DIRNAME = ".checkpoints"

@@ -29,8 +29,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-# the one true/false reading, kept at the lowest layer (generators import nothing from synthlab)
-from generators.base import FALSE_WORDS, SEED_MAX, TRUE_WORDS, parse_bool  # noqa: F401 (re-exported)
+# the one true/false reading, kept at the lowest layer (synthlab.generators imports nothing else from synthlab)
+from synthlab.generators.base import FALSE_WORDS, SEED_MAX, TRUE_WORDS, parse_bool  # noqa: F401 (re-exported)
 
 PRESETS = ("smoke", "quick", "paper")
 SCHEDULES = ("linear", "cosine", "constant")

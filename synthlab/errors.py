@@ -36,8 +36,8 @@ class DamagedFile(OSError):
 
 def check_seed(seed: object, what: str = "seed") -> int:
     """The one seed check (0 <= seed <= 2**32 - 1), kept with the generators at the lowest layer
-    (they import nothing from synthlab); imported on use, so ``--help`` loads no numpy."""
-    from generators.base import check_seed as check
+    (they import nothing else from synthlab); imported on use, so ``--help`` loads no numpy."""
+    from synthlab.generators.base import check_seed as check
 
     return check(seed, what)
 

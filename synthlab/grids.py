@@ -435,7 +435,7 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
 
 
 def _known_tasks() -> list[str]:
-    import generators
+    from synthlab import generators
 
     return list(generators.TASKS)
 

@@ -15,7 +15,7 @@ Each picture has a data function returning the numbers it draws: :func:`attentio
 ``run``: a :func:`synthlab.load_run` result or a run directory. ``sample``: an index into the
 run's evaluation samples of ``split`` (samples 0..eval_samples-1 under the run seed, the ones
 its metrics were computed on; a split evaluated per length counts its groups in order) or a
-``generators`` Sample. Layers and heads count from 0. The model sees positions 0..T-1 (a run
+``synthlab.generators`` Sample. Layers and heads count from 0. The model sees positions 0..T-1 (a run
 trained with randomized positions samples them at evaluation; a picture does not) and, past
 the training length, the run's rope scaling as its evaluation applied it.
 """

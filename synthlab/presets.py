@@ -15,7 +15,7 @@ import copy
 import functools
 from typing import Any
 
-import generators
+from synthlab import generators
 from synthlab.config import PRESETS, RunConfig, apply_overrides
 from synthlab.errors import did_you_mean
 from synthlab.sweepfile import installed_sweeps, load_sweep, parse_sweep

@@ -140,7 +140,7 @@ def failed_record(task: str, pe: str, positions: str | None, overrides: dict[str
                   study: str, trial: int, error: str) -> dict[str, Any]:
     """The record of a run whose trainer raised instead of returning one: what the cell sets,
     so the failure sits in the right grid row."""
-    import generators
+    from synthlab import generators
     from synthlab.model.registry import PE_REVISION
 
     ov = overrides

@@ -44,7 +44,7 @@ class LoadedRun:
 
     run_dir: Path
     config: dict[str, Any]
-    task: Any  # generators.Task
+    task: Any  # synthlab.generators.Task
     model: torch.nn.Module  # in eval mode, on the CPU
     metrics: list[dict[str, Any]]  # the lines of metrics.jsonl
 
@@ -88,7 +88,7 @@ class LoadedRun:
         return [names[i] for i in arr] if arr.ndim == 1 else [[names[i] for i in row] for row in arr]
 
     def as_ids(self, inputs: Any) -> torch.Tensor:
-        """(B, T) ids of a text, a list of tokens, ids (T,) or (B, T), or a generators Sample."""
+        """(B, T) ids of a text, a list of tokens, ids (T,) or (B, T), or a synthlab.generators Sample."""
         if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
             return self.encode(inputs).unsqueeze(0)
         ids = getattr(inputs, "ids", inputs)  # a Sample's ids
@@ -156,7 +156,7 @@ def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    import generators
+    from synthlab import generators
     from synthlab.config import RunConfig
     from synthlab.model.encoders.rotary import PAIR_LAYOUTS, Rotary
     from synthlab.training import model_for

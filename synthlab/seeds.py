@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from generators.base import SEED_MAX
+from synthlab.generators.base import SEED_MAX
 
 # more seeds than this is a slip (a count typed for a seed, an extra digit): refused, even with
 # --yes (a grid's own size limit, --yes apart, is the sweep command's)

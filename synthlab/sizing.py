@@ -128,7 +128,7 @@ def estimate_bytes(cfg: Any, spec: Any, train_len: int, eval_len: int, *, vocab_
     sequence (greedy: the decode width). ``n_eval_seqs``: evaluation samples over all splits
     and groups (from the task when None). Also ``detail``: one phrase on the largest part.
     ``task``: the run's task when the caller has it (else made from ``cfg``)."""
-    import generators
+    from synthlab import generators
 
     if task is None:
         task = generators.get_task(cfg.task, **{k: v for k, v in cfg.task_params.items() if v is not None})

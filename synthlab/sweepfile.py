@@ -291,9 +291,10 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
 
 
 def installed_sweeps() -> dict[str, str]:
-    """Name -> text of every sweep file installed with the package (``sweeps/*.toml``)."""
+    """Name -> text of every sweep file installed with the package: the repository's
+    ``sweeps/*.toml``, installed as the package data of ``synthlab.sweeps``."""
     out = {}
-    for entry in sorted(resources.files("sweeps").iterdir(), key=lambda e: e.name):
+    for entry in sorted(resources.files("synthlab.sweeps").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
             out[entry.name[: -len(".toml")]] = entry.read_text(encoding="utf-8")
     return out

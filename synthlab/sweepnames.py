@@ -36,7 +36,7 @@ _MAX_COMBOS = 64  # task-parameter axis values built together; more: each value 
 
 
 def _task_class(name: str, where: str, what: str):
-    import generators
+    from synthlab import generators
 
     if name in generators.TASKS:
         return generators.TASKS[name]
@@ -99,7 +99,7 @@ def preset_tasks(spec, presets: Iterable[str] | None = None) -> dict[str, list[A
 
 def cell_tasks(cells) -> dict[str, list[Any]]:
     """Task name -> the tasks the cells of a grid build (with their --set and axis values)."""
-    import generators
+    from synthlab import generators
 
     seen: set[str] = set()
     out: dict[str, list[Any]] = {}
@@ -172,7 +172,7 @@ def _known_column(name: str, spec, tasks: dict[str, list[Any]]) -> bool:
     axes = set().union(*(spec.preset_axes(p) for p in spec.presets))
     if name in axes:
         return True
-    import generators
+    from synthlab import generators
 
     for task in tasks:
         params = tuple(generators.TASKS[task].PARAMS)
@@ -186,7 +186,7 @@ def _known_column(name: str, spec, tasks: dict[str, list[Any]]) -> bool:
 
 
 def _column_names(spec, tasks: dict[str, list[Any]]) -> list[str]:
-    import generators
+    from synthlab import generators
     from synthlab.config import setting_keys
 
     names = set(_COLUMNS) | set().union(*(spec.preset_axes(p) for p in spec.presets)) | set(setting_keys())
@@ -237,7 +237,7 @@ def _check_cell(spec, where: str, cell: dict[str, Any], presets: tuple[str, ...]
                 tasks: dict[str, list[Any]], all_tasks: dict[str, list[Any]]) -> None:
     """One paper or claim cell: its keys name columns, its encoding parses, its task is the
     file's, its split one its task has, and an axis value is a value of that axis."""
-    import generators
+    from synthlab import generators
     from synthlab.cells import with_dape_k
     from synthlab.model import parse_pe
     from synthlab.tables import same

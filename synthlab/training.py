@@ -25,8 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-import generators
-from synthlab import __version__, loggers, machine, rundir, usermodel
+from synthlab import __version__, generators, loggers, machine, rundir, usermodel
 from synthlab.checkpoints import RunCheckpoints
 from synthlab.config import RunConfig, apply_overrides, validate_fields
 from synthlab.curves import Report, check_report, curve_callback, eval_context

@@ -1,7 +1,7 @@
 """Chomsky Hierarchy Evaluation: 15 tasks (Deletang et al. 2023; Ruoss et al. 2023; DAPE V2
-App. G), outputs predicted at placeholder tokens (see :mod:`generators.che.base`).
+App. G), outputs predicted at placeholder tokens (see :mod:`synthlab.generators.che.base`).
 
-    >>> from generators.che import TASKS
+    >>> from synthlab.generators.che import TASKS
     >>> task = TASKS["parity_check"]()
     >>> s = task.sample("train", n=1, seed=0, length=5)[0]
     >>> s.tokens[-1], task.solve(s) == s.targets

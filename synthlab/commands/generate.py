@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import generators
+    from synthlab import generators
 
     # validate everything before writing anything
     check_size(args.n, "-n", 0, MAX_SAMPLES)

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.sample is not None:
         check_size(args.sample, "--sample", 0, MAX_INDEX)
     if args.n is not None:
-        from generators.base import MAX_SIZE
+        from synthlab.generators.base import MAX_SIZE
 
         check_size(args.n, "-n", 1, MAX_SIZE)
     out = Path(args.output)

@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import generators
+    from synthlab import generators
 
     infos = [{**cls().describe(), "plugin": generators.TASKS.origin(name)} for name, cls in generators.TASKS.items()]
     if args.json:

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 def check_preset_exists(task: str, preset: str) -> None:
     """``--preset`` named for a task whose presets no installed sweep file holds (a plugin's
     task) would run the config defaults under the preset's name: refused (ValueError)."""
-    import generators
+    from synthlab import generators
     from synthlab.presets import preset_family
 
     if task in generators.TASKS and preset_family(task) is None:

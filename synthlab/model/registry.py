@@ -32,7 +32,7 @@ and add its row to ``_ROWS`` below, or, from outside the package, ``register(Enc
 build=MyClass))`` (tests/unit/test_toy_encoding.py does this), or ship it in another
 distribution: an entry point in the group ``synthlab.encodings``, named like the row, naming
 the row (an :class:`Encoding` instance), is registered on the table's first read
-(``generators.plugins``; docs/plugins.md).
+(``synthlab.generators.plugins``; docs/plugins.md).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-from generators.plugins import PluginRegistry
 from synthlab.config import parse_bool
+from synthlab.generators.plugins import PluginRegistry
 
 # kind order = canonical order of components in a spec string
 ROLES = ("none", "absolute", "contextual", "rotary", "bias", "processor")

@@ -31,7 +31,7 @@ def as_run(run: Any) -> Any:
 def resolve_sample(run: Any, sample: Any, split: str) -> Any:
     """An index into the run's evaluation samples of ``split``, a Sample, or tokens of one's own
     (a text or a list of tokens: a Sample of split "tokens" with nothing scored) -> Sample."""
-    from generators import Sample
+    from synthlab.generators import Sample
 
     task = run.task
     if isinstance(sample, str) or (isinstance(sample, (list, tuple)) and sample and isinstance(sample[0], str)):
@@ -44,7 +44,7 @@ def resolve_sample(run: Any, sample: Any, split: str) -> Any:
             raise ValueError(f"a sample of task {sample.task!r} given for a run of task {task.name!r}")
         return sample
     if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)):
-        raise ValueError(f"sample must be an index or a generators Sample, got {sample!r}")
+        raise ValueError(f"sample must be an index or a synthlab.generators Sample, got {sample!r}")
     task.check_split(split)
     index, seed = int(sample), int(run.config["train"]["seed"])
     if split == "train":  # the training pool is unbounded

@@ -486,7 +486,8 @@ from synthlab import workers
 
 def _helper(payload):
     def run(report, sleep=False):
-        import jsonlines, generators
+        import jsonlines
+        from synthlab import generators
         with open(report, "w") as f:
             json.dump({"jsonlines": jsonlines.__file__, "tasks": sorted(generators.TASKS)}, f)
         if sleep:

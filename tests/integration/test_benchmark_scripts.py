@@ -1,6 +1,5 @@
 """The scripts in benchmarks/ still start against today's modules (they import internals that
-move, e.g. ``fit`` into synthlab.fitting; and they sit beside a file named like the
-``generators`` package). Nothing here times anything: the scripts print the ratios."""
+move, e.g. ``fit`` into synthlab.fitting), each run from its own folder as a user would. Nothing here times anything: the scripts print the ratios."""
 
 from __future__ import annotations
 

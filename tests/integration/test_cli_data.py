@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import generators
+from synthlab import generators
 from synthlab.cli import main
 
 ALL_TASKS = [

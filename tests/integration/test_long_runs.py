@@ -125,7 +125,7 @@ def test_a_failed_run_drops_its_checkpoints(tmp_path, monkeypatch):
 def test_a_checkpoint_of_another_task_revision_is_not_resumed(tmp_path, monkeypatch):
     """A generator fix (Task.REVISION raised) gives one seed other samples: a run killed before
     it must start over, not resume on the old data under a record naming the new revision."""
-    import generators
+    from synthlab import generators
 
     with monkeypatch.context() as mp:
         _stop_at(mp, 12)

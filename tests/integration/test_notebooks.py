@@ -35,13 +35,14 @@ LESSONS = {
     "reading_grids": ([], 4),
 }
 
-# what a code cell may name from synthlab and generators (the public API)
+# what a code cell may name from synthlab and synthlab.generators (the public API)
 PUBLIC = {
     "synthlab": {"train", "sweep", "grid", "tidy", "load_run", "build_model", "parse_pe", "plot", "__version__",
                  "judge_claims", "compare_seeds"},
     "generators": {"get_task", "TASKS", "Sample"},
 }
-ALLOWED_IMPORTS = {"import synthlab", "import generators", "from synthlab import plot"}
+ALLOWED_IMPORTS = {"import synthlab", "from synthlab import generators, plot", "from synthlab import generators",
+                   "from synthlab import plot"}
 
 
 def _nb(path: Path) -> dict:

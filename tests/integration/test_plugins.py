@@ -3,7 +3,7 @@ tests/plugin_pkg, pip-installed into a temporary --target directory, found throu
 .dist-info on PYTHONPATH, so the venv is never changed) adds a task and an encoding that
 `synthlab tasks`, `synthlab encodings` and `synthlab train` use; a distribution of broken entry
 points warns one line each and changes nothing else; a plugin whose module registers itself on
-import (``@generators.register``) is taken without a warning."""
+import (``@synthlab.generators.register``) is taken without a warning."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import generators
+from synthlab import generators
 from synthlab.model.registry import COMPONENTS
 
 PLUGIN_PKG = Path(__file__).resolve().parents[1] / "plugin_pkg"
@@ -25,9 +25,9 @@ BROKEN = "synthlab-plugin-broken 0.0.1"
 # entry point -> what its warning must say (each broken in one way)
 BROKEN_TASKS = {
     "missing_task": ("synthlab_no_such_module:Task", "ModuleNotFoundError"),
-    "flipflop": ("generators.flipflop:FlipFlop", "task 'flipflop' is already registered"),
-    "not_a_task": ("generators:Param", "not a generators.Task subclass"),
-    "renamed": ("generators.flipflop:FlipFlop", "the task's name is 'flipflop'"),
+    "flipflop": ("synthlab.generators.flipflop:FlipFlop", "task 'flipflop' is already registered"),
+    "not_a_task": ("synthlab.generators:Param", "not a synthlab.generators.Task subclass"),
+    "renamed": ("synthlab.generators.flipflop:FlipFlop", "the task's name is 'flipflop'"),
 }
 SELF_REGISTERED = ("self_registered = synthlab_plugin_selfreg_task:SelfRegistered",
                    "self-registered = synthlab_plugin_selfreg_pe:ROW")
@@ -49,8 +49,8 @@ def broken_dist(tmp_path_factory) -> Path:
         "ROPE = Encoding('rope', 'rotary', 'a second rope', 'none', build='synthlab_plugin_broken:Nothing')\n"
         "NOT_A_ROW = 'rope'\n")
     (root / "synthlab_plugin_selfreg_task.py").write_text(
-        "import generators\n"
-        "from generators.flipflop import FlipFlop\n"
+        "from synthlab import generators\n"
+        "from synthlab.generators.flipflop import FlipFlop\n"
         "@generators.register\n"
         "class SelfRegistered(FlipFlop):\n"
         "    name = 'self_registered'\n")

@@ -160,7 +160,7 @@ def test_grid_command_writes_the_by_length_plot_beside_the_ood_heatmap(ws, capsy
 def test_every_task_round_trips_through_parquet(ws, capsys):
     import pyarrow.parquet as pq
 
-    import generators
+    from synthlab import generators
 
     for task in generators.TASKS:
         assert main(["generate", task, "--split", "test", "-n", "2", "-o", "t.parquet"]) == 0

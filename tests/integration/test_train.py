@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-import generators
-import generators.che
+from synthlab import generators
 from synthlab.cli import main
 from synthlab.data import eval_sets
 from synthlab.evaluation import EvalContext, evaluate, greedy_right, score_samples
+from synthlab.generators import che
 from synthlab.model.registry import PE_REVISION
 from synthlab.training import lr_factor, resolve_config, train
 
-CHE_TASKS = tuple(generators.che.TASKS)
+CHE_TASKS = tuple(che.TASKS)
 RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",
                "by_length", "wall_s", "device", "synthlab", "git", "study", "trial", "status"}
 MACHINE_KEYS = {"cpu", "arch", "isa", "torch", "python", "lightning", "numpy", "optuna"}

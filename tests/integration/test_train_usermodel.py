@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_model
 
-import generators
+from synthlab import generators
 from synthlab.training import train
 from synthlab.usermodel import saved_model
 

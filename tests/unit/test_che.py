@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from generators.base import Sample, input_hash_bucket
-from generators.che import EOS, PLACEHOLDER, TASKS
+from synthlab.generators.base import Sample, input_hash_bucket
+from synthlab.generators.che import EOS, PLACEHOLDER, TASKS
 
 ALL = sorted(TASKS)
 BINARY_TERMINATED = {"stack_manipulation", "binary_addition", "binary_multiplication"}

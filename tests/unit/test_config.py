@@ -2,9 +2,9 @@
 
 import pytest
 
-import generators
-import generators.che
+from synthlab import generators
 from synthlab.config import PRESETS, RunConfig, apply_overrides, coerce, resolve_key, validate_fields
+from synthlab.generators import che
 from synthlab.presets import build_config, preset
 
 FLIPFLOP_PARAMS = tuple(generators.TASKS["flipflop"].PARAMS)
@@ -12,7 +12,7 @@ FLIPFLOP_PARAMS = tuple(generators.TASKS["flipflop"].PARAMS)
 
 def test_every_task_has_every_preset_with_valid_task_params():
     assert len(generators.TASKS) == 23
-    assert len(generators.che.TASKS) == 15 and set(generators.che.TASKS) <= set(generators.TASKS)
+    assert len(che.TASKS) == 15 and set(che.TASKS) <= set(generators.TASKS)
     for name in generators.TASKS:
         for p in PRESETS:
             cfg = build_config(name, "rope", p)
@@ -34,7 +34,7 @@ def test_flipflop_train_quick_is_the_sweep_files_quick_cell():
     from synthlab.sweeping import expand_cells, load_sweep
 
     cell = expand_cells(load_sweep("flipflop"), "quick", ["rope"])[0]
-    import generators
+    from synthlab import generators
 
     names = list(generators.get_task("flipflop").PARAMS)
     swept = apply_overrides(build_config("flipflop", "rope", "quick"), cell.overrides, names)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-import generators
+from synthlab import generators
 from synthlab.data import (
     IGNORE,
     PositionSampler,

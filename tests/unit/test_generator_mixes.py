@@ -18,9 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import generators
-from generators.base import Sample
-from synthlab import presets
+from synthlab import generators, presets
+from synthlab.generators.base import Sample
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "arithmetic_mix.py"
 
@@ -70,7 +69,7 @@ def test_automaton_segment_label_rates_match_simulation(name, monkeypatch):
     """segment_label_rates (the per-count check validate() makes) reads the same labels as the
     per-segment simulation, and an automaton whose rate at some count is below
     MIN_SEGMENT_RATE is rejected with one clear line."""
-    from generators.binfa import _AutomatonTask
+    from synthlab.generators.binfa import _AutomatonTask
 
     task = generators.get_task(name, seg_len=5, max_segments=4, ood_max_segments=9)
     rates = task.segment_label_rates(np.random.default_rng(3), 9, 300)
@@ -88,7 +87,7 @@ def test_automaton_segment_label_rates_match_simulation(name, monkeypatch):
 def test_enumerated_and_rejection_paths_share_a_law(name, monkeypatch):
     """Segment counts with few strings are drawn from their enumerated cells, larger ones by
     rejection: the two give one law (here 1 segment of <= 3 symbols over 4: 84 strings)."""
-    from generators.binfa import _AutomatonTask
+    from synthlab.generators.binfa import _AutomatonTask
 
     kw = dict(seg_len=3, max_segments=2, ood_max_segments=4)
     law = {}

@@ -13,8 +13,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import generators
-from generators.base import Sample, example_rng
+from synthlab import generators
+from synthlab.generators.base import Sample, example_rng
 
 # small parameters: fast samples and small input spaces (collisions are likely, which is what
 # the disjointness tests need)
@@ -597,7 +597,7 @@ def test_counting_matches_literal_law():
 def test_automaton_simulation_paths_agree(name, block_floats, monkeypatch):
     """The final-label path (block table + tree product) and the per-segment path (prefix
     scan, used with trace=true) agree, with and without the block table, on ragged strings."""
-    from generators.binfa import _AutomatonTask
+    from synthlab.generators.binfa import _AutomatonTask
 
     monkeypatch.setattr(_AutomatonTask, "BLOCK_TABLE_FLOATS", block_floats)
     task = generators.get_task(name, seg_len=5, max_segments=7, ood_max_segments=9)

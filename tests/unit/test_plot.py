@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import generators
 import synthlab
-from synthlab import plot
+from synthlab import generators, plot
 from synthlab.model.encoders.bias import alibi_slopes
 from synthlab.training import train
 

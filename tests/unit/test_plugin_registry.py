@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import generators
-from generators.plugins import PluginRegistry
+from synthlab import generators
+from synthlab.generators.plugins import PluginRegistry
 from synthlab.model import registry
 
 PLUGIN_PKG = Path(__file__).resolve().parents[1] / "plugin_pkg"

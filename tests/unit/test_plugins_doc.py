@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import generators
+from synthlab import generators
 from synthlab.model import build_model, parse_pe
 from synthlab.model.registry import register, unregister
 

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-import generators
-from synthlab import presets
+from synthlab import generators, presets
 from synthlab.config import (
     FALSE_WORDS,
     PRESETS,

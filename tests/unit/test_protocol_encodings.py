@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import save_model
 
-import generators
 import synthlab
+from synthlab import generators
 from synthlab.errors import DamagedFile
 from synthlab.model import build_model, parse_pe
 from synthlab.model.encoders.bias import FIRE, Kerple, alibi_slopes

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-import generators
+from synthlab import generators
 from synthlab.data import eval_sets
 from synthlab.evaluation import EvalContext, answer_acc_by_ops, evaluate
 from synthlab.records import to_json

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-import generators
+from synthlab import generators
 from synthlab.data import PositionSampler, TrainBatches, TrainStream
 from synthlab.model import parse_positions
 from synthlab.model.encoders.rotary import Rotary

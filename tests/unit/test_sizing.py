@@ -29,7 +29,7 @@ def test_param_count_matches_the_model(pe):
 
 @functools.lru_cache(maxsize=None)
 def _task_and_lengths(task, params, seed):
-    import generators
+    from synthlab import generators
 
     t = generators.get_task(task, **{k: v for k, v in params if v is not None})
     tl, el = _probe_lengths(t, seed)

@@ -9,10 +9,9 @@ import json
 import numpy as np
 import pytest
 
-import generators
-from generators import Param, Sample, Task
-from generators.base import positive
-from synthlab import sweeping
+from synthlab import generators, sweeping
+from synthlab.generators import Param, Sample, Task
+from synthlab.generators.base import positive
 from synthlab.presets import preset_family
 from synthlab.training import train
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import Param, Sample, Task
-from generators.base import positive
+from synthlab.generators import Param, Sample, Task
+from synthlab.generators.base import positive
 
 
 class Reverse(Task):
