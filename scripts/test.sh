@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite from nothing (`make test`, what CI runs through .ci/run): install what is
-# missing with the test extras (scripts/setup.sh), lint (ruff, configured in pyproject.toml),
-# the unit tier with the declared minimum versions (scripts/min_versions.sh), start the local
+# missing with the test and docs extras (scripts/setup.sh), lint (ruff and mypy, configured in
+# pyproject.toml), build the docs site with warnings as errors (mkdocs.yml), the unit tier with
+# the declared minimum versions (scripts/min_versions.sh), start the local
 # PostgreSQL server for the distributed-sweep test and the one-node SLURM cluster for the SLURM
 # launcher's tests when they can be had, then README's test command (slow tests included).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow"; with arguments the
@@ -10,10 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh test,postgres,slurm
+bash scripts/setup.sh test,docs,postgres,slurm
 . .venv/bin/activate
 
 ruff check .
+# the type check ([tool.mypy] in pyproject.toml) and the docs site, warnings as errors (mkdocs.yml)
+mypy
+mkdocs build --strict --quiet
 
 if [[ "${SYNTHLAB_MIN_VERSIONS:-$(( $# == 0 ))}" == 1 ]]; then
     bash scripts/min_versions.sh

@@ -29,7 +29,7 @@ from synthlab import _checkout
 _checkout.add_finder()  # a checkout imported without an install: its generators/ and sweeps/
 
 try:  # written by setuptools-scm when synthlab is built or installed (pyproject.toml)
-    from synthlab._version import __version__
+    from synthlab._version import __version__  # type: ignore[import-not-found, unused-ignore]  # written at install
 except ImportError:  # a source tree never installed (PYTHONPATH=checkout): no version file
     __version__ = "0+unknown"
 

@@ -119,6 +119,7 @@ def compare(claim: Claim, stats: list[CellStat], show: str, interval: bool = Tru
         (s,) = stats
         at_least = claim.at_least is not None
         bound = claim.at_least if at_least else claim.at_most
+        assert bound is not None, "a one-cell claim has at_least or at_most"
         return inference.one_arm(list(s.values.values()), bound, at_least=at_least, interval=interval)
     b, w = stats
     return inference.compare({k: _goodness(v, show) for k, v in b.values.items()},
@@ -196,10 +197,9 @@ def paper_value_for(papers: list[PaperValue], cell: dict[str, Any], preset: str)
 def _judge_family(vs: list[Verdict], sweep_name: str, out: str | None, alpha: float = inference.ALPHA) -> None:
     """Holm over the verdicts of one preset group that have a test; verdict words and, for an
     inconclusive one, the seeds that would settle it."""
-    tested = [v for v in vs if v.comparison is not None]
-    adjusted = inference.holm([v.comparison.p for v in tested])
-    for v, p_adj in zip(tested, adjusted):
-        c = v.comparison
+    tested = [(v, c) for v in vs if (c := v.comparison) is not None]
+    adjusted = inference.holm([c.p for _, c in tested])
+    for (v, c), p_adj in zip(tested, adjusted):
         v.p_adjusted, v.family, v.alpha = p_adj, len(tested), alpha
         v.verdict = inference.decide(c.estimate, p_adj, alpha)
         if v.verdict != INCONCLUSIVE:
@@ -271,7 +271,7 @@ def sequential_verdicts(records: list[dict[str, Any]], spec, plan: list[int], re
     for k, (n, level) in enumerate(zip(plan, levels), 1):
         if n > reached:
             break
-        vs = verdicts([r for r in records if _seed(r) is None or _seed(r) < n], spec, out, alpha=level)
+        vs = verdicts([r for r in records if (s := _seed(r)) is None or s < n], spec, out, alpha=level)
         for v in vs:
             key = (v.claim.text, v.claim.source, v.preset, v.departs)
             if key in final and decided(final[key]):

@@ -47,7 +47,7 @@ import dataclasses
 import json
 import math
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 from synthlab.cells import Cell
 from synthlab.sweepfile import SweepSpec, objective_split
@@ -88,7 +88,11 @@ def _internal(d: Any, v: Any) -> float:
     """``v`` as Optuna stores it under ``d``: a categorical's index (types told apart), an int itself."""
     from optuna.distributions import CategoricalDistribution
 
-    return float(_index(d.choices, v)) if isinstance(d, CategoricalDistribution) else float(v)
+    if isinstance(d, CategoricalDistribution):
+        i = _index(d.choices, v)
+        assert i is not None, "a value the distribution holds (_fits)"
+        return float(i)
+    return float(v)
 
 
 def axis_choices(cells: list[Cell]) -> dict[str, tuple[Any, ...]]:
@@ -205,7 +209,7 @@ def metric_attrs(spec: SweepSpec, record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

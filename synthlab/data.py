@@ -115,6 +115,7 @@ class TrainStream:
         return [self.task.sample_one("train", self.seed, i, ov or None, p) for i in range(step * B, (step + 1) * B)]
 
     def _build_fixed(self) -> None:
+        assert self.n_train is not None, "a fixed training set has n_train"
         n, B = int(self.n_train), self.batch_size
         if self.per_batch:
             # one override per batch: the fixed set is the first ceil(n / B) fresh batches
@@ -303,7 +304,7 @@ class StepLoader(torch.utils.data.DataLoader):
         loader.streams = list(streams or []) if n else []
         return loader
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # the batches, not a DataLoader iterator
         if not self.streams:
             yield from super().__iter__()
             return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
@@ -89,12 +89,12 @@ def _rope_scaled(model: torch.nn.Module, ctx: EvalContext, length: int):
     """Rope scaling with s = length / train_len for sequences longer than training."""
     on = bool(ctx.rope_scaling and ctx.rotary and ctx.train_len and length > ctx.train_len)
     if on:
-        model.set_rope_scaling(ctx.rope_scaling, length / ctx.train_len)
+        cast(Any, model).set_rope_scaling(ctx.rope_scaling, length / ctx.train_len)
     try:
         yield
     finally:
         if on:
-            model.set_rope_scaling(None)
+            cast(Any, model).set_rope_scaling(None)
 
 
 def _forward(model: torch.nn.Module, ids: torch.Tensor, ctx: EvalContext, key: int) -> torch.Tensor:

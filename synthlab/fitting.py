@@ -45,7 +45,7 @@ def _lightning() -> Any:
 
 def progress_callback(steps: int, desc: str) -> Any:
     """A light tqdm bar (steps, loss, ETA); the loss is read at most ~4 times a second."""
-    L = _lightning()
+    L: Any = _lightning()
     from tqdm.auto import tqdm
 
     class Progress(L.Callback):

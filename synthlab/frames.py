@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from synthlab.errors import UsageError, check_input_file, naming
 from synthlab.records import latest_records, read_results
@@ -91,7 +91,7 @@ def run_dirs(files: list[Path], records: list[dict[str, Any]]) -> dict[str, str]
     """run_id -> its run directory, for the runs whose directory lies beside their results file
     (``OUT/<run_id>`` of ``synthlab train``, ``OUT/runs/<run_id>`` of a sweep) with its config.json."""
     found: dict[str, str] = {}
-    wanted = {r.get("run_id") for r in records if isinstance(r.get("run_id"), str)}
+    wanted = {r["run_id"] for r in records if isinstance(r.get("run_id"), str)}
     for f in files:
         for run_id in wanted - set(found):
             for d in (f.parent / run_id, f.parent / "runs" / run_id):
@@ -109,7 +109,7 @@ def results(paths: str | os.PathLike | Iterable[str | os.PathLike] | list[dict[s
         records = paths
         check_records(records, "results")
         return frame(records)
-    files = result_files(paths)
+    files = result_files(cast("str | os.PathLike | Iterable[str | os.PathLike]", paths))  # not records
     records = load_records(files)
     return frame(records, run_dirs(files, records))
 
@@ -125,9 +125,10 @@ def frame(records: list[dict[str, Any]], dirs: dict[str, str] | None = None):
     for r in records:
         base = {col: _get(r, where) for col, where in RUN_FIELDS}
         tail = {col: r.get(col) for col in TAIL_COLUMNS if col != "run_dir"}
-        tail["run_dir"] = dirs.get(r.get("run_id"))  # not a record field: where the run's files are
+        run_id = r.get("run_id")
+        tail["run_dir"] = dirs.get(run_id) if isinstance(run_id, str) else None  # not a record field: where the run's files are
         extra = _prefixed(r)
-        metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
+        metrics = r["metrics"] if isinstance(r.get("metrics"), dict) else {}
         splits = [(s, m) for s, m in metrics.items() if isinstance(m, dict)] or [(None, {})]
         for split, m in splits:
             values = {k: v for k, v in m.items() if not isinstance(v, (dict, list))}

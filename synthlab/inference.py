@@ -178,7 +178,7 @@ def _invert(test: _LinearTest, estimate: float, lo_end: float, hi_end: float, al
     return out[0], out[1]
 
 
-def paired(better: Sequence[float], worse: Sequence[float], *, interval: bool = True,
+def paired(better: Sequence[float] | np.ndarray, worse: Sequence[float] | np.ndarray, *, interval: bool = True,
            alpha: float = ALPHA) -> Comparison:
     """Paired comparison of two arms' per-seed goodness (same order: one seed per position)."""
     d = np.asarray(better, dtype=float) - np.asarray(worse, dtype=float)

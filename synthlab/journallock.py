@@ -147,7 +147,7 @@ def lock_class(repair):
                 ident = (st.st_dev, st.st_ino, st.st_mtime_ns)
                 if ident != seen:
                     seen, since = ident, time.monotonic()
-                elif time.monotonic() - since > self.grace_period:
+                elif self.grace_period is not None and time.monotonic() - since > self.grace_period:
                     if self._break(ident):
                         delay = 0.001
                         continue

@@ -119,7 +119,9 @@ def _wandb(run_dir: Path, run_id: str, hparams: dict[str, Any]) -> RunLogger:
     settings = wandb.Settings(console="off", silent=True, disable_git=True, disable_code=True,
                               x_save_requirements=False, disable_job_creation=True)
     run = wandb.init(project=os.environ.get("WANDB_PROJECT") or PROJECT, name=run_id, dir=str(run_dir),
-                     mode=os.environ.get("WANDB_MODE") or "offline", config=hparams, settings=settings)
+                     # WANDB_MODE is the user's; wandb checks it
+                     mode=os.environ.get("WANDB_MODE") or "offline",  # type: ignore[arg-type]
+                     config=hparams, settings=settings)
     files = Path(run.dir).parent if getattr(run, "dir", None) else None
 
     def close(ok: bool) -> None:
@@ -136,7 +138,7 @@ def _mlflow(run_dir: Path, run_id: str, hparams: dict[str, Any]) -> RunLogger:
     store = None if uri else run_dir / "mlruns"
     with _mlflow_scope(local=store is not None):
         lg = MLFlowLogger(experiment_name=os.environ.get("MLFLOW_EXPERIMENT_NAME") or PROJECT, run_name=run_id,
-                          tracking_uri=uri or store.resolve().as_uri())
+                          tracking_uri=uri if store is None else store.resolve().as_uri())
         lg.experiment  # noqa: B018 - creates the store, the experiment and the run now, in the scope
     lg.log_hyperparams(hparams)
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from synthlab.errors import check_output_file, naming
 
-Writer = Callable[[Path], None]
+Writer = Callable[[Path], object]  # its return value is not used
 
 
 def write_files(files: dict[str, tuple[Path, Writer]], what: str) -> dict[str, str]:

@@ -183,7 +183,8 @@ def _reader(lines: Iterable[str]) -> Iterator[dict[str, Any] | None]:
     none (torn, not JSON, or another JSON value)."""
     import jsonlines
 
-    with jsonlines.Reader(lines, loads=_loads) as reader:
+    # the lines given are str, so are those its loads gets (the stub allows bytes too)
+    with jsonlines.Reader(lines, loads=_loads) as reader:  # type: ignore[arg-type]
         while True:
             try:
                 yield reader.read(type=dict, skip_empty=True)

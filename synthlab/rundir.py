@@ -93,7 +93,7 @@ def make(run_dir: Path, config: dict[str, Any]) -> list[Path]:
     killer) leaves it behind, and :func:`clean_half_made` knows the directory for a dead one's."""
     from synthlab.liveness import worker_id
 
-    created = []
+    created: list[Path] = []
     for parent in run_dir.parents:
         if os.path.lexists(parent):
             break

@@ -16,7 +16,7 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import numpy as np
 import torch
@@ -110,7 +110,7 @@ class LoadedRun:
         activations: dict[str, torch.Tensor] = {}
         with rope_scaled(self, ids.shape[1]), torch.no_grad():
             logits = self.model(ids, activations=activations)
-        return logits, ActivationCache(activations, self.decode(ids))
+        return logits, ActivationCache(activations, cast("list[list[str]]", self.decode(ids)))  # ids: (B, T)
 
 
 @contextlib.contextmanager

@@ -186,7 +186,7 @@ class Runner(SeedGroups):
         if reaping:
             try:
                 self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE if ok else TrialState.FAIL,
-                                                    [float(value)] if ok else None)
+                                                    [float(value)] if ok and value is not None else None)
             except (UpdateFinishedTrialError, RuntimeError):
                 return False
         elif ok:
@@ -353,7 +353,7 @@ class Runner(SeedGroups):
         # (with the cell's key, after the trial has the record)
         scratch = self.out / "runs" / f"{_SCRATCH}{number}-{os.getpid()}.jsonl"
         scratch.parent.mkdir(parents=True, exist_ok=True)
-        options = {"logger": self.logger} if self.logger is not None else {}  # None: the trainer's default
+        options: dict[str, Any] = {"logger": self.logger} if self.logger is not None else {}  # None: the trainer's default
         try:
             return training.train(
                 cell.task, cell.pe, preset=self.preset, seed=cell.seed, out=str(self.out / "runs"),

@@ -122,7 +122,7 @@ def _lengths(dm: DataModule, sets: dict[str, Any]) -> tuple[int, int]:
 
 
 def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_every: int,
-                        reports: list[Report | None]) -> Any:
+                        reports: Sequence[Report | None]) -> Any:
     """The LightningModule training a :class:`~synthlab.model.stacked.StackedModels`."""
     import lightning as L
 
@@ -196,7 +196,7 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
             for g in grads:
                 g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
 
-        def configure_optimizers(self) -> dict[str, Any]:
+        def configure_optimizers(self) -> Any:  # the Lightning optimizer config dict
             # weight decay on matrices, as in a single run: judged by the unstacked shape
             base = dict(self.template.named_parameters())
             decay = [self.stacked_params[n.replace(".", "__")] for n in self.names if base[n].dim() >= 2]
@@ -297,7 +297,7 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
     ck = RunCheckpoints.open(out, cfg0, {"pe_revision": PE_REVISION, "synthlab": __version__, "batched_seeds": seeds})
     earlier = ck.run_id.split("|") if ck is not None and ck.run_id is not None else []
     again = len(earlier) == S
-    runs = []
+    runs: list[dict[str, Any]] = []
     for i, (c, trial) in enumerate(zip(cfgs, trials)):
         run_id = earlier[i] if again else rundir.make_run_id(c.task, spec.name, c.train.seed)
         record = training.new_record(c, spec, run_id, described, train_len, study, trial)
@@ -321,7 +321,7 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
                 r["record"]["train"]["deterministic"] = tc.deterministic
             progress = (not quiet) and sys.stdout.isatty()
             info = fit(module, data, cfg0, progress=progress, desc=f"{cfg0.task} {spec.name} x{S} seeds",
-                       **({"checkpoints": ck} if ck is not None else {}))
+                       checkpoints=ck)
             trained = stack_back(module, stacked)
             for i, (r, model, dm) in enumerate(zip(runs, trained, dms)):
                 record, lines = r["record"], r["lines"]

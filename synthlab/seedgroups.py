@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from synthlab.cells import Cell
 from synthlab.dashboard import Intermediate, TrialPlan
 from synthlab.liveness import Heartbeat, claim_key
-from synthlab.progress import LiveTrial
+from synthlab.progress import LiveTrial, SweepProgress
 from synthlab.records import failed_record, scan_records
 from synthlab.trialhooks import trial_report
 
@@ -36,6 +37,27 @@ class SeedGroups:
     """:class:`synthlab.scheduler.Runner`'s batched-seeds part (its ``storage``, ``study``,
     ``by_key``, ``plans``, ``progress``, ``_begin``, ``_train``, ``_record``...)."""
 
+    # set and defined by the Runner
+    storage: Any
+    study: Any
+    by_key: dict[str, Cell]
+    plans: dict[str, TrialPlan]
+    progress: SweepProgress
+    me: dict[str, Any]
+    heartbeat_interval: float
+    out: Path
+    preset: str
+    quiet: bool
+    unbatchable: set[str]
+
+    if TYPE_CHECKING:
+        def log(self, msg: str) -> None: ...
+        def _begin(self, t: Any) -> Cell | None: ...
+        def _train_one(self, t: Any, cell: Cell) -> None: ...
+        def _give_back(self, ts: Any) -> None: ...
+        def _record(self, t: Any, cell: Cell, record: dict[str, Any]) -> None: ...
+        def _train(self, cell: Cell, number: int, report: Any) -> dict[str, Any]: ...
+
     def pop_siblings(self, t, trials, limit: int | None = None) -> list:
         """Take the WAITING trials of ``t``'s cell's other seeds (at most ``limit``)."""
         from optuna.exceptions import UpdateFinishedTrialError
@@ -45,7 +67,7 @@ class SeedGroups:
         waiting = sorted((u for u in trials if u.state == TrialState.WAITING and u.number != t.number
                           and (c := self.by_key.get(u.user_attrs.get("cell_key"))) is not None
                           and seed_group(c) == group), key=lambda u: u.number)
-        taken = []
+        taken: list[Any] = []
         for u in waiting:
             if limit is not None and len(taken) >= limit:
                 break

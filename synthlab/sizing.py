@@ -174,7 +174,7 @@ def _detail(est: dict[str, Any], cfg: Any, B: int, Be: int, T: int, Te: int, kep
     m = cfg.model
     parts = {"weights and AdamW": est["params"] + est["optimizer"], "activations": est["activations"],
              "evaluation": est["eval"], "data": est["data"]}
-    name = max(parts, key=parts.get)
+    name = max(parts, key=lambda k: parts[k])
     if name == "weights and AdamW":
         return f"weights and AdamW {_gb(parts[name])}: {est['n_params']:.3g} parameters, d_model {m.d_model} x {m.n_layers} layers"
     if name == "activations":
@@ -227,7 +227,7 @@ def host_available() -> int:
     limit where lower). Unknown: a very large number (nothing is refused)."""
     avail = None
     try:
-        import psutil  # type: ignore[import-not-found]
+        import psutil
 
         avail = int(psutil.virtual_memory().available)
     except ImportError:

@@ -147,7 +147,7 @@ def peek_storage(url: str):
 
     url = normalize_url(url)
     if _is_journal_path(url):
-        return JournalStorage(JournalFileBackend(str(Path(url).expanduser()), lock_obj=_NoLock()))
+        return JournalStorage(JournalFileBackend(str(Path(url).expanduser()), lock_obj=_NoLock()))  # type: ignore[arg-type]  # duck-typed
     return optuna.storages.RDBStorage(url, skip_table_creation=True, skip_compatibility_check=True)
 
 

@@ -21,7 +21,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from synthlab import claims, dashboard, inference, sweepnames
 from synthlab import grids as grids_mod
@@ -259,7 +259,7 @@ def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str,
     repair_jsonl(out_dir / "results.jsonl")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = open_storage(url)
-    direction = "minimize" if lower_is_better(spec) else "maximize"
+    direction: Literal["minimize", "maximize"] = "minimize" if lower_is_better(spec) else "maximize"
     st = optuna.create_study(study_name=study_name, storage=store, direction=direction, load_if_exists=True)
     st.set_user_attr("sweep", spec.name)
     _describe_study(st, spec, plans)

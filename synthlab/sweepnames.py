@@ -84,8 +84,8 @@ def preset_tasks(spec, presets: Iterable[str] | None = None) -> dict[str, list[A
             p = spec.presets[preset]
             base = _task_params(cls, p["overrides"])
             axes = {k: v for k, v in spec.preset_axes(preset).items() if k not in ("task", "pe", "seed")}
-            names = {k: n for k in axes for n in _task_params(cls, {k: 0})}
-            varied = [(names[k], axes[k]) for k in names]
+            params = {k: n for k in axes for n in _task_params(cls, {k: 0})}
+            varied = [(params[k], axes[k]) for k in params]
             if varied and _product(len(v) for _, v in varied) <= _MAX_COMBOS:
                 combos = [dict(zip([n for n, _ in varied], vals)) for vals in itertools.product(*(v for _, v in varied))]
             else:
@@ -267,7 +267,7 @@ def _check_cell(spec, where: str, cell: dict[str, Any], presets: tuple[str, ...]
         per_preset = [_axis_values(spec, p, k, params) for p in presets]
         if any(vals is None for vals in per_preset):
             continue  # a preset leaves it at its default: the value may be that
-        allowed = [x for vals in per_preset for x in vals]
+        allowed = [x for vals in per_preset if vals is not None for x in vals]
         if not any(same(v, x) for x in allowed):
             shown = ", ".join(dict.fromkeys(map(str, allowed)))
             raise ValueError(f"{where}.{k}: {v!r} is not a value this sweep gives {k} at its presets "

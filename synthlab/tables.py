@@ -138,7 +138,8 @@ def cell_overrides(r: dict[str, Any]) -> dict[str, Any]:
             key = None
         if isinstance(key, dict) and isinstance(key.get("overrides"), dict):
             return key["overrides"]
-    return r.get("overrides") if isinstance(r.get("overrides"), dict) else {}
+    overrides = r.get("overrides")
+    return overrides if isinstance(overrides, dict) else {}
 
 
 def tidy(records: Iterable[dict[str, Any]] | str | os.PathLike):

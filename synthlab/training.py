@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -160,7 +160,7 @@ def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
     return 1.0 - progress
 
 
-def optimizer_and_schedule(decay: list[torch.Tensor], other: list[torch.Tensor], tc: Any) -> dict[str, Any]:
+def optimizer_and_schedule(decay: Sequence[torch.Tensor], other: Sequence[torch.Tensor], tc: Any) -> dict[str, Any]:
     """A run's optimiser for Lightning: AdamW with weight decay on ``decay`` only (the parameters
     of 2+ dims, as nanoGPT's: matrices, embeddings and learned position tables; not biases,
     LayerNorm or per-head scalars), stepped per step through :func:`lr_factor`'s warmup and decay."""
@@ -197,7 +197,7 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
             object.__setattr__(self, "step_model", step_model)
 
         def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-            net = self.step_model if self.training else self.model  # evaluation (varied shapes) runs eagerly
+            net: Any = self.step_model if self.training else self.model  # evaluation (varied shapes) runs eagerly
             return net(ids) if positions is None else net(ids, positions=positions)
 
         def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor | None:
@@ -226,6 +226,7 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
             """``train/loss`` (the detached tensor: read when Lightning flushes, no sync here)
             and ``lr``, at the steps Lightning flushes (its ``log_every_n_steps``: batch k when
             (k + 1) % log_every == 0) and at the last one."""
+            assert self.last_loss is not None, "logged after a step"
             self.log("train/loss", self.last_loss, on_step=True, on_epoch=False)
             lr = self.trainer.optimizers[0].param_groups[0]["lr"]  # what this step's update uses
             self.log("lr", torch.tensor(lr, dtype=torch.float64), on_step=True, on_epoch=False)
@@ -238,7 +239,7 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
         def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
             self.losses = [(int(s), float(v)) for s, v in checkpoint.get("synthlab_losses", [])]
 
-        def configure_optimizers(self) -> dict[str, Any]:
+        def configure_optimizers(self) -> Any:  # the Lightning optimizer config dict
             decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
             other = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
             return optimizer_and_schedule(decay, other, self.tc)
@@ -360,7 +361,8 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     L.seed_everything(tc.seed, workers=False, verbose=False)
     if factory is None:
         model = model_for(cfg, task, spec, max_len=max_len)
-        described = {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_heads": cfg.model.n_heads}
+        described: dict[str, Any] = {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers,
+                                     "n_heads": cfg.model.n_heads}
         named: dict[str, Any] = {}
     else:
         model = usermodel.build(factory, cfg, len(task.vocab) + 1, max_len)
@@ -371,7 +373,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     # indices.PoSE.rope_factor); other runs scale at evaluation only (_rope_scaled)
     rope_factor = scheme.rope_factor(train_len) if scheme is not None and cfg.rope_scaling else None
     if rope_factor is not None:
-        model.set_rope_scaling(cfg.rope_scaling, rope_factor, train_len)
+        cast(Any, model).set_rope_scaling(cfg.rope_scaling, rope_factor, train_len)
     log_every = max(1, tc.steps // 200)
     module = make_module(model, cfg, log_every, hook)
     progress = (not quiet) and sys.stdout.isatty()
@@ -387,7 +389,7 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
         ck.finish()
         ck = RunCheckpoints.open(out, cfg, ck_extra)
     again = ck is not None and ck.run_id is not None
-    run_id = ck.run_id if again else rundir.make_run_id(cfg.task, spec.name, tc.seed)
+    run_id = ck.run_id if ck is not None and ck.run_id is not None else rundir.make_run_id(cfg.task, spec.name, tc.seed)
     run_dir = Path(out) / run_id if out is not None else None
     record = new_record(cfg, spec, run_id, {**described, "params": n_params}, train_len, study, trial)
     lines: list[dict[str, Any]] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from ._common import format_table
 
@@ -29,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from synthlab.model.registry import COMPONENTS, INDEX_SCHEMES
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, c in COMPONENTS.items():
         kind = {"none": "encoder", "absolute": "encoder", "rotary": "encoder", "bias": "encoder",
                 "contextual": "encoder", "composite": "encoder", "processor": "processor"}[c.role]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for path in want:
         check_output_file(path, "-o" if path == out else "--readme", parent_must_exist=True)
-    write_files({str(i): (path, lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
+    write_files({str(i): (path, partial(Path.write_text, data=text, encoding="utf-8"))
                  for i, (path, text) in enumerate(want.items())}, "results report")
     print(f"wrote {', '.join(map(str, want))}")
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 import torch.nn as nn
@@ -165,8 +165,8 @@ class Attention(nn.Module):
                 with _sdpa_backend(q):
                     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
         elif (self.cope is not None and not self.biases and self.dape is None and not return_attention
-              and (y := self._cope_attend(q_raw, q, k, v)) is not None):
-            pass  # CoPE alone, by the native kernel from q, k, v: no (T, T) tensor either way
+              and (y_cope := self._cope_attend(q_raw, q, k, v)) is not None):
+            y = y_cope  # CoPE alone, by the native kernel from q, k, v: no (T, T) tensor either way
         else:
             S = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T); scaling q touches T x d_h values, not T x T
             if ctx.activations is not None:
@@ -203,16 +203,18 @@ class Attention(nn.Module):
     def _cope_attend(self, q_raw, q, k, v) -> torch.Tensor | None:
         if self.training and self.dropout > 0:  # attention dropout needs the weights
             return None
+        assert self.cope is not None, "called for a CoPE layer"
         return self.cope.attend(q_raw, q, k, v, self.scale)
 
     def _score_mod(self, ctx: PositionContext) -> flex.ScoreMod | None:
         """The layer's biases as one FlexAttention score_mod, or None if one of them has none."""
-        mods = [b.score_mod(ctx) if hasattr(b, "score_mod") else None for b in self.biases]
-        return None if any(m is None for m in mods) else flex.total_score_mod(mods)
+        mods = [cast(Any, b).score_mod(ctx) if hasattr(b, "score_mod") else None for b in self.biases]
+        return None if any(m is None for m in mods) else flex.total_score_mod([m for m in mods if m is not None])
 
     def _bias(self, ctx: PositionContext, q: torch.Tensor) -> torch.Tensor:
         total = None
         for b in self.biases:
             t = b(ctx, q)
             total = t if total is None else total + t
+        assert total is not None, "a layer with biases has one at least"
         return total.to(q.dtype)

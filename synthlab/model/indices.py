@@ -114,7 +114,7 @@ class Randomized(PositionScheme):
         self.params = {"max": self.max}
 
     @property
-    def name(self) -> str:
+    def name(self) -> str:  # type: ignore[override]  # read-only here; PositionScheme declares the attribute
         return f"randomized:max={self.max}"
 
     @property
@@ -175,7 +175,7 @@ class PoSE(PositionScheme):
         self.params = {"chunks": self.chunks, "target": self.target}
 
     @property
-    def name(self) -> str:
+    def name(self) -> str:  # type: ignore[override]  # read-only here; PositionScheme declares the attribute
         return f"pose:chunks={self.chunks},target={self.target}"
 
     @property

@@ -239,6 +239,7 @@ def _dape_operands(S, bias, w1, w2):
 def _dape_forward(S, bias, w1, b1, w2, b2, causal: bool):
     """The kernel's forward for both Functions -> A."""
     lib = dape_kernel()
+    assert lib is not None, "called only where the kernel loaded"
     B, H, T, _ = S.shape
     D, C, _, k = w1.shape
     S, b_in, shared, w1c, w2c = _dape_operands(S, bias, w1, w2)
@@ -258,6 +259,7 @@ def _dape_saved(ctx, S, bias, w1, b1, w2, b2, causal: bool):
 def _dape_backward(ctx, g, P, S, b_in, w1c, b1, w2c):
     """The kernel's backward for both Functions (g is dA, or dP when P is given)."""
     lib = dape_kernel()
+    assert lib is not None, "called only where the kernel loaded"
     causal, shared, bias_shape, w1_shape, w2_shape = ctx.meta
     B, H, T, _ = S.shape
     D, C, k = w1c.shape
@@ -340,6 +342,7 @@ class DAPE(nn.Module):
         if not self.causal:
             return self.forward_full(S, bias, None)
         # in place: a fresh tensor whose producer's backward does not need it
+        assert future is not None, "causal mode has its mask"
         return self.forward_packed(S, bias, self._inputs(S, bias)).masked_fill_(future, float("-inf"))
 
     def attention(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
@@ -389,11 +392,14 @@ class DAPE(nn.Module):
 
         X = pack(S)
         if self.with_bias:
+            assert bias is not None, "with_bias: the scores' bias is given"
             X = torch.cat([X, pack(bias).expand(-1, B, -1, -1)], dim=0)  # (2H, B, R, W + 2c)
         C = X.shape[0]
         # conv1 as one GEMM over shifted copies of the (small) input: (D, C k) @ (C k, B R W)
         Xu = X if k == 1 else _Shifts.apply(X, k)  # (C, k, B, R, W)
-        P = torch.addmm(self.conv1.bias.unsqueeze(1), self.conv1.weight.reshape(D, C * k), Xu.reshape(C * k, -1))  # (D, B*R*W)
+        b1, b2 = self.conv1.bias, self.conv2.bias
+        assert b1 is not None and b2 is not None, "DAPE's convolutions have biases"
+        P = torch.addmm(b1.unsqueeze(1), self.conv1.weight.reshape(D, C * k), Xu.reshape(C * k, -1))  # (D, B*R*W)
         if k > 1:  # LeakyReLU, then zeros where the full map has conv2's padding (in place)
             h = _PaddedLeakyReLU.apply(P, _hidden_pad_index(T, c, B, S.device))
         else:  # k = 1: a position outside the rows reaches no output that is kept
@@ -402,7 +408,7 @@ class DAPE(nn.Module):
         w2 = self.conv2.weight[:, :, 0, :].permute(2, 0, 1).reshape(k * H, D)  # row s*H + o
         Y = (w2 @ h).view(k, H, B, R, W)
         out = Y[0] if k == 1 else _ShiftSum.apply(Y)  # out[w] = sum_s Y[s, w + s - c]
-        out = out + self.conv2.bias.view(H, 1, 1, 1)  # (H, B, R, W)
+        out = out + b2.view(H, 1, 1, 1)  # (H, B, R, W)
         out = out.flatten(2).index_select(-1, scatter).view(H, B, T, T).transpose(0, 1)
         return base + out  # values above the diagonal are placeholders, masked later
 
@@ -410,7 +416,7 @@ class DAPE(nn.Module):
         """The same on the whole T x T map, as App. L writes it (future=None: no zeroing, encoder
         mode). Not masked: values above the diagonal are placeholders."""
         base = self._inputs(S, bias)
-        X = torch.cat([S, bias.expand_as(S)], dim=1) if self.with_bias else S  # (B, C, T, T)
+        X = torch.cat([S, bias.expand_as(S)], dim=1) if self.with_bias and bias is not None else S  # (B, C, T, T)
         if future is not None:
             X = X.masked_fill(future, 0.0)  # torch.tril, once
         return base + self.conv2(F.leaky_relu(self.conv1(X)))

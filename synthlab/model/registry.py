@@ -85,7 +85,8 @@ class Part(NamedTuple):
     """One module an encoding puts into the model."""
 
     kind: str  # absolute | rotary | bias | contextual | processor
-    index: str | None  # the index it reads: token | segment | intra | None
+    # the index it reads: token | segment | intra | None (a field may shadow tuple.index)
+    index: str | None  # type: ignore[assignment]
     build: Any  # the class (its build(cfg) makes the module), or "module:Class" (".module" under synthlab.model)
 
 
@@ -421,8 +422,8 @@ def _finish(components: tuple[str, ...], params: dict[str, dict[str, Any]]) -> P
     comps.sort(key=key)
     full = {c: {**COMPONENTS[c].params, **params.get(c, {})} for c in comps}
     for c in comps:
-        if COMPONENTS[c].check is not None:
-            COMPONENTS[c].check(full[c])
+        if (check := COMPONENTS[c].check) is not None:
+            check(full[c])
     return PESpec(components=tuple(comps), params=full)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 import torch.nn as nn
@@ -126,6 +126,7 @@ class Transformer(nn.Module):
         self.abs_enc: nn.Module | None = None
         for p, cfg in parts:  # at most one (parse_pe checks)
             if p.kind == "absolute":
+                assert p.index is not None, "an absolute part reads an index"
                 self.abs_enc, self.abs_index = builder(p).build(cfg), p.index  # token, or intra-segment (BiPE)
         # sqrt(d) on the token embeddings where a fixed sinusoid of RMS sqrt(1/2) is added (see
         # Sinusoidal); only there, so the encodings without an absolute encoder train as before
@@ -139,7 +140,7 @@ class Transformer(nn.Module):
             for _ in range(n_layers)
         )
         for i, block in enumerate(self.blocks):
-            block.attn.name = f"blocks.{i}.attn"  # its hook points' names, as named_modules() has them
+            cast(Block, block).attn.name = f"blocks.{i}.attn"  # its hook points' names, as named_modules() has them
         self.ln_f = nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         nn.init.normal_(self.lm_head.weight, std=0.02)
@@ -175,7 +176,7 @@ class Transformer(nn.Module):
                 seg, intra = bipe_segments(tokens, self.separator_ids, self.segment_start_ids)
         dtype = self.wte.weight.dtype
         ctx = PositionContext(T, self.causal, pos, default, seg, intra, self._cache, dev, dtype, activations)
-        if seg is not None:
+        if seg is not None and intra is not None:
             ctx.keep("bipe.segments", seg)
             ctx.keep("bipe.intra", intra)
         return ctx
@@ -205,7 +206,7 @@ class Transformer(nn.Module):
 
     # ---- eval-time interpolation --------------------------------------------------------
     def rotary_encoders(self) -> list[Rotary]:
-        return [b.attn.rotary for b in self.blocks if b.attn.rotary is not None]
+        return [r for b in self.blocks if (r := cast(Block, b).attn.rotary) is not None]
 
     def set_rope_scaling(self, kind: str | None, factor: float | None = None, train_len: int | None = None) -> None:
         """Eval-time rope scaling: kind in {None, 'linear', 'ntk', 'yarn'}.

@@ -139,6 +139,7 @@ def bias(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, heads: L
     unit = "segments" if data.index == "segment" else "tokens"
     for ax, (kind, layer) in zip(axes, panels):
         if kind == "bias":
+            assert layer is not None, "a bias panel has its layer"
             curves = data.bias[layer]
             for h in chosen:
                 ax.plot(data.distance, curves[h], label=f"head {h}")

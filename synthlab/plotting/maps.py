@@ -156,6 +156,7 @@ def positions(run: Any, sample: Any, layers: Layers = None, heads: Layers = None
     heights = [side] * len(pairs) + ([strip] if bipe is not None else [])
     grid = fig.add_gridspec(len(heights), 2, height_ratios=heights)
     for r, (layer, head) in enumerate(pairs):
+        assert cope is not None, "pairs are CoPE's layers and heads"
         ax_g, ax_p = fig.add_subplot(grid[r, 0]), fig.add_subplot(grid[r, 1])
         im_g = ax_g.imshow(cope.gates[layer, head], cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
         im_p = ax_p.imshow(np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), cope.positions[layer, head]),

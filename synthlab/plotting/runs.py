@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Sequence, Union, cast
 
 import numpy as np
 import torch
@@ -67,7 +67,7 @@ def capture_qk(model: torch.nn.Module, ids: torch.Tensor) -> list[dict[str, torc
     activations: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         model(ids, activations=activations)
-    return [{"q": activations[f"{b.attn.name}.q"], "k": activations[f"{b.attn.name}.k"]} for b in model.blocks]
+    return [{"q": activations[f"{b.attn.name}.q"], "k": activations[f"{b.attn.name}.k"]} for b in cast(Any, model).blocks]
 
 
 Layers = Union[Sequence[int], int, None]  # a layer / head choice: all (None), one, or a list

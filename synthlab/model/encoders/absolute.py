@@ -22,6 +22,7 @@ class Sinusoidal(nn.Module):
     (1 : 35) unscaled, when the position signal swamps the tokens."""
 
     scales_tokens = True
+    inv_freq: torch.Tensor
 
     @classmethod
     def build(cls, cfg: BuildConfig) -> "Sinusoidal":

@@ -11,6 +11,7 @@ recomputed from their parameters every call.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -42,8 +43,11 @@ class ALiBi(nn.Module):
     uses the segment index and ``scale`` = 96 (He et al. 2024, App. D). No parameters: cached
     per length."""
 
+    slopes: torch.Tensor
+
     @classmethod
     def build(cls, cfg: BuildConfig) -> "ALiBi":
+        assert cfg.index is not None, "ALiBi reads an index"
         return cls(cfg.n_heads, scale=cfg.params.get("slope_scale", 1.0), index=cfg.index,
                    encoder_break=cfg.revision >= 3)  # pe revision <= 2: symmetric in encoder mode
 
@@ -288,7 +292,7 @@ class FIRE(nn.Module):
         if not ctx.cacheable("token"):
             return None
         c, L, eps = self.c.abs(), self.threshold, self.eps
-        first, second = self.mlp[0], self.mlp[2]
+        first, second = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
         w1, b1 = first.weight[:, 0], first.bias  # (width,)
         w2, b2 = second.weight, second.bias  # (H, width), (H,)
         width = w1.shape[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -34,6 +35,7 @@ class _FusedCoPE(torch.autograd.Function):
     @staticmethod
     def forward(gates, table, slopes, npos: int):
         lib = cope_kernel()
+        assert lib is not None, "called only where the kernel loaded"
         B, H, T, _ = gates.shape
         gates, table = gates.contiguous(), _dense(table)
         slopes = None if slopes is None else slopes.reshape(H).contiguous()
@@ -51,6 +53,7 @@ class _FusedCoPE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         lib = cope_kernel()
+        assert lib is not None, "called only where the kernel loaded"
         gates, table, slopes = ctx.saved_tensors
         B, H, T, _ = gates.shape
         g = g.contiguous()
@@ -74,6 +77,7 @@ class _FusedCoPEAttention(torch.autograd.Function):
     @staticmethod
     def forward(S, G, table, slopes, npos: int):
         lib = cope_kernel()
+        assert lib is not None, "called only where the kernel loaded"
         B, H, T, _ = S.shape
         S, G, table = S.contiguous(), _dense(G), _dense(table)
         slopes = None if slopes is None else slopes.reshape(H).contiguous()
@@ -92,6 +96,7 @@ class _FusedCoPEAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         lib = cope_kernel()
+        assert lib is not None, "called only where the kernel loaded"
         S, G, table, slopes, att = ctx.saved_tensors
         B, H, T, _ = att.shape
         g = g.contiguous()
@@ -115,6 +120,7 @@ class _CoPEQKVKernel(torch.autograd.Function):
     @staticmethod
     def forward(q, k, v, table, slopes, npos: int, scale: float):
         lib = cope_kernel()
+        assert lib is not None, "called only where the kernel loaded"
         B, H, T, D = q.shape
         q, k, v, table = q.contiguous(), k.contiguous(), v.contiguous(), _dense(table)
         slopes = None if slopes is None else slopes.reshape(H).contiguous()
@@ -135,6 +141,7 @@ class _CoPEQKVKernel(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gy, _g_lse):
         lib = cope_kernel()
+        assert lib is not None, "called only where the kernel loaded"
         q, k, v, table, slopes, lse = ctx.saved_tensors
         B, H, T, D = q.shape
         gy = gy.contiguous()
@@ -217,6 +224,8 @@ class CoPE(nn.Module):
         return cls(cfg.d_model, cfg.n_heads, npos=p["npos"], sep_keys=p["sep_keys"], alibi=p["alibi"],
                    pos_emb=cfg.shared, slopes=slopes)
 
+    slopes: torch.Tensor  # CoPE-ALiBi's (H, 1, 1), a buffer
+
     def __init__(self, d_model: int, n_heads: int, npos: int = 64, sep_keys: bool = False, alibi: bool = False,
                  pos_emb: nn.Parameter | None = None, slopes: list[float] | None = None):
         super().__init__()
@@ -256,6 +265,7 @@ class CoPE(nn.Module):
         seeds folded into the batch."""
         if self.gate_key is not None:
             return None
+        fused: Any
         if self._native(q):
             fused = _FusedCoPEQKV
         elif self._triton(q):  # under vmap too (batched seeds): the Function has a vmap rule

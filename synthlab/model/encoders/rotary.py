@@ -56,8 +56,12 @@ class Rotary(nn.Module):
     q, k each scaled by (0.1 ln s + 1) (logits by its square). s <= 1 changes nothing.
     """
 
+    inv_freq: torch.Tensor
+    zeta: torch.Tensor
+
     @classmethod
     def build(cls, cfg: BuildConfig) -> "Rotary":
+        assert cfg.index is not None, "a rotary part reads an index"
         return cls(cfg.head_dim, base=cfg.params["base"], index=cfg.index)
 
     def __init__(self, head_dim: int, base: float = 10000.0, xpos: bool = False, scale_base: float = 512.0, index: str = "token"):
@@ -87,7 +91,11 @@ class Rotary(nn.Module):
     def _scale(self, T: int) -> float:
         if self.kind is None:
             return 1.0
-        s = self.factor if self.factor is not None else T / self.train_len
+        if self.factor is not None:
+            s = self.factor
+        else:
+            assert self.train_len, "set_scaling checks that dynamic scaling has train_len"
+            s = T / self.train_len
         return max(1.0, float(s))
 
     def _inv_freq(self, s: float, T: int | None = None) -> tuple[torch.Tensor, float, float]:
@@ -121,6 +129,7 @@ class Rotary(nn.Module):
         p = pos.to(torch.float32)
         ang = (p * pmul).unsqueeze(-1) * inv  # (..., T, d/2)
         cos, sin = ang.cos() * mag, ang.sin() * mag
+        out: tuple[torch.Tensor, ...]
         if self.xpos:
             power = (p - T // 2).unsqueeze(-1) / self.scale_base  # (..., T, 1)
             up = self.zeta ** power  # (..., T, d/2)
@@ -150,4 +159,5 @@ class XPos(Rotary):
 
     @classmethod
     def build(cls, cfg: BuildConfig) -> "XPos":
+        assert cfg.index is not None, "a rotary part reads an index"
         return cls(cfg.head_dim, base=cfg.params["base"], xpos=True, scale_base=cfg.params["scale_base"], index=cfg.index)

@@ -134,8 +134,9 @@ def _build(cxx: str, source: Path, out: Path, extra: list[str]) -> None:
 
 def _dape_signatures(lib: ctypes.CDLL) -> None:
     p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-    lib.dape_forward.argtypes = [p, p, i64, p, p, p, p, p] + [i32] * 8
-    lib.dape_backward.argtypes = [p, p, i64, p, p, p, p, p, p, p, p, p, p, p] + [i32] * 8
+    # typeshed's argtypes lists each ctypes kind, not their common base _CData
+    lib.dape_forward.argtypes = [p, p, i64, p, p, p, p, p] + [i32] * 8  # type: ignore[assignment]
+    lib.dape_backward.argtypes = [p, p, i64, p, p, p, p, p, p, p, p, p, p, p] + [i32] * 8  # type: ignore[assignment]
     lib.dape_forward.restype = lib.dape_backward.restype = i32
 
 
@@ -269,7 +270,7 @@ def describe() -> str:
     if not any(libs.values()):
         return "native kernels: unavailable (PyTorch paths)"
     cxx = _compiler()
-    threads = "OpenMP, on torch's runtime" if _OPENMP_USABLE.get(cxx) else "std::thread"
+    threads = "OpenMP, on torch's runtime" if cxx is not None and _OPENMP_USABLE.get(cxx) else "std::thread"
     built = ", ".join(f"{n} [{isa(n)}]" for n, lib in libs.items() if lib)
     return (f"native kernels: {built} built with {cxx} -march={build_arch()} ({threads})"
             + "".join(f"; {n} unavailable" for n, lib in libs.items() if lib is None))

@@ -329,10 +329,10 @@ def _compile_all(device, H, C, T, D, k, has_bias, causal, softmax) -> None:
     """Compile the forward and the backward (with and without the bias's gradient) as a call
     on these sizes launches them; one small float32 tensor stands for every operand."""
     x = torch.empty(16, device=device)
-    _forward_launch(_compile_only, device, 1, H, C, T, D, k, has_bias, causal, *[x] * 7, 0)
+    _forward_launch(_compile_only, device, 1, H, C, T, D, k, has_bias, causal, x, x, x, x, x, x, x, 0)
     for need_gbias in ((False, True) if has_bias else (False,)):
         _backward_launch(_compile_only, device, 1, H, C, T, D, k, has_bias, causal, softmax, need_gbias,
-                         *[x] * 14, 0)
+                         x, x, x, x, x, x, x, x, x, x, x, x, x, x, 0)
 
 
 BUILDS = KernelBuilds("DAPE", "SYNTHLAB_DAPE_TRITON")

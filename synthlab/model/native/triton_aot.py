@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import triton
@@ -149,7 +150,7 @@ _COPE_SCALARS = {"H": "i32", "T": "i32", "D": "i32", "NPOS": "i32", "N_KEY_BLOCK
 class LaunchConfig:
     """One kernel launch on CUDA (CoPE's or DAPE's), ready for :func:`compile_kernel`."""
 
-    kernel: object  # the triton.jit function
+    kernel: Any  # the triton.jit function
     signature: dict
     constexprs: dict
     num_warps: int
