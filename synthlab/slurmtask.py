@@ -4,10 +4,10 @@ submitit pickles a :class:`CellTask` and the cell's job (the sweep spec, the cel
 config, its trial number, the study's name and storage, the output directory) into the job
 array's folder; on the compute node its ``__call__`` runs :func:`run_cell`, which opens the
 same study (the registry; the storage must be reachable from the node: a journal file on the
-shared filesystem, or a database), takes the cell's trial, trains the cell the way a local worker does
-(:class:`synthlab.scheduler.Runner`: the record onto the trial, then one atomic append to
-``results.jsonl``, then the trial closed) and exits. A task that finds its cell finished exits
-without training: a finished cell is never trained twice.
+shared filesystem, or a database), takes the cell's trial, trains the cell the way a local
+worker does (:class:`synthlab.scheduler.Runner`: the record onto the trial, then one atomic
+append to ``results.jsonl``, then the trial closed) and exits. A task that finds its cell
+finished exits without training: a finished cell is never trained twice.
 
 Liveness is SLURM's: the trial carries the task's id (``slurm_job``, ``ARRAYID_TASKID``), no
 heartbeat is read and no pid is judged. A task stopped on the way (scancel, a node lost, a
