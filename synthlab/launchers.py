@@ -110,6 +110,7 @@ class Grid:
     logger: str | None
     progress_every: float
     poll: float
+    configs: dict = dataclasses.field(default_factory=dict)  # cell key -> its resolved RunConfig
 
 
 class Launcher:
@@ -343,7 +344,7 @@ class SlurmLauncher(Launcher):
             cell = runner.by_key[t.user_attrs["cell_key"]]
             jobs_in.append(dict(spec=grid.spec, preset=grid.preset, cell=cell, trial=t.number,
                                 study=grid.study_name, storage=_absolute(grid.url), out=str(grid.out.resolve()),
-                                logger=grid.logger, plan=grid.plans.get(cell.key),
+                                logger=grid.logger, plan=grid.plans.get(cell.key), config=grid.configs.get(cell.key),
                                 threads=self.settings.cpus_per_task))
         ex = self.executor(folder, f"synthlab-{grid.study_name}"[:100])
         jobs = ex.map_array(CellTask(), jobs_in)
@@ -362,7 +363,7 @@ class SlurmLauncher(Launcher):
                                           _objective_name(grid.spec), grid.progress_every)
         view.slurm = True
         runner = SlurmRunner(grid.spec, grid.preset, grid.cells, grid.storage, grid.study, grid.out, True,
-                             progress=view, plans=grid.plans, logger=grid.logger)
+                             progress=view, plans=grid.plans, logger=grid.logger, configs=grid.configs)
         try:
             if grid.retry_failed:
                 runner.retry_failed(runner.trials())

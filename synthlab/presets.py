@@ -1,11 +1,13 @@
 """The presets of ``train`` (smoke / quick / paper), read from the task family's sweep file.
 
 A preset is written once, in the ``[presets.<name>]`` tables of ``sweeps/<family>.toml``
-(``task``, ``model`` and ``train``); ``synthlab train TASK --preset P`` and ``synthlab sweep``
-both read it, so a train run and a sweep cell cannot drift apart. A setting the sweep puts on
-an axis gets ``train``'s value from the preset table (the axis overrides it in the sweep) or,
-where the table leaves it out, the config dataclass / task default; each sweep file says which
-in a comment. ``positions`` and ``rope_scaling`` of a preset are the sweep's experiment
+(``task``, ``model`` and ``train``); ``synthlab train TASK --preset P`` reads it here, and that
+file's sweep cells carry the same tables, so a train run and a sweep cell cannot drift apart.
+A sweep cell never reads presets by name: its overrides hold its own file's whole preset
+(over an installed sweep's only with ``sweep.base``, :mod:`synthlab.sweepfile`). A setting the
+sweep puts on an axis gets ``train``'s value from the preset table (the axis overrides it in the
+sweep) or, where the table leaves it out, the config dataclass / task default; each sweep file
+says which in a comment. ``positions`` and ``rope_scaling`` of a preset are the sweep's experiment
 design (the PoSE chunk axis writes into them); ``train`` takes them as flags.
 """
 
@@ -74,10 +76,14 @@ def preset(task: str, name: str = "quick") -> dict[str, dict[str, Any]]:
 
 
 def build_config(task: str, pe: str, preset_name: str = "quick", seed: int = 0, positions: str | None = None,
-                 rope_scaling: str | None = None) -> RunConfig:
+                 rope_scaling: str | None = None, *, installed: bool = True) -> RunConfig:
     """The preset's RunConfig for ``task`` (no overrides, not yet validated): the config
-    defaults with the sweep file's preset tables applied; ``seed`` is the run's, never the file's."""
-    settings = preset_settings(task, preset_name)
+    defaults with the installed sweep file's preset tables applied, or without ``installed``
+    the defaults alone (a sweep cell, whose overrides are its whole preset); ``seed`` is the
+    run's, never the file's."""
+    if preset_name not in PRESETS:
+        raise ValueError(f"preset {preset_name!r} is unknown (allowed: {', '.join(PRESETS)})")
+    settings = preset_settings(task, preset_name) if installed else {}
     cfg = RunConfig(task=task, task_params={}, pe=pe, preset=preset_name, positions=positions, rope_scaling=rope_scaling)
     try:
         cfg = apply_overrides(cfg, settings, tuple(generators.TASKS[task].PARAMS))

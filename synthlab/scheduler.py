@@ -64,13 +64,16 @@ class Runner(SeedGroups):
     def __init__(self, spec: SweepSpec, preset: str, cells: list[Cell], storage, study, out: Path,
                  quiet: bool, heartbeat_interval: float, grace_period: float, poll: float, *,
                  progress: SweepProgress | None = None, plans: dict[str, TrialPlan] | None = None,
-                 logger: str | None = None, batch_seeds: bool = False) -> None:
+                 logger: str | None = None, batch_seeds: bool = False, configs: dict[str, Any] | None = None) -> None:
         """``quiet``: the trainer's (no per-run bar); ``progress``: where lines go (none: quiet);
         ``batch_seeds``: a taken cell's sibling seeds still waiting are taken too and trained
         with it as one stacked model (:mod:`synthlab.seedbatch`);
         ``plans``: each cell's steps and intermediate values (:func:`synthlab.dashboard.plan`;
-        none: the loss, steps unknown); ``logger``: the trainer's ``logger`` (None: its default)."""
+        none: the loss, steps unknown); ``logger``: the trainer's ``logger`` (None: its default);
+        ``configs``: each cell's resolved RunConfig (:func:`synthlab.sweeping.validate_cells`;
+        a cell without one is resolved when it trains, see :meth:`config`)."""
         self.spec, self.preset, self.cells, self.storage, self.study = spec, preset, cells, storage, study
+        self.configs = dict(configs or {})
         self.by_key = {c.key: c for c in cells}
         self.out, self.quiet, self.logger, self.plans = out, quiet, logger, plans or {}
         self.progress = progress if progress is not None else SweepProgress(QUIET, {}, "")
@@ -346,6 +349,15 @@ class Runner(SeedGroups):
         self._close(sid, t.number, record)
         self.ran += 1
 
+    def config(self, cell: Cell) -> Any:
+        """The cell's resolved RunConfig: the one handed in, or resolved from the cell alone (its
+        overrides are its whole preset), as :func:`synthlab.sweeping.validate_cells` does."""
+        if cell.key not in self.configs:
+            from synthlab import training
+
+            self.configs[cell.key] = training.cell_config(cell, self.preset, probe=False)
+        return self.configs[cell.key]
+
     def _train(self, cell: Cell, number: int, report) -> dict[str, Any]:
         from synthlab import training  # torch and lightning: loaded once a trial runs
 
@@ -355,10 +367,8 @@ class Runner(SeedGroups):
         scratch.parent.mkdir(parents=True, exist_ok=True)
         options: dict[str, Any] = {"logger": self.logger} if self.logger is not None else {}  # None: the trainer's default
         try:
-            return training.train(
-                cell.task, cell.pe, preset=self.preset, seed=cell.seed, out=str(self.out / "runs"),
-                positions=cell.positions, rope_scaling=cell.rope_scaling, quiet=self.quiet, results=str(scratch),
-                study=self.study.study_name, trial=number, overrides=dict(cell.overrides), report=report, **options)
+            return training.run(self.config(cell), out=str(self.out / "runs"), results=str(scratch), quiet=self.quiet,
+                                study=self.study.study_name, trial=number, report=report, **options)
         except OSError:  # the environment, not the cell's failure: this worker stops (exit 1)
             raise
         except Exception as e:  # the trainer should return status "failed"; never stop the sweep

@@ -35,7 +35,7 @@ def seed_group(cell: Cell) -> str:
 
 class SeedGroups:
     """:class:`synthlab.scheduler.Runner`'s batched-seeds part (its ``storage``, ``study``,
-    ``by_key``, ``plans``, ``progress``, ``_begin``, ``_train``, ``_record``...)."""
+    ``by_key``, ``plans``, ``progress``, ``config``, ``_begin``, ``_train``, ``_record``...)."""
 
     # set and defined by the Runner
     storage: Any
@@ -116,10 +116,9 @@ class SeedGroups:
         scratch = self.out / "runs" / f"{SCRATCH}{numbers[0]}-{os.getpid()}.jsonl"
         scratch.parent.mkdir(parents=True, exist_ok=True)
         try:
-            return seedbatch.train_seeds(
-                c0.task, c0.pe, [c.seed for c in cells], preset=self.preset, out=str(self.out / "runs"),
-                results=str(scratch), quiet=self.quiet, study=self.study.study_name, trials=numbers,
-                overrides=dict(c0.overrides), positions=c0.positions, rope_scaling=c0.rope_scaling, reports=reports)
+            return seedbatch.run_seeds(
+                [self.config(c) for c in cells], out=str(self.out / "runs"), results=str(scratch), quiet=self.quiet,
+                study=self.study.study_name, trials=numbers, reports=reports)
         except seedbatch.NotBatchable as e:
             self.unbatchable.add(seed_group(c0))
             label = " ".join(p for p in c0.label().split() if not p.startswith("seed="))

@@ -1,13 +1,13 @@
 """One SLURM task of a sweep (:class:`synthlab.launchers.SlurmLauncher`): train one cell.
 
-submitit pickles a :class:`CellTask` and the cell's job (the sweep spec, the cell, its trial
-number, the study's name and storage, the output directory) into the job array's folder; on the
-compute node its ``__call__`` runs :func:`run_cell`, which opens the same study (the registry;
-the storage must be reachable from the node: a journal file on the shared filesystem, or a
-database), takes the cell's trial, trains the cell the way a local worker does
-(:class:`synthlab.scheduler.Runner`: the record onto the trial, then one atomic append to
-``results.jsonl``, then the trial closed) and exits. A task that finds its cell finished exits
-without training: a finished cell is never trained twice.
+submitit pickles a :class:`CellTask` and the cell's job (the sweep spec, the cell, its resolved
+config, its trial number, the study's name and storage, the output directory) into the job
+array's folder; on the compute node its ``__call__`` runs :func:`run_cell`, which opens the
+same study (the registry; the storage must be reachable from the node: a journal file on the
+shared filesystem, or a database), takes the cell's trial, trains the cell the way a local
+worker does (:class:`synthlab.scheduler.Runner`: the record onto the trial, then one atomic
+append to ``results.jsonl``, then the trial closed) and exits. A task that finds its cell
+finished exits without training: a finished cell is never trained twice.
 
 Liveness is SLURM's: the trial carries the task's id (``slurm_job``, ``ARRAYID_TASKID``), no
 heartbeat is read and no pid is judged. A task stopped on the way (scancel, a node lost, a
@@ -112,9 +112,11 @@ def run_cell(job: dict[str, Any]) -> str:
     study = optuna.load_study(study_name=job["study"], storage=store)
     cell = job["cell"]
     plans = {cell.key: job["plan"]} if job.get("plan") is not None else None
+    # the config the sweep resolved; a job submitted without one resolves it from the cell, the same way
+    configs = {cell.key: job["config"]} if job.get("config") is not None else None
     # quiet=False: the trainer's lines (e.g. "resuming RUN at step N") go to the task's log; no bar there
     runner = SlurmRunner(job["spec"], job["preset"], [cell], store, study, out, False, plans=plans,
-                         logger=job.get("logger"))
+                         logger=job.get("logger"), configs=configs)
     me = task_id()
     t = runner.take(int(job["trial"]), me)
     if t is None:

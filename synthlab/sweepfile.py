@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from synthlab.config import PRESETS  # a sweep file has one section per preset the trainer knows
-from synthlab.errors import check_input_file, naming
+from synthlab.errors import check_input_file, did_you_mean, naming
 from synthlab.papers import parse_claims, parse_papers
 from synthlab.tables import is_error
 
@@ -28,6 +28,7 @@ _SWEEP_KEYS = {
     "task": "the task (or use an axes.task list)",
     "description": "one line",
     "default_preset": "smoke, quick or paper",
+    "base": "an installed sweep whose preset tables this file's own go over, key by key (default: none)",
     "metric": "headline metric in record.metrics[split] (e.g. token_acc)",
     "show": "'accuracy' or 'error' in %: 100 * metric, or 100 * (1 - metric) where the metric is the other kind "
             "(token_acc shown as error, read_error as accuracy)",
@@ -175,6 +176,7 @@ class SweepSpec:
     # [launcher]: the SLURM launcher's settings (synthlab.launchers.SLURM_KEYS), no part of a cell
     launcher: dict = dataclasses.field(default_factory=dict)
     given: tuple[str, ...] = ()  # the [sweep] keys the file gives (the others are defaults)
+    base: str | None = None  # sweep.base: the installed sweep whose preset settings this file's go over
     file_tasks: tuple[str, ...] = ()  # the file's task list (``tasks`` may be restricted to one)
 
     @property
@@ -216,7 +218,7 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
     if not isinstance(sw, dict):
         raise ValueError(f"{where}: [sweep] must be a table")
     _unknown(where, "sweep", sw, _SWEEP_KEYS)
-    for key in ("name", "task", "description", "default_preset", "metric", "show", "in_dist",
+    for key in ("name", "task", "description", "default_preset", "base", "metric", "show", "in_dist",
                 "ood_x", "ood_y", "capacity_x", "capacity_y", "objective_split"):
         if key in sw:
             _check_scalar(where, f"sweep.{key}", sw[key], str)
@@ -272,6 +274,8 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
             "tune": _check_tune(where, f"{sec}.tune", p.get("tune", {})),
             "description": p.get("description", ""),
         }
+    if "base" in sw:
+        _inherit(where, sw["base"], presets, axes["task"])
     papers = parse_papers(where, raw.get("paper"), PRESETS)
     launcher = _check_launcher(where, raw.get("launcher", {}))
     claims = parse_claims(where, raw.get("claim"), PRESETS)
@@ -285,9 +289,27 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
         ood=list(sw.get("ood", [])), ood_x=sw.get("ood_x", "split"), ood_y=sw.get("ood_y", "pe"),
         capacity_x=sw.get("capacity_x", "d_model"), capacity_y=sw.get("capacity_y", "pe"),
         objective_split=sw.get("objective_split"), papers=papers, claims=claims, launcher=launcher,
-        given=tuple(sw), file_tasks=tuple(axes["task"]),
+        given=tuple(sw), file_tasks=tuple(axes["task"]), base=sw.get("base"),
     )
     return spec
+
+
+def _inherit(where: str, base: str, presets: dict[str, dict[str, Any]], tasks: list[str]) -> None:
+    """``sweep.base``: each preset's settings become the installed sweep ``base``'s, with this
+    file's own (``presets``, changed in place) over them key by key; axes, tune, positions and
+    rope_scaling stay this file's."""
+    installed = installed_sweeps()
+    if base not in installed:
+        hint = did_you_mean(base, installed) or f" (allowed: {', '.join(installed)})"
+        raise ValueError(f"{where}: sweep.base: unknown sweep {base!r}{hint}")
+    parent = parse_sweep(installed[base], f"sweeps/{base}.toml", name=base)
+    other = [t for t in tasks if t not in parent.tasks]
+    if other:
+        shown = ", ".join(parent.tasks[:4]) + (", ..." if len(parent.tasks) > 4 else "")
+        raise ValueError(f"{where}: sweep.base: sweeps/{base}.toml has no presets for task {other[0]!r} "
+                         f"(its tasks: {shown})")
+    for name, p in presets.items():
+        p["overrides"] = {**parent.presets[name]["overrides"], **p["overrides"]}
 
 
 def installed_sweeps() -> dict[str, str]:

@@ -17,6 +17,7 @@ the names users import from it.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import sys
@@ -81,18 +82,21 @@ def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximi
 
 def validate_cells(cells: list[Cell], preset: str) -> dict[str, Any]:
     """Ask the trainer to resolve every cell's configuration (ValueError names the bad value);
-    cell key -> its resolved config (seed apart: cells that differ only by seed share one)."""
-    # here, not in cells.py: the trainer reads its presets from the sweep files, below the cells
+    cell key -> its resolved config, which the cell then trains with (resolved once for the
+    cells that differ only by seed, each with its own seed)."""
+    # here, not in cells.py: resolving a cell needs the trainer (torch), below the cells
     from synthlab import training  # torch and lightning: loaded once a sweep is about to run
+    from synthlab.errors import check_seed
 
     seen: dict[str, Any] = {}
     out: dict[str, Any] = {}
     for c in cells:
         probe = json.dumps([c.task, c.pe, c.positions, c.rope_scaling, c.overrides], sort_keys=True)
         if probe not in seen:
-            seen[probe] = training.resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed,
-                                                  positions=c.positions, rope_scaling=c.rope_scaling)
-        out[c.key] = seen[probe]
+            seen[probe] = training.cell_config(c, preset)
+        check_seed(c.seed)
+        out[c.key] = cfg = copy.deepcopy(seen[probe])
+        cfg.train.seed = c.seed
     return out
 
 
@@ -234,25 +238,27 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
                          heartbeat_interval=heartbeat_interval,
                          grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every,
                          batch_seeds=bool(batch_seeds)),
-                    plans, chosen)
+                    plans, chosen, configs)
 
 
 def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str, quiet: bool,
          grids: bool, retry_failed: bool, trials: int | None, workers: int | str, more: dict[str, Any],
-         plans: dict[str, dashboard.TrialPlan], launcher: launchers_mod.Launcher | None = None) -> list[dict]:
+         plans: dict[str, dashboard.TrialPlan], launcher: launchers_mod.Launcher | None = None,
+         configs: dict[str, Any] | None = None) -> list[dict]:
     """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments;
-    ``launcher``: who trains the cells (None: this machine, :class:`launchers_mod.LocalLauncher`)."""
+    ``launcher``: who trains the cells (None: this machine, :class:`launchers_mod.LocalLauncher`);
+    ``configs``: each cell's resolved config (:func:`validate_cells`)."""
     from synthlab.errors import naming
 
     with naming(out_dir):  # a write that names no file (a grid's, a library's): at least the sweep's directory
         return _run_named(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
-                          more, plans, launcher)
+                          more, plans, launcher, configs or {})
 
 
 def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str,
                quiet: bool, grids: bool, retry_failed: bool, trials: int | None, workers: int | str,
                more: dict[str, Any], plans: dict[str, dashboard.TrialPlan],
-               launcher: launchers_mod.Launcher | None) -> list[dict]:
+               launcher: launchers_mod.Launcher | None, configs: dict[str, Any]) -> list[dict]:
     import optuna
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -266,7 +272,7 @@ def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str,
     if launcher is not None and launcher.name != "local":
         pairs = launcher.run(launchers_mod.Grid(
             spec=spec, preset=preset, cells=cells, study_name=study_name, out=out_dir, url=url, storage=store,
-            study=st, plans=plans, quiet=quiet, retry_failed=retry_failed, logger=more["logger"],
+            study=st, plans=plans, configs=configs, quiet=quiet, retry_failed=retry_failed, logger=more["logger"],
             progress_every=more["progress_every"], poll=more["poll"]))
         if launcher.detach:  # the cells run in the scheduler; a later run gathers them and draws the grids
             return [r for _, r in pairs]
@@ -277,7 +283,7 @@ def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str,
     # the trainer's own per-run bar only under the sweep's bar (a log file gets no bar)
     runner = Runner(spec, preset, cells, store, st, out_dir, mode != progress_mod.BAR, more["heartbeat_interval"],
                     more["grace_period"], more["poll"], progress=view, plans=plans, logger=more["logger"],
-                    batch_seeds=more["batch_seeds"])
+                    batch_seeds=more["batch_seeds"], configs=configs)
     helpers = []
     try:
         if retry_failed:  # before any helper starts, so none takes a failed cell for finished

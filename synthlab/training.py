@@ -62,14 +62,25 @@ def resolve_config(task: str, pe: str, preset: str = "quick", overrides: dict[st
                     probe=probe)[0]
 
 
+def cell_config(cell: Any, preset: str, *, probe: bool = True) -> RunConfig:
+    """The validated :class:`RunConfig` of a sweep cell (:class:`synthlab.cells.Cell`): the config
+    defaults + the cell's overrides, which hold its sweep file's whole preset, its axis values and
+    ``--set``; no installed file is read by name (ValueError as :func:`resolve_config`)."""
+    return _resolve(cell.task, cell.pe, preset, cell.overrides, seed=cell.seed, positions=cell.positions,
+                    rope_scaling=cell.rope_scaling, probe=probe, installed=False)[0]
+
+
 def _resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, *, seed: int,
-             positions: str | None, rope_scaling: str | None, probe: bool) -> tuple[RunConfig, PESpec]:
-    """:func:`resolve_config` and the parsed pe spec, which the run is handed (parsed once)."""
+             positions: str | None, rope_scaling: str | None, probe: bool,
+             installed: bool = True) -> tuple[RunConfig, PESpec]:
+    """:func:`resolve_config` and the parsed pe spec, which the run is handed (parsed once);
+    ``installed``: start from the installed family file's preset (else the defaults)."""
     if not isinstance(task, str) or task not in generators.TASKS:
         hint = did_you_mean(task, list(generators.TASKS)) or " (see `synthlab tasks`)"
         raise ValueError(f"unknown task {task!r}{hint}")
     check_seed(seed)
-    cfg = build_config(task, pe, preset, seed=int(seed), positions=positions, rope_scaling=rope_scaling)
+    cfg = build_config(task, pe, preset, seed=int(seed), positions=positions, rope_scaling=rope_scaling,
+                       installed=installed)
     names = tuple(generators.TASKS[task].PARAMS)
     cfg = apply_overrides(cfg, overrides, names)
     t = generators.get_task(task, **cfg.task_params)  # types and checks the task parameters

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from synthlab.cli import main
+from test_sweep import as_run
 
 TINY = """
 [sweep]
@@ -98,6 +99,7 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "adir").mkdir()
     (tmp_path / "tiny.toml").write_text(TINY)
     (tmp_path / "dir.toml").mkdir()
+    (tmp_path / "base.toml").write_text(TINY.replace('task = "flipflop"', 'task = "flipflop"\nbase = "flipflp"'))
     (tmp_path / "latin1.toml").write_bytes(TINY.replace("[axes]", "# caf\xe9\n[axes]").encode("latin-1"))
     big = TINY.replace("seed = [0, 1]", "seed = [%s]\nd_model = [%s]" % (
         ", ".join(map(str, range(1000))), ", ".join(str(2 * i + 2) for i in range(500))))
@@ -287,6 +289,7 @@ CASES = {
     "sweep --set typo": (["sweep", "tiny.toml", "--set", "stpes=10"], 2,
                          "unknown setting 'stpes' (did you mean train.steps?)"),
     "train task far from any": (["train", "zzzz", *SMOKE], 2, "unknown task 'zzzz' (see `synthlab tasks`)"),
+    "sweep base typo": (["sweep", "base.toml"], 2, "base.toml: sweep.base: unknown sweep 'flipflp' (did you mean flipflop"),
 }
 TYPOS = [c for c in CASES if "typo" in c or "far from any" in c]
 
@@ -376,13 +379,13 @@ def test_sweep_environment_error_stops_the_worker_without_failing_the_cell(ws, c
     import synthlab.training
 
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(ws / "sw" / "runs" / "x" / "model.safetensors"))
-    monkeypatch.setattr(synthlab.training, "train", _Fake(broken={("nope", 0)}, error=full))
+    monkeypatch.setattr(synthlab.training, "run", as_run(_Fake(broken={("nope", 0)}, error=full)))
     code, err = run_cli(["sweep", "tiny.toml", "--out", "sw", "--quiet"], capsys)
     assert code == 1 and err == [f"synthlab sweep: error: {full.filename}: No space left on device"]
     records = [json.loads(ln) for ln in (ws / "sw" / "results.jsonl").read_text().splitlines() if ln.strip()]
     assert all(r["status"] == "ok" for r in records)  # the cell is not recorded as failed
     fixed = _Fake()
-    monkeypatch.setattr(synthlab.training, "train", fixed)
+    monkeypatch.setattr(synthlab.training, "run", as_run(fixed))
     assert main(["sweep", "tiny.toml", "--out", "sw", "--quiet"]) == 0
     assert ("nope", 0) in fixed.calls  # it runs on the next sweep
 
@@ -392,7 +395,7 @@ def test_sweep_corrupt_journal_is_named_and_left_alone(ws, capsys, monkeypatch):
     one line naming the journal, nothing written (the validation before it writes nothing)."""
     import synthlab.training
 
-    monkeypatch.setattr(synthlab.training, "train", _Fake())
+    monkeypatch.setattr(synthlab.training, "run", as_run(_Fake()))
     assert main(["sweep", "tiny.toml", "--out", "sw", "--quiet"]) == 0
     capsys.readouterr()
     journal = ws / "sw" / "study.journal"
@@ -631,7 +634,7 @@ def test_a_sweep_file_that_names_nothing_is_refused_before_anything_runs(ws, cap
     does run, wrongly, runs fast.)"""
     import synthlab.training
 
-    monkeypatch.setattr(synthlab.training, "train", _Fake())
+    monkeypatch.setattr(synthlab.training, "run", as_run(_Fake()))
     text, needle = SWEEP_FILES[case]
     (ws / "named.toml").write_text(text)
     before = listing(ws)
@@ -840,7 +843,7 @@ def test_an_environment_error_names_its_path(ws, capsys, monkeypatch, case):
     """Failed before: `synthlab sweep: error: No space left on device`, no path."""
     import synthlab.training
 
-    monkeypatch.setattr(synthlab.training, "train", _Fake())
+    monkeypatch.setattr(synthlab.training, "run", as_run(_Fake()))
     fill, line = ENV_ERRORS[case]
     fill(monkeypatch)
     code, err = run_cli(["sweep", "tiny.toml", "--out", "sw", "--quiet", "--workers", "1"], capsys)

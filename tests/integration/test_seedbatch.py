@@ -108,7 +108,7 @@ def test_ctrl_c_in_a_batch_gives_every_taken_cell_back(tmp_path, monkeypatch):
         calls.append(kw.get("trials"))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(seedbatch, "train_seeds", interrupted)
+    monkeypatch.setattr(seedbatch, "run_seeds", interrupted)
     with pytest.raises(KeyboardInterrupt):
         sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "o", grids=False, batch_seeds=True)
     assert len(calls) == 1 and len(calls[0]) == 3  # one cell's three seeds were taken together

@@ -1,6 +1,6 @@
 """`synthlab sweep`: exactly-once cells, resumption after a hard kill, shared workers, failures.
 
-Fast tests run in-process with a fake trainer (monkeypatched ``synthlab.training.train``);
+Fast tests run in-process with a fake trainer (monkeypatched ``synthlab.training.run``, see ``as_run``);
 the slow ones run the real command in subprocesses on a tiny sweep file (smoke scale).
 """
 
@@ -80,6 +80,27 @@ class FakeTrain:
         return rec
 
 
+def settings_of(cfg) -> dict:
+    """A resolved RunConfig as dotted settings (``task.n_pairs``, ``model.d_model``, ``train.lr``...)."""
+    d = cfg.to_dict()
+    out = {f"task.{k}": v for k, v in d["task_params"].items()}
+    for section in ("model", "train"):
+        out.update({f"{section}.{k}": v for k, v in d[section].items()})
+    return out
+
+
+def as_run(train):
+    """A stand-in trainer written as synthlab.training.train, called as a sweep calls
+    synthlab.training.run: with each cell's resolved config (its settings as dotted overrides)."""
+
+    def run(cfg, out=None, results=None, quiet=True, study=None, trial=None, t0=None, **options):
+        return train(cfg.task, cfg.pe, preset=cfg.preset, seed=cfg.train.seed, out=out, positions=cfg.positions,
+                     rope_scaling=cfg.rope_scaling, quiet=quiet, results=results, study=study, trial=trial,
+                     overrides=settings_of(cfg), **options)
+
+    return run
+
+
 def failing_fake() -> FakeTrain:
     """nope seed 1 diverges (a failed record), rope seed 1 raises (no record from the trainer)."""
     return FakeTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
@@ -91,7 +112,7 @@ def fake(monkeypatch):
     import synthlab.training
 
     f = FakeTrain()
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     return f
 
 
@@ -142,7 +163,7 @@ def test_set_reaches_every_cell_and_its_own_study(tmp_path, fake, monkeypatch):
     assert len(fake.calls) == 4
     for _, _, _, ov in fake.calls:
         ov = json.loads(ov)
-        assert ov["train.steps"] == "7" and ov["train.eval_every"] == "2" and ov["model.d_model"] == 16
+        assert ov["train.steps"] == 7 and ov["train.eval_every"] == 2 and ov["model.d_model"] == 16
     assert {r["study"] for r in recs} == {"tiny-smoke-steps=7-train.eval_every=2"}
     out = tmp_path / "synthlab-runs" / "tiny-smoke-steps=7-train.eval_every=2"
     assert (out / "study.journal").exists()
@@ -152,6 +173,63 @@ def test_set_reaches_every_cell_and_its_own_study(tmp_path, fake, monkeypatch):
     plain = sweeping.sweep(path, quiet=True)
     assert len(fake.calls) == 8 and {r["study"] for r in plain} == {"tiny-smoke"}
     assert all(json.loads(ov)["train.steps"] == 10 for _, _, _, ov in fake.calls[4:])  # the preset's
+
+
+# a user's sweep file for a shipped task whose presets set one thing
+USER = """
+[sweep]
+task = "flipflop"
+
+[axes]
+pe = ["rope"]
+
+[presets.smoke]
+model = { d_model = 16 }
+
+[presets.quick]
+model = { d_model = 16 }
+
+[presets.paper]
+"""
+
+
+class ParamsTrain(FakeTrain):
+    """FakeTrain whose records carry the task parameters they trained with, as the real trainer's do."""
+
+    def __call__(self, task, pe, **kw):
+        rec = super().__call__(task, pe, **kw)
+        rec["task_params"] = {k[len("task."):]: v for k, v in kw["overrides"].items() if k.startswith("task.")}
+        return rec
+
+
+def _settings(recs):
+    return [(r["train"]["lr"], r["task_params"]["n_pairs"], r["task_params"]["loss"], r["model"]["d_model"])
+            for r in recs]
+
+
+@pytest.mark.parametrize("preset", ["smoke", "quick"])
+def test_a_user_file_trains_its_own_presets_and_a_base_only_when_named(tmp_path, monkeypatch, preset):
+    """A user's file whose preset sets only d_model trains the config and task defaults on
+    everything else, not flipflop.toml's preset for its task; with base = "flipflop" it trains
+    flipflop.toml's preset with its own d_model over it."""
+    import generators
+    import synthlab.training
+    from synthlab import presets
+    from synthlab.config import TrainConfig
+
+    monkeypatch.setattr(synthlab.training, "run", as_run(ParamsTrain()))
+    path = write_sweep(tmp_path, USER)
+    own = sweeping.sweep(path, preset=preset, out=tmp_path / "own", grids=False)
+    params = generators.TASKS["flipflop"].PARAMS
+    assert _settings(own) == [(TrainConfig().lr, params["n_pairs"].default, params["loss"].default, 16)]
+    assert own[0]["train"]["lr"] == 1e-3 and own[0]["task_params"]["n_pairs"] == 256  # not flipflop.toml's
+
+    based = write_sweep(tmp_path, USER.replace('task = "flipflop"', 'task = "flipflop"\nbase = "flipflop"'), "b.toml")
+    recs = sweeping.sweep(based, preset=preset, out=tmp_path / "based", grids=False)
+    family = presets.preset_settings("flipflop", preset)
+    assert family["model.d_model"] != 16 and family["train.lr"] != TrainConfig().lr
+    assert _settings(recs) == [(family["train.lr"], family["task.n_pairs"],
+                                family.get("task.loss", params["loss"].default), 16)]
 
 
 def test_every_cell_runs_once_and_a_rerun_resumes(tmp_path, fake, capsys):
@@ -241,7 +319,7 @@ def test_tuned_lr_the_grid_shows_the_best_setting_per_cell(tmp_path, monkeypatch
             return rec
 
     f = LrTrain()
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     text = TINY.replace("seed = [0, 1]", "seed = [0]").replace(
         "[presets.quick]", "[presets.smoke.tune]\ntrials_per_cell = 3\nlr = [1e-3, 3e-3, 1e-2]\n\n[presets.quick]")
     text = text.replace('capacity_x = "lr"', 'objective_split = "test"')
@@ -366,7 +444,7 @@ def test_a_run_reaped_while_it_ran_is_not_recorded_and_the_sweep_goes_on(tmp_pat
             reaped.append(t.number)
         return rec
 
-    monkeypatch.setattr(synthlab.training, "train", train_then_reaped)
+    monkeypatch.setattr(synthlab.training, "run", as_run(train_then_reaped))
     sweeping.sweep(path, out=out, grids=False)
     _, trials = study_trials(out, "tiny-smoke")
     assert len(inner.calls) == 5  # 4 cells, the reaped one twice
@@ -402,7 +480,7 @@ def test_a_failed_cell_is_recorded_the_sweep_goes_on_and_the_grid_shows_it_missi
     import synthlab.training
 
     f = failing_fake()
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
     recs = sweeping.sweep(path, out=out)
@@ -570,13 +648,13 @@ def test_retry_failed_runs_only_the_failed_cells_again(tmp_path, monkeypatch, ca
     import synthlab.training
 
     broken = failing_fake()
-    monkeypatch.setattr(synthlab.training, "train", broken)
+    monkeypatch.setattr(synthlab.training, "run", as_run(broken))
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
     sweeping.sweep(path, out=out, grids=False)
     assert len(broken.calls) == 4
     fixed = FakeTrain()
-    monkeypatch.setattr(synthlab.training, "train", fixed)
+    monkeypatch.setattr(synthlab.training, "run", as_run(fixed))
     sweeping.sweep(path, out=out, grids=False)  # without the flag a failed cell is finished
     assert fixed.calls == []
     recs = sweeping.sweep(path, out=out, retry_failed=True)

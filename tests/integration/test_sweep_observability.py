@@ -22,7 +22,7 @@ import pytest
 
 from synthlab import sweeping
 from synthlab.cli import main
-from test_sweep import TINY, FakeTrain, _env, study_trials, write_sweep
+from test_sweep import TINY, FakeTrain, _env, as_run, study_trials, write_sweep
 
 
 class ReportingTrain(FakeTrain):
@@ -54,7 +54,7 @@ def reporting(monkeypatch):
     import synthlab.training
 
     f = ReportingTrain()
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     return f
 
 
@@ -62,7 +62,7 @@ def test_a_log_gets_a_line_per_cell_and_heartbeats_during_long_ones(tmp_path, mo
     import synthlab.training
 
     f = ReportingTrain(pause=0.06)  # 0.6 s a cell
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     sweeping.sweep(write_sweep(tmp_path), out=tmp_path / "out", quiet=False, progress_every=0.25)
     err = capsys.readouterr().err.splitlines()  # stderr is no terminal here: lines
     done = [ln for ln in err if " cells done: " in ln]
@@ -79,7 +79,7 @@ def test_a_failed_cell_gets_its_line_with_the_reason(tmp_path, monkeypatch, caps
     import synthlab.training
 
     f = ReportingTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1)
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     sweeping.sweep(write_sweep(tmp_path), out=tmp_path / "out", quiet=False)
     err = capsys.readouterr().err
     assert "[sweep] 4/4 cells done: task=flipflop pe=nope seed=1 failed (diverged: non-finite training loss" in err
@@ -163,7 +163,7 @@ def test_with_periodic_evaluation_the_curve_is_the_objective(tmp_path, monkeypat
     from synthlab import dashboard
 
     f = ReportingTrain(evals=(4, 9))
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     real_plan = dashboard.plan
     monkeypatch.setattr(dashboard, "plan", lambda spec, cfg: real_plan(spec, _with_eval_every(cfg, 5)))
     out = tmp_path / "out"

@@ -20,7 +20,7 @@ from synthlab import sweeping
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_sweep import FakeTrain, write_sweep  # noqa: E402  (the fake trainer and tiny sweep file)
+from test_sweep import FakeTrain, as_run, write_sweep  # noqa: E402  (the fake trainer and tiny sweep file)
 
 HEAVY = ("torch", "lightning", "optuna", "matplotlib", "seaborn", "pandas")
 
@@ -53,7 +53,7 @@ def test_the_listings_import_no_torch_and_no_optuna(tmp_path, argv):
 def test_a_finished_sweep_run_again_imports_no_trainer_and_writes_nothing_to_the_study(tmp_path, monkeypatch):
     import synthlab.training
 
-    monkeypatch.setattr(synthlab.training, "train", FakeTrain())
+    monkeypatch.setattr(synthlab.training, "run", as_run(FakeTrain()))
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
     first = sweeping.sweep(path, out=out, quiet=True)  # the cells' records, made in this process
@@ -82,7 +82,7 @@ def test_only_a_grid_with_nothing_left_to_run_takes_the_short_path(tmp_path, mon
     import synthlab.training
     from test_sweep import failing_fake
 
-    monkeypatch.setattr(synthlab.training, "train", failing_fake())
+    monkeypatch.setattr(synthlab.training, "run", as_run(failing_fake()))
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
     sweeping.sweep(path, out=out, quiet=True)

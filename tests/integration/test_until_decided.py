@@ -12,7 +12,7 @@ import json
 import pytest
 
 from synthlab.cli import main
-from test_sweep import TINY, FakeTrain, write_sweep
+from test_sweep import TINY, FakeTrain, as_run, write_sweep
 
 CLAIMS = """
 [[claim]]
@@ -53,7 +53,7 @@ def fake(monkeypatch):
     import synthlab.training
 
     f = AliasedOOD()
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     return f
 
 

@@ -75,9 +75,9 @@ def test_a_finished_grid_starts_no_helpers(tmp_path, monkeypatch):
     """Workers are capped by the cells left to run, so resuming a finished grid spawns nothing."""
     import synthlab.training
     from synthlab import sweeping, workers
-    from test_sweep import FakeTrain
+    from test_sweep import FakeTrain, as_run
 
-    monkeypatch.setattr(synthlab.training, "train", FakeTrain())
+    monkeypatch.setattr(synthlab.training, "run", as_run(FakeTrain()))
     path, out = write_sweep(tmp_path), tmp_path / "out"
     sweeping.sweep(path, out=out, grids=False)
     monkeypatch.setattr(workers, "spawn", lambda *a, **kw: pytest.fail("helpers started for a finished grid"))
@@ -106,6 +106,33 @@ def test_two_workers_run_every_cell_exactly_once_with_split_threads(tmp_path):
     # every run, in either process, had its share of the cores and the --set steps
     assert {x["train"]["threads"] for x in recs} == {workers.threads_per_worker(2)}
     assert {x["train"]["steps"] for x in recs} == {7}
+
+
+@pytest.mark.slow
+def test_a_helper_trains_a_user_files_cell_with_the_same_config(tmp_path):
+    """A helper process resolves its cell as the main process does: a user's file whose smoke
+    preset sets only d_model trains the config and task defaults in both workers (not
+    flipflop.toml's preset). --trials 1 in each of 2 workers: each trains one of the 2 cells."""
+    import generators
+    from synthlab.config import TrainConfig
+    from test_sweep import USER
+
+    path = write_sweep(tmp_path, USER.replace('pe = ["rope"]', 'pe = ["rope", "nope"]'))
+    out = tmp_path / "out"
+    r = subprocess.run(_cmd(str(path), "--preset", "smoke", "--out", str(out), "--workers", "2", "--trials", "1",
+                            "--set", "steps=2", "--set", "eval_samples=4"), env=_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    _, trials = study_trials(out, "tiny-smoke-eval_samples=4-steps=2")
+    assert len({t.user_attrs["worker"]["pid"] for t in trials if t.state.is_finished()}) == 2
+    recs = grids.read_results(out / "results.jsonl")
+    params = generators.TASKS["flipflop"].PARAMS
+    assert sorted(x["pe"] for x in recs) == ["nope", "rope"]
+    for x in recs:
+        assert x["status"] == "ok" and x["preset"] == "smoke" and x["model"]["d_model"] == 16
+        assert x["train"]["lr"] == TrainConfig().lr and x["train"]["steps"] == 2
+        assert x["task_params"]["n_pairs"] == params["n_pairs"].default == 256
+        assert x["task_params"]["loss"] == params["loss"].default == "all"
 
 
 @pytest.mark.slow

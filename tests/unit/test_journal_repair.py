@@ -17,7 +17,7 @@ import pytest
 from synthlab import journallock, records, storage, sweeping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_sweep import FakeTrain, completed_keys, study_trials, write_sweep  # noqa: E402
+from test_sweep import FakeTrain, as_run, completed_keys, study_trials, write_sweep  # noqa: E402
 
 
 def _journal_with_trials(path: Path, n: int = 3) -> list[int]:
@@ -133,7 +133,7 @@ def fake(monkeypatch):
     import synthlab.training
 
     f = FakeTrain()
-    monkeypatch.setattr(synthlab.training, "train", f)
+    monkeypatch.setattr(synthlab.training, "run", as_run(f))
     return f
 
 

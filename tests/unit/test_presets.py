@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,8 +23,9 @@ from synthlab.config import (
     resolve_key,
 )
 from synthlab.sweeping import expand_cells, installed_sweeps, load_sweep, parse_sweep
-from synthlab.training import resolve_config
+from synthlab.training import cell_config, resolve_config
 
+REPO = Path(__file__).resolve().parents[2]
 # axes that are no `--set` key: they write into the run's own flags (pe, seed, positions)
 _RUN_AXES = ("task", "pe", "seed", "dape_k", "pose_chunks", "positions")
 
@@ -91,8 +93,10 @@ def test_train_and_every_sweep_cell_agree_off_the_axes(task, preset):
 
 @pytest.mark.parametrize("name", sorted(installed_sweeps()))
 def test_a_cell_runs_its_own_sweep_files_settings(name):
-    """A cell's run is the config defaults + its own file's tables + its axes, even where
-    `train` reads another file for the task (flipflop_lm's cells start from flipflop.toml)."""
+    """A cell's run is the config defaults + its own file's tables + its axes (``cell_config``,
+    which reads no other file), even where `train` reads another file for the task
+    (flipflop_lm's); and it is what the installed family's preset under the cell's overrides
+    gave before cells stopped reading it, so the installed sweeps' cells run as they did."""
     spec = load_sweep(name)
     for preset in PRESETS:
         for c in _distinct(expand_cells(spec, preset)):
@@ -100,9 +104,35 @@ def test_a_cell_runs_its_own_sweep_files_settings(name):
             own = apply_overrides(RunConfig(c.task, {}, c.pe, model=ModelConfig(), train=TrainConfig(seed=c.seed)),
                                   c.overrides, names)
             own.task_params = dict(generators.get_task(c.task, **own.task_params).params)
-            got = resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed, positions=c.positions,
-                                 rope_scaling=c.rope_scaling, probe=False)
+            before = resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed, positions=c.positions,
+                                    rope_scaling=c.rope_scaling, probe=False)
+            got = cell_config(c, preset, probe=False)
             assert (got.task_params, got.model, got.train) == (own.task_params, own.model, own.train), c.label()
+            assert got == before, c.label()
+
+
+# the key of flipflop.toml's first quick cell, computed before cells stopped reading the
+# installed presets by name: a study or results folder finds its finished cells by these keys
+FLIPFLOP_QUICK_COPE_SEED_0 = (
+    '{"overrides":{"model.d_model":64,"model.n_heads":4,"model.n_layers":2,"task.loss":"reads","task.n_pairs":64,'
+    '"train.batch_size":32,"train.eval_samples":500,"train.lr":0.002,"train.steps":1000,"train.warmup":50,'
+    '"train.weight_decay":0.1},"pe":"cope","positions":null,"rope_scaling":null,"seed":0,"slot":0,"task":"flipflop"}')
+
+
+def test_an_installed_cell_keeps_its_key():
+    cell = expand_cells(load_sweep("flipflop"), "quick")[0]
+    assert cell.label() == "task=flipflop pe=cope seed=0" and cell.key == FLIPFLOP_QUICK_COPE_SEED_0
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir()))
+def test_the_committed_results_are_cells_of_the_installed_sweeps(folder):
+    """Every record in results/ (RESULTS.md's source) names a cell its installed sweep still
+    expands to, so `synthlab sweep` resumes those studies and finds their finished cells."""
+    name, preset = folder.split("-")[:2]
+    recs = [json.loads(line) for line in (REPO / "results" / folder / "results.jsonl").read_text().splitlines()]
+    seeds = sorted({r["train"]["seed"] for r in recs})
+    keys = {c.key for c in expand_cells(load_sweep(name), preset, seeds=seeds)}
+    assert recs and all(r["cell"] in keys for r in recs)
 
 
 # `train`'s values where the one source changed them or an axis needed one (see the sweep files)

@@ -75,11 +75,35 @@ def test_cell_key_is_stable_and_names_the_whole_run():
     (GOOD + "\n[tune]\nlr = { low = 1e-2, high = 1e-3 }\n", r"tune.lr.*low < high"),
     (GOOD.replace('d_model = [16, 32]', 'd_model = [16, 16]'), r"axes.d_model: repeated value"),
     (GOOD.replace('task = "flipflop"\n', ""), r"no task"),
+    (GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = "flipflp"'),
+     r"sweep.base: unknown sweep 'flipflp' \(did you mean flipflop"),
+    (GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = "che"'),
+     r"sweep.base: sweeps/che.toml has no presets for task 'flipflop' \(its tasks: even_pairs,"),
+    (GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = 3'), r"sweep.base: value 3 has the wrong type"),
 ])
 def test_bad_files_name_file_key_and_allowed_values(text, match):
     with pytest.raises(ValueError, match=match) as e:
         sw.parse_sweep(text, "bad.toml")
     assert str(e.value).startswith("bad.toml: ")
+
+
+def test_a_base_gives_its_preset_settings_under_the_files_own_key_by_key():
+    """Without ``base`` a preset's settings are the file's own tables alone; with it, the named
+    installed sweep's tables with the file's own over them, per dotted setting. Axes and the
+    rest stay the file's."""
+    plain = sw.parse_sweep(GOOD, "good.toml")
+    assert plain.base is None
+    assert plain.presets["smoke"]["overrides"] == {"model.n_layers": 1, "train.steps": 5}
+    assert plain.presets["quick"]["overrides"] == {}
+    spec = sw.parse_sweep(GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = "flipflop"'), "good.toml")
+    family = sw.load_sweep("flipflop")
+    assert spec.base == "flipflop" and spec.axes == plain.axes
+    assert spec.presets["smoke"]["overrides"] == {**family.presets["smoke"]["overrides"], "model.n_layers": 1,
+                                                  "train.steps": 5}
+    assert spec.presets["quick"]["overrides"] == family.presets["quick"]["overrides"]
+    assert spec.presets["quick"]["axes"] == {}  # flipflop.toml's 8 quick seeds are its own design
+    cell = sw.expand_cells(spec, "smoke")[0]
+    assert cell.overrides["train.lr"] == family.presets["smoke"]["overrides"]["train.lr"]
 
 
 def test_malformed_toml_names_file_and_line():
