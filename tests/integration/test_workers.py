@@ -113,7 +113,7 @@ def test_a_helper_trains_a_user_files_cell_with_the_same_config(tmp_path):
     """A helper process resolves its cell as the main process does: a user's file whose smoke
     preset sets only d_model trains the config and task defaults in both workers (not
     flipflop.toml's preset). --trials 1 in each of 2 workers: each trains one of the 2 cells."""
-    import generators
+    from synthlab import generators
     from synthlab.config import TrainConfig
     from test_sweep import USER
 
