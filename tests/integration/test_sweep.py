@@ -212,9 +212,8 @@ def test_a_user_file_trains_its_own_presets_and_a_base_only_when_named(tmp_path,
     """A user's file whose preset sets only d_model trains the config and task defaults on
     everything else, not flipflop.toml's preset for its task; with base = "flipflop" it trains
     flipflop.toml's preset with its own d_model over it."""
-    from synthlab import generators
     import synthlab.training
-    from synthlab import presets
+    from synthlab import generators, presets
     from synthlab.config import TrainConfig
 
     monkeypatch.setattr(synthlab.training, "run", as_run(ParamsTrain()))
