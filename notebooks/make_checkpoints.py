@@ -12,7 +12,7 @@ record is kept in ``checkpoints/results.jsonl`` (one line per checkpoint, the la
 which lesson 6 reads as a small results file.
 
 Every run uses one torch thread (``train.threads = 1``), so a rerun with the same code on the
-same kind of CPU gives the same weights (README, "What repeats exactly"); another thread count,
+same kind of CPU gives the same weights (docs/results.md, "What repeats exactly"); another thread count,
 or code that orders a sum differently, rounds differently, and a single run may land elsewhere:
 the flip-flop checkpoints (made 2026-11-24, commit b0b832d) remade on 2026-11-27 matched the
 shipped loss curves to the last digit for 35 steps, then in the seventh digit, and ended with RoPE

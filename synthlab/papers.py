@@ -1,6 +1,6 @@
 """The papers beside us: a sweep file's published numbers and claims, judged on its results.
 
-A sweep file may hold, as data, what its source paper reports (docs: README "The papers
+A sweep file may hold, as data, what its source paper reports (docs/results.md, "The papers
 beside us"):
 
     [[paper]]                      # one number the paper reports for one cell

@@ -8,7 +8,7 @@ split between them:
 
 - CPU: each worker gets ``cores // N`` torch threads (at least 1), so workers x threads =
   cores. Small models gain from it: a step of the quick presets does not keep two threads
-  busy (measured on a 2-core VM for the flip-flop main command, README "Speed").
+  busy (measured on a 2-core VM for the flip-flop main command, docs/performance.md).
 - GPU: workers are spread round robin over the visible GPUs (``CUDA_VISIBLE_DEVICES`` of each
   helper), several per GPU when N exceeds the GPU count. ``auto`` starts one per GPU: not
   chosen from a measurement (none on a GPU yet; ``benchmarks/sweep_workers.py`` prints it).
@@ -44,7 +44,7 @@ ENV_DEFAULT = "SYNTHLAB_WORKERS"
 
 def default_workers() -> str:
     """``synthlab sweep``'s ``--workers`` when none is given: ``auto`` (on a CPU one process per
-    core beats one process with every thread for the flip-flop main command: README "Speed"), or the ``SYNTHLAB_WORKERS`` environment variable (the test suite sets 1)."""
+    core beats one process with every thread for the flip-flop main command: docs/performance.md), or the ``SYNTHLAB_WORKERS`` environment variable (the test suite sets 1)."""
     return os.environ.get(ENV_DEFAULT, AUTO)
 
 

@@ -1,4 +1,5 @@
-"""README's short examples run and print what README shows (the long sweeps are left out).
+"""README's short examples run and print what README shows (the long sweeps are left out), and
+the worked `synthlab train` that README links (docs/results.md) prints the table shown there.
 
 Each command is looked up in README.md first, so an edit there that drops or changes it fails
 here until this list follows.
@@ -53,12 +54,14 @@ def test_grid_per_length_redraw(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_worked_train_prints_readme_table(tmp_path, monkeypatch, capsys):
-    """`synthlab train flipflop --pe rope` (the quick preset: about a minute on 2 cores)."""
+def test_worked_train_prints_the_table_docs_show(tmp_path, monkeypatch, capsys):
+    """`synthlab train flipflop --pe rope` (the quick preset: about a minute on 2 cores), as README
+    names it and docs/results.md works it through."""
     monkeypatch.chdir(tmp_path)
     assert main(in_readme("synthlab train flipflop --pe rope")) == 0
     out = capsys.readouterr().out.splitlines()
-    shown = README.split("$ synthlab train flipflop --pe rope\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    results_md = (Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text(encoding="utf-8")
+    shown = results_md.split("$ synthlab train flipflop --pe rope\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert out[0].startswith("flipflop  pe=rope  seed=0  status=ok")
     assert out[1:3] == [ln[4:] for ln in shown[1:3]]  # header and rule
     assert [ln.split()[0] for ln in out[3:6]] == ["test", "ood-sparse", "ood-dense"]
