@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_float32_matmul_precision(args.precision)
     B, H, T, d_h = SIZES[args.size]
     if device.type == "cpu":
-        from synthlab import machine
         from synthlab.model import native
+        from synthlab.run import machine
 
         print(f"# {machine.vector_paths()}; {torch.get_num_threads()} threads; {native.describe()}")
     print(f"# one layer's attention, forward + backward: B {B}, H {H}, T {T}, d_h {d_h}; {args.device}"

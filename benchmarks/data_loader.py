@@ -23,8 +23,8 @@ import time
 import torch
 
 from synthlab import generators
-from synthlab.data import StepLoader, TrainBatches, TrainStream
-from synthlab.presets import build_config
+from synthlab.plan.presets import build_config
+from synthlab.run.data import StepLoader, TrainBatches, TrainStream
 
 CASES = [("flipflop", "quick"), ("flipflop", "paper"), ("selective_copy", "quick"), ("mqar", "quick"),
          ("arithmetic", "quick"), ("counting", "quick"), ("even_pairs", "quick")]

@@ -32,8 +32,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from synthlab import machine
 from synthlab.model import build_model, native, tune_cpu_allocator
+from synthlab.run import machine
 
 SIZES = {
     "quick": dict(batch=32, length=128, d_model=64, n_layers=2, n_heads=4),

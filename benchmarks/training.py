@@ -1,7 +1,7 @@
 """Training-path speed: synthlab (LightningModule + DataModule + Trainer) vs a plain PyTorch loop.
 
 1. Overhead: the same model, data (synthlab's addressable batches), AdamW, schedule and
-   gradient clipping, trained by a hand-written loop and by ``synthlab.training.fit``;
+   gradient clipping, trained by a hand-written loop and by ``synthlab.run.training.fit``;
    steady-state time per step (after warm-up steps) for both. Target: synthlab <= 1.15x plain.
 2. Model FLOP utilisation at batch 16, length 256, d 256, 4 layers for nope / rope / alibi:
    6 * N_matmul + 12 * L * T * d FLOPs per token (forward + backward; Kaplan / PaLM
@@ -48,12 +48,12 @@ import torch
 import torch.nn.functional as F
 
 from synthlab import generators
-from synthlab.config import COMPILE_MODES, apply_overrides
-from synthlab.data import DataModule, TrainBatches, TrainStream
-from synthlab.fitting import fit, quiet_lightning
+from synthlab.core.config import COMPILE_MODES, apply_overrides
 from synthlab.model import build_model
-from synthlab.presets import build_config
-from synthlab.training import lr_factor, make_module
+from synthlab.plan.presets import build_config
+from synthlab.run.data import DataModule, TrainBatches, TrainStream
+from synthlab.run.fitting import fit, quiet_lightning
+from synthlab.run.training import lr_factor, make_module
 
 CLOCK = time.perf_counter  # or time.process_time (--clock cpu)
 DEVICE = torch.device("cpu")  # --device
@@ -233,8 +233,8 @@ def main() -> None:
     where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}, lightning {L.__version__}, clock {args.clock}")
     if DEVICE.type == "cpu":
-        from synthlab import machine
         from synthlab.model import native
+        from synthlab.run import machine
 
         print(machine.vector_paths())  # the vector set torch's kernels use, and any cap on it
         print(native.describe())  # the instruction set and -march the CPU kernels were built for

@@ -35,7 +35,7 @@ import numpy as np
 
 #: the words read as true / false (any case, surrounding blanks ignored); the one list for
 #: ``--set``, sweep-file settings, task parameters and pe spec parameters (here, at the
-#: lowest layer: synthlab.generators imports nothing else from synthlab; synthlab.config re-exports them)
+#: lowest layer: synthlab.generators imports nothing else from synthlab; synthlab.core.config re-exports them)
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 
@@ -55,7 +55,7 @@ def parse_bool(value: Any) -> bool:
 
 PAD = "<pad>"  # not in any task vocab; the data layer appends it as id len(vocab)
 
-#: the one seed range (data, model initialisation, positions; synthlab.errors re-exports it):
+#: the one seed range (data, model initialisation, positions; synthlab.core.errors re-exports it):
 #: Lightning's seed_everything and numpy's legacy seeding take 32-bit seeds
 SEED_MAX = 2**32 - 1
 #: the largest integer task parameter (a length or a count); a seed parameter takes a seed

@@ -10,7 +10,7 @@ docs/notes/2026-11-28-sweep-file-measurements.md).
 
     python scripts/cope_gates.py RUN_DIR [RUN_DIR ...] [--samples 16] [--split ood-sparse]
 
-The gates come from :func:`synthlab.plotting.maps.cope_positions` (what ``synthlab plot
+The gates come from :func:`synthlab.plot.maps.cope_positions` (what ``synthlab plot
 positions`` draws). Bad input exits 2 with one line.
 """
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synthlab.plotting.maps import cope_positions
-from synthlab.plotting.runs import as_run
+from synthlab.plot.maps import cope_positions
+from synthlab.plot.runs import as_run
 
 
 @dataclass
@@ -38,7 +38,7 @@ class ReadGates:
 
 
 def read_gates(run, samples: int = 16, split: str = "ood-sparse") -> ReadGates:
-    """The statistics of one loaded run (:func:`synthlab.plotting.runs.as_run`)."""
+    """The statistics of one loaded run (:func:`synthlab.plot.runs.as_run`)."""
     if run.task.name != "flipflop":
         raise ValueError(f"flip-flop runs only (writes are its 'w' tokens), got task {run.task.name!r}")
     sums, reads, npos = None, 0, 0

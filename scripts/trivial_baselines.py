@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    from synthlab.config import PRESETS
+    from synthlab.core.config import PRESETS
     from synthlab.generators.che import TASKS
-    from synthlab.presets import preset_settings
+    from synthlab.plan.presets import preset_settings
 
     if args.preset not in PRESETS:
         parser.error(f"--preset: {args.preset!r} is unknown (allowed: {', '.join(PRESETS)})")

@@ -5,7 +5,7 @@ The public API (what notebooks and tests use; the CLI is a thin layer over it):
 - ``synthlab.build_model(pe="rope", vocab_size=..., d_model=..., ...)`` -> ``torch.nn.Module``
 - ``synthlab.train(task, pe, preset="quick", **overrides)`` -> result record (dict)
 - ``synthlab.train_seeds(task, pe, seeds=[0, 1, 2])`` -> one record per seed, trained as one
-  stacked model (batched seeds; :mod:`synthlab.seedbatch`)
+  stacked model (batched seeds; :mod:`synthlab.run.seedbatch`)
 - ``synthlab.sweep(task_or_file, pe=..., preset=...)`` -> list of result records
 - ``synthlab.grid(results, kind="ood")`` -> tidy table + heatmaps
 - ``synthlab.results(path_or_dir)`` -> a flat DataFrame, one row per run x split (docs/results.md)
@@ -38,15 +38,15 @@ except ImportError:  # a source tree never installed (PYTHONPATH=checkout): no v
 _LAZY = {
     "build_model": ("synthlab.model", "build_model"),
     "parse_pe": ("synthlab.model", "parse_pe"),
-    "train": ("synthlab.training", "train"),
-    "train_seeds": ("synthlab.seedbatch", "train_seeds"),
-    "sweep": ("synthlab.sweeping", "sweep"),
-    "grid": ("synthlab.grids", "grid"),
-    "tidy": ("synthlab.grids", "tidy"),
-    "results": ("synthlab.frames", "results"),
-    "judge_claims": ("synthlab.claims", "judge_claims"),
-    "compare_seeds": ("synthlab.inference", "compare"),
-    "load_run": ("synthlab.runs", "load_run"),
+    "train": ("synthlab.run.training", "train"),
+    "train_seeds": ("synthlab.run.seedbatch", "train_seeds"),
+    "sweep": ("synthlab.study.sweeping", "sweep"),
+    "grid": ("synthlab.analysis.grids", "grid"),
+    "tidy": ("synthlab.analysis.grids", "tidy"),
+    "results": ("synthlab.analysis.frames", "results"),
+    "judge_claims": ("synthlab.analysis.claims", "judge_claims"),
+    "compare_seeds": ("synthlab.analysis.inference", "compare"),
+    "load_run": ("synthlab.run.runs", "load_run"),
 }
 
 

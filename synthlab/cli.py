@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from synthlab.workers import sigterm_as_ctrl_c
+    from synthlab.study.workers import sigterm_as_ctrl_c
 
     try:
         with sigterm_as_ctrl_c():  # preemption / `timeout` stop every command as Ctrl-C does: exit 130
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `synthlab generate ... | head`
         return 0
     except OSError as e:  # the environment: disk full, read-only, permission denied, ...
-        from synthlab.errors import os_error_line
+        from synthlab.core.errors import os_error_line
 
         print(f"synthlab {args.command}: error: {os_error_line(e)}", file=sys.stderr)
         return 1

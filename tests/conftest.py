@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-os.environ["SYNTHLAB_WORKERS"] = "1"  # synthlab.workers.ENV_DEFAULT; the CLI's own default is auto
+os.environ["SYNTHLAB_WORKERS"] = "1"  # synthlab.study.workers.ENV_DEFAULT; the CLI's own default is auto
 
 PG_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.sh"
 SLURM_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "slurm.sh"

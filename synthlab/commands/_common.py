@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from synthlab.errors import UsageError
+from synthlab.core.errors import UsageError
 
 
 def parse_assignments(items: list[str] | None, flag: str = "--set") -> dict[str, str]:

@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from synthlab.curves_plot import draw_curves
+    from synthlab.analysis.curves_plot import draw_curves
 
     files = draw_curves(args.results, metric=args.metric, split=args.split, out=args.out)
     print(f"wrote {files['png']}, {files['csv']}")

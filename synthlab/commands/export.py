@@ -33,9 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from synthlab.errors import check_output_file
-    from synthlab.frames import frame, load_records, result_files, run_dirs
-    from synthlab.outputs import csv_writer, pick_format, require_pyarrow, write_files
+    from synthlab.analysis.frames import frame, load_records, result_files, run_dirs
+    from synthlab.core.errors import check_output_file
+    from synthlab.core.outputs import csv_writer, pick_format, require_pyarrow, write_files
 
     fmt = pick_format(args.format, args.output, FORMATS)
     if fmt == "parquet":

@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from synthlab.errors import MAX_INDEX, MAX_SAMPLES, UsageError, check_output_file, check_seed, check_size, naming
-from synthlab.outputs import pick_format, require_pyarrow
+from synthlab.core.errors import MAX_INDEX, MAX_SAMPLES, UsageError, check_output_file, check_seed, check_size, naming
+from synthlab.core.outputs import pick_format, require_pyarrow
 
 from ._common import parse_assignments
 

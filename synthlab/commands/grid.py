@@ -30,10 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from synthlab import claims
-    from synthlab.errors import check_output_file
-    from synthlab.frames import result_files
-    from synthlab.grids import grid, load_results, sweep_spec_for
+    from synthlab.analysis import claims
+    from synthlab.analysis.frames import result_files
+    from synthlab.analysis.grids import grid, load_results, sweep_spec_for
+    from synthlab.core.errors import check_output_file
 
     # a directory is the OUT of synthlab train / sweep (what a sweep prints: "results in DIR")
     results = result_files([args.results])[0] if Path(args.results).is_dir() else Path(args.results)

@@ -7,7 +7,7 @@ import os
 import uuid
 from pathlib import Path
 
-from synthlab.errors import MAX_DISTANCE, MAX_INDEX, check_output_file, check_size, naming
+from synthlab.core.errors import MAX_DISTANCE, MAX_INDEX, check_output_file, check_size, naming
 
 KINDS = ("attention", "positions", "bias", "glitches")  # = synthlab.plot.KINDS (not imported: keeps --help fast)
 

@@ -30,9 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from synthlab.errors import check_input_file, check_output_file
-    from synthlab.outputs import write_files
-    from synthlab.report import fill_readme, report
+    from synthlab.analysis.report import fill_readme, report
+    from synthlab.core.errors import check_input_file, check_output_file
+    from synthlab.core.outputs import write_files
 
     out = Path(args.output)
     want = {out: report(args.root)}

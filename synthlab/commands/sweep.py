@@ -10,7 +10,7 @@ MAX_CELLS = 10_000
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from synthlab.progress import HEARTBEAT_EVERY  # the standard library only
+    from synthlab.study.progress import HEARTBEAT_EVERY  # the standard library only
 
     p = sub.add_parser(
         "sweep",
@@ -90,14 +90,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from synthlab.commands._common import parse_assignments
-    from synthlab.seeds import parse_seeds
-    from synthlab.sweeping import sweep
-    from synthlab.workers import ENV_DEFAULT, default_workers, parse_workers
+    from synthlab.plan.seeds import parse_seeds
+    from synthlab.study.sweeping import sweep
+    from synthlab.study.workers import ENV_DEFAULT, default_workers, parse_workers
 
     settings = parse_assignments(args.set)
     seeds = parse_seeds(args.seeds) if args.seeds is not None else None
     if args.until_decided or args.max_seeds is not None:  # its own checks: before the size is counted
-        from synthlab.inference import DEFAULT_MAX_SEEDS, looks
+        from synthlab.analysis.inference import DEFAULT_MAX_SEEDS, looks
 
         if not args.until_decided:
             raise ValueError("--max-seeds goes with --until-decided")
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def count_cells(spec, preset: str, pe: list[str] | None, seeds: list[int] | None = None) -> int:
-    """How many cells ``synthlab.cells.expand_cells`` makes, counted without making them."""
+    """How many cells ``synthlab.plan.cells.expand_cells`` makes, counted without making them."""
     axes = spec.preset_axes(preset)
     if pe is not None:
         axes["pe"] = pe
@@ -145,8 +145,8 @@ def _has_dape(enc: str) -> bool:
 
 def _check_size(args: argparse.Namespace, seeds: list[int] | None) -> None:
     """Refuse a grid of more than MAX_CELLS cells without --yes, before any cell is built."""
-    from synthlab.cells import split_pe_list
-    from synthlab.sweepfile import load_sweep
+    from synthlab.plan.cells import split_pe_list
+    from synthlab.plan.sweepfile import load_sweep
 
     spec = load_sweep(args.sweep)
     preset = args.preset or spec.default_preset

@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", metavar="FILE", help="results file to append to (default: OUT/results.jsonl)")
     p.add_argument("--positions", metavar="SCHEME", help="training-time indices, e.g. randomized:max=2048 or pose:chunks=2,target=1024")
     p.add_argument("--rope-scaling", choices=("linear", "ntk", "yarn"), help="rotary interpolation at evaluation beyond the training length")
-    from synthlab.loggers import DEFAULT  # light: the logger packages load when a run makes one
+    from synthlab.run.loggers import DEFAULT  # light: the logger packages load when a run makes one
 
     p.add_argument("--logger", default=DEFAULT, metavar="NAME",
                    help="where Lightning logs the loss, the learning rate and the learning curve, in the run "
@@ -53,12 +53,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from synthlab import progress
-    from synthlab.errors import check_seed
-    from synthlab.evaluation import format_result
-    from synthlab.loggers import check_logger
-    from synthlab.records import to_json
-    from synthlab.training import train
+    from synthlab.core.errors import check_seed
+    from synthlab.run.evaluation import format_result
+    from synthlab.run.loggers import check_logger
+    from synthlab.run.records import to_json
+    from synthlab.run.training import train
+    from synthlab.study import progress
 
     check_seed(args.seed, "--seed")
     check_logger(args.logger, "--logger")
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         check_preset_exists(args.task, args.preset)
     report = None
     if progress.mode_for(args.quiet) == progress.LINES:  # a log file gets no bar: heartbeat lines instead
-        from synthlab.training import resolve_config
+        from synthlab.run.training import resolve_config
 
         steps = resolve_config(args.task, args.pe, args.preset or "quick", overrides, seed=args.seed,
                                positions=args.positions, rope_scaling=args.rope_scaling).train.steps
@@ -85,7 +85,7 @@ def check_preset_exists(task: str, preset: str) -> None:
     """``--preset`` named for a task whose presets no installed sweep file holds (a plugin's
     task) would run the config defaults under the preset's name: refused (ValueError)."""
     from synthlab import generators
-    from synthlab.presets import preset_family
+    from synthlab.plan.presets import preset_family
 
     if task in generators.TASKS and preset_family(task) is None:
         raise ValueError(f"--preset {preset}: task {task!r} has no presets (no installed sweep file lists it); "

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from synthlab.config import TRUE_WORDS
+from synthlab.core.config import TRUE_WORDS
 
 from .batched import is_batched
 

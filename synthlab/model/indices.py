@@ -65,7 +65,7 @@ class PositionScheme(ABC):
     """A training-time index scheme: ``sample_rows(B, T, generator) -> LongTensor (B, T)``.
 
     ``per_example``: the training batch gets one row of positions per example (B, T) (PoSE),
-    or one row (T,) shared by the batch (randomized); :class:`synthlab.data.PositionSampler`
+    or one row (T,) shared by the batch (randomized); :class:`synthlab.run.data.PositionSampler`
     reads it.
     """
 

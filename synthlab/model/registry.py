@@ -42,7 +42,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-from synthlab.config import parse_bool
+from synthlab.core.config import parse_bool
 from synthlab.generators.plugins import PluginRegistry
 
 # kind order = canonical order of components in a spec string
@@ -304,7 +304,7 @@ def _parse_value(comp: str, key: str, raw: str, default: Any) -> Any:
     """Type a raw parameter string like its default."""
     try:
         if isinstance(default, bool):
-            return parse_bool(raw)  # the true/false words of every setting (synthlab.config)
+            return parse_bool(raw)  # the true/false words of every setting (synthlab.core.config)
         if isinstance(default, int):
             return int(raw)
         if isinstance(default, float):

@@ -318,7 +318,7 @@ def test_the_cases_accepted_before_still_run_with_their_fix(ws, capsys):
     assert main(["generate", "flipflop", "-n", "1", "--seed", str(2**32 - 1), "--set", "n_pairs=4"]) == 0
     assert json.loads(capsys.readouterr().out)["seed"] == 2**32 - 1
     from synthlab.commands.sweep import count_cells
-    from synthlab.sweepfile import load_sweep
+    from synthlab.plan.sweepfile import load_sweep
 
     assert count_cells(load_sweep("big.toml"), "smoke", None) == 10**6
     assert count_cells(load_sweep("tiny.toml"), "smoke", ["rope", "kerple+dape"]) == 4
@@ -351,7 +351,7 @@ def test_train_disk_full_leaves_no_run_directory_and_no_record(ws, capsys, monke
     code, err = run_cli(["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "runs/new", "--quiet"], capsys)
     assert (code, len(err)) == (1, 1), err
     assert err[0].startswith("synthlab train: error: runs/new/") and "model.safetensors: No space left on device" in err[0]
-    # no run directory and no record; what stays is the resumable state synthlab.checkpoints
+    # no run directory and no record; what stays is the resumable state synthlab.run.checkpoints
     # keeps on purpose when a run is interrupted (OUT/.checkpoints/<key>/)
     after = {k: v for k, v in listing(ws).items() if not k.startswith("runs/new/.checkpoints")}
     kept = (ws / "runs" / "new" / ".checkpoints").exists()  # then runs/new/ holds it
@@ -359,7 +359,7 @@ def test_train_disk_full_leaves_no_run_directory_and_no_record(ws, capsys, monke
 
 
 class _Fake:
-    """Stands in for synthlab.training.train in a sweep; ``broken`` cells raise ``error``."""
+    """Stands in for synthlab.run.training.train in a sweep; ``broken`` cells raise ``error``."""
 
     def __init__(self, broken=(), error=None):
         self.broken, self.error, self.calls = set(broken), error, []
@@ -376,16 +376,16 @@ class _Fake:
 
 
 def test_sweep_environment_error_stops_the_worker_without_failing_the_cell(ws, capsys, monkeypatch):
-    import synthlab.training
+    import synthlab.run.training
 
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(ws / "sw" / "runs" / "x" / "model.safetensors"))
-    monkeypatch.setattr(synthlab.training, "run", as_run(_Fake(broken={("nope", 0)}, error=full)))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(_Fake(broken={("nope", 0)}, error=full)))
     code, err = run_cli(["sweep", "tiny.toml", "--out", "sw", "--quiet"], capsys)
     assert code == 1 and err == [f"synthlab sweep: error: {full.filename}: No space left on device"]
     records = [json.loads(ln) for ln in (ws / "sw" / "results.jsonl").read_text().splitlines() if ln.strip()]
     assert all(r["status"] == "ok" for r in records)  # the cell is not recorded as failed
     fixed = _Fake()
-    monkeypatch.setattr(synthlab.training, "run", as_run(fixed))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(fixed))
     assert main(["sweep", "tiny.toml", "--out", "sw", "--quiet"]) == 0
     assert ("nope", 0) in fixed.calls  # it runs on the next sweep
 
@@ -393,9 +393,9 @@ def test_sweep_environment_error_stops_the_worker_without_failing_the_cell(ws, c
 def test_sweep_corrupt_journal_is_named_and_left_alone(ws, capsys, monkeypatch):
     """A garbage line inside the journal (not a torn tail, which the storage repairs): exit 2,
     one line naming the journal, nothing written (the validation before it writes nothing)."""
-    import synthlab.training
+    import synthlab.run.training
 
-    monkeypatch.setattr(synthlab.training, "run", as_run(_Fake()))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(_Fake()))
     assert main(["sweep", "tiny.toml", "--out", "sw", "--quiet"]) == 0
     capsys.readouterr()
     journal = ws / "sw" / "study.journal"
@@ -484,7 +484,7 @@ def test_train_on_a_full_tmpfs_leaves_nothing_half_made(ws):
 PROBE = '''
 import json, sys, time
 import torch  # a helper's slow import: a stop may land in it
-from synthlab import workers
+from synthlab.study import workers
 
 
 def _helper(payload):
@@ -528,7 +528,7 @@ def probe(tmp_path, monkeypatch):
 def test_helpers_import_nothing_from_the_working_directory(tmp_path, monkeypatch, probe):
     """Failed before: helpers ran as `python -m`, which puts the working directory first on
     sys.path: the planted jsonlines.py and entry point ran in them."""
-    from synthlab import workers
+    from synthlab.study import workers
 
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -548,7 +548,7 @@ def test_a_stop_while_the_helpers_import_prints_no_traceback(tmp_path, capfd, pr
     while its interpreter imported `site`, a fatal error)."""
     import time
 
-    from synthlab import workers
+    from synthlab.study import workers
 
     procs = workers.spawn(2, probe, {"report": str(tmp_path / "report.json"), "sleep": True})
     time.sleep(delay)
@@ -632,9 +632,9 @@ def test_a_sweep_file_that_names_nothing_is_refused_before_anything_runs(ws, cap
     """Failed before: the whole grid trained, exited 0 and drew blank cells (or every trial
     failed); each name is now checked against the task first. (A fake trainer: a grid that
     does run, wrongly, runs fast.)"""
-    import synthlab.training
+    import synthlab.run.training
 
-    monkeypatch.setattr(synthlab.training, "run", as_run(_Fake()))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(_Fake()))
     text, needle = SWEEP_FILES[case]
     (ws / "named.toml").write_text(text)
     before = listing(ws)
@@ -645,9 +645,9 @@ def test_a_sweep_file_that_names_nothing_is_refused_before_anything_runs(ws, cap
 
 
 def test_every_installed_sweep_names_only_what_its_tasks_have():
-    from synthlab.cells import expand_cells
-    from synthlab.sweepfile import installed_sweeps, load_sweep
-    from synthlab.sweepnames import check_cells, check_file
+    from synthlab.plan.cells import expand_cells
+    from synthlab.plan.sweepfile import installed_sweeps, load_sweep
+    from synthlab.study.sweepnames import check_cells, check_file
 
     for name in [*installed_sweeps(), "even_pairs"]:
         spec = load_sweep(name)
@@ -756,8 +756,8 @@ def test_a_damaged_run_directory_is_named_in_one_line(ws, capsys, trained_run, d
 
 @pytest.mark.parametrize("damage", list(DAMAGED_RUNS))
 def test_load_run_raises_one_error_naming_the_damaged_file(ws, trained_run, damage):
-    from synthlab.errors import DamagedFile
-    from synthlab.runs import load_run
+    from synthlab.core.errors import DamagedFile
+    from synthlab.run.runs import load_run
 
     edit, name, needle = DAMAGED_RUNS[damage]
     run = ws / "run"
@@ -841,9 +841,9 @@ ENV_ERRORS = {
 @pytest.mark.parametrize("case", list(ENV_ERRORS))
 def test_an_environment_error_names_its_path(ws, capsys, monkeypatch, case):
     """Failed before: `synthlab sweep: error: No space left on device`, no path."""
-    import synthlab.training
+    import synthlab.run.training
 
-    monkeypatch.setattr(synthlab.training, "run", as_run(_Fake()))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(_Fake()))
     fill, line = ENV_ERRORS[case]
     fill(monkeypatch)
     code, err = run_cli(["sweep", "tiny.toml", "--out", "sw", "--quiet", "--workers", "1"], capsys)
@@ -852,7 +852,7 @@ def test_an_environment_error_names_its_path(ws, capsys, monkeypatch, case):
 
 def test_train_names_the_run_directory_when_a_write_names_no_file(ws, capsys, monkeypatch):
     """Failed before: `synthlab train: error: No space left on device` (a logger's write)."""
-    from synthlab import loggers
+    from synthlab.run import loggers
 
     monkeypatch.setattr(loggers, "open_logger", _enospc)
     code, err = run_cli(["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "runs", "--quiet"], capsys)

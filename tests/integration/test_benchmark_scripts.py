@@ -1,5 +1,5 @@
 """The scripts in benchmarks/ still start against today's modules (they import internals that
-move, e.g. ``fit`` into synthlab.fitting), each run from its own folder as a user would. Nothing here times anything: the scripts print the ratios."""
+move, e.g. ``fit`` into synthlab.run.fitting), each run from its own folder as a user would. Nothing here times anything: the scripts print the ratios."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_every_gpu_kit_benchmark_command_parses():
 def test_the_kit_paper_sweep_counts_against_the_grid_it_runs():
     # gpu_session.sh papersweep prints "K of 48 paper cells finished": 48 must be the grid that
     # `synthlab sweep flipflop --pe cope,rope --preset paper` runs (CoPE Table 8's, 3 seeds)
-    from synthlab import sweeping
+    from synthlab.study import sweeping
 
     text = (BENCHMARKS.parent / "scripts" / "gpu_session.sh").read_text()
     assert "sweep flipflop --pe cope,rope --preset paper" in text and "of 48 paper cells" in text

@@ -134,7 +134,7 @@ def test_two_deterministic_gpu_runs_of_one_seed_agree():
 
 def test_batched_seeds_on_the_gpu_equal_separate_runs():
     import synthlab
-    from synthlab.seedbatch import train_seeds
+    from synthlab.run.seedbatch import train_seeds
 
     ov = {"steps": 30}
     for pe in ("rope", "cope", "kerple+dape:k=3"):
@@ -154,7 +154,7 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
     import lightning as L
 
     import synthlab
-    import synthlab.training as training
+    import synthlab.run.training as training
 
     class Watch(L.Callback):
         armed: list[int] = []

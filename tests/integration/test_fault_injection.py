@@ -25,7 +25,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from synthlab import grids, records, sweeping
+from synthlab.analysis import grids
+from synthlab.run import records
+from synthlab.study import sweeping
 from test_sweep import TINY, _env, study_trials, trials_so_far, wait_running, write_sweep
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")]
@@ -48,8 +50,8 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot, seaborn, pandas, optuna, lightning, safetensors.torch
-import synthlab.cli, synthlab.training, synthlab.sweeping, synthlab.grids, synthlab.model
-from synthlab import scheduler
+import synthlab.cli, synthlab.run.training, synthlab.study.sweeping, synthlab.analysis.grids, synthlab.model
+from synthlab.study import scheduler
 from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import get_lock_file
 
@@ -561,8 +563,8 @@ def test_a_train_killed_outright_leaves_nothing_the_next_run_keeps(tmp_path, cap
     """Issue 33: kill -9 during `synthlab train` left OUT/<run_id>/ (config.json, logs/) that
     nothing removed. The next run on the same OUT removes it, says so, and leaves alone a run
     directory whose process still runs."""
-    from synthlab import rundir
     from synthlab.cli import main
+    from synthlab.run import rundir
 
     out = tmp_path / "runs"
     live = out / "live-run"  # another train on the same OUT, still running (this process)

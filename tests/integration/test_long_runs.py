@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import synthlab.checkpoints as checkpoints
-from synthlab.checkpoints import DIRNAME
+import synthlab.run.checkpoints as checkpoints
 from synthlab.cli import main
-from synthlab.training import train
+from synthlab.run.checkpoints import DIRNAME
+from synthlab.run.training import train
 
 # dropout and randomized positions: the resumed run must restore the RNG and address the data by step
 OV = {"train.checkpoint_every": 5, "train.threads": 1, "model.dropout": 0.1}
@@ -166,14 +166,14 @@ def test_sigkilled_run_resumes_bit_identical(uninterrupted, tmp_path):
     a, out_a = uninterrupted
     script = textwrap.dedent(f"""
         import os, signal, sys
-        import synthlab.checkpoints as C
+        import synthlab.run.checkpoints as C
         save = C.RunCheckpoints.save
         def killing_save(self, trainer):
             save(self, trainer)
             if trainer.global_step == 10:
                 os.kill(os.getpid(), signal.SIGKILL)
         C.RunCheckpoints.save = killing_save
-        from synthlab.training import train
+        from synthlab.run.training import train
         train("flipflop", "rope", out=sys.argv[1], preset="smoke", seed=3, positions={POS!r}, overrides={OV!r})
     """)
     proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300,
@@ -216,7 +216,7 @@ def test_the_memory_message_names_the_estimate_and_what_to_lower(tmp_path, capsy
 
 
 def test_check_memory_false_skips_the_check(monkeypatch, tmp_path):
-    import synthlab.sizing as sizing
+    import synthlab.run.sizing as sizing
 
     monkeypatch.setattr(sizing, "host_available", lambda: 1)  # a machine with one byte free
     with pytest.raises(ValueError, match="needs ~"):
@@ -251,21 +251,21 @@ train = { steps = 20, batch_size = 8, eval_samples = 16, threads = 1, checkpoint
 def test_a_sigkilled_sweep_cell_resumes_from_its_checkpoint(tmp_path):
     """A sweep cell killed after its step-10 checkpoint: the re-run sweep resumes the cell (one
     record, the uninterrupted cell's metrics) and drops the checkpoint."""
-    from synthlab.sweeping import sweep
+    from synthlab.study.sweeping import sweep
 
     spec = tmp_path / "one.toml"
     spec.write_text(SWEEP_FILE)
     whole = sweep(str(spec), out=str(tmp_path / "whole"), quiet=True)
     script = textwrap.dedent("""
         import os, signal, sys
-        import synthlab.checkpoints as C
+        import synthlab.run.checkpoints as C
         save = C.RunCheckpoints.save
         def killing_save(self, trainer):
             save(self, trainer)
             if trainer.global_step == 10:
                 os.kill(os.getpid(), signal.SIGKILL)
         C.RunCheckpoints.save = killing_save
-        from synthlab.sweeping import sweep
+        from synthlab.study.sweeping import sweep
         sweep(sys.argv[1], out=sys.argv[2], quiet=True)
     """)
     out = tmp_path / "killed"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import grids, sweeping
+from synthlab.analysis import grids
+from synthlab.study import sweeping
 
 TINY = """
 [sweep]

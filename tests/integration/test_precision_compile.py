@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from synthlab.checkpoints import run_key
 from synthlab.cli import main
 from synthlab.model.encoders.contextual import CoPE
-from synthlab.training import resolve_config, train
+from synthlab.run.checkpoints import run_key
+from synthlab.run.training import resolve_config, train
 
 
 @pytest.fixture

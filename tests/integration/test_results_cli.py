@@ -173,7 +173,7 @@ def test_every_task_round_trips_through_parquet(ws, capsys):
 @pytest.mark.slow
 def test_real_runs_with_eval_every_draw_their_curves_and_export(tmp_path, capsys):
     """Two tiny runs trained with train.eval_every: the curves drawn end at the record's metrics."""
-    from synthlab.training import train
+    from synthlab.run.training import train
 
     out = tmp_path / "runs"
     recs = [train("flipflop", pe, preset="smoke", out=out, quiet=True,

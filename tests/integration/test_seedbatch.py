@@ -1,4 +1,4 @@
-"""Batched seeds (synthlab.seedbatch, ``sweep --batch-seeds``): the seeds of a cell trained as
+"""Batched seeds (synthlab.run.seedbatch, ``sweep --batch-seeds``): the seeds of a cell trained as
 one stacked model give what separate runs give (within float rounding), each its own run,
 record and trial; seeds that cannot stack are refused before anything is written, and a
 sweep then trains them one by one."""
@@ -13,8 +13,9 @@ import torch
 from safetensors.torch import load_file
 
 import synthlab
-from synthlab import seedbatch, sweeping
-from synthlab.seedbatch import NotBatchable, train_seeds
+from synthlab.run import seedbatch
+from synthlab.run.seedbatch import NotBatchable, train_seeds
+from synthlab.study import sweeping
 from test_sweep import TINY as TINY_SWEEP
 
 SEEDS = [0, 1, 2]
@@ -125,7 +126,7 @@ def test_a_sweep_trains_seeds_that_cannot_stack_one_by_one(tmp_path, capsys):
 
 
 def test_a_killed_batch_resumes_from_its_checkpoint_with_the_same_results(tmp_path, monkeypatch):
-    from synthlab import checkpoints
+    from synthlab.run import checkpoints
 
     ov = {**TINY, "checkpoint_every": 5, "threads": 1}
     whole = train_seeds("flipflop", "cope", SEEDS, preset="smoke", overrides=ov, out=tmp_path / "whole")
@@ -173,7 +174,7 @@ def test_tasks_that_pad_per_batch_are_refused(task, tmp_path):
 def test_a_full_disk_leaves_no_seed_recorded_and_no_run_directory(where, tmp_path, monkeypatch):
     import errno
 
-    from synthlab import rundir
+    from synthlab.run import rundir
 
     orig, calls = getattr(rundir, where), []
 

@@ -86,7 +86,7 @@ def _records(out: Path) -> list[dict]:
 def _trials(out: Path, study: str):
     import optuna
 
-    from synthlab.storage import peek_storage
+    from synthlab.study.storage import peek_storage
 
     return optuna.load_study(study_name=study, storage=peek_storage(str(out / "study.journal"))).get_trials()
 
@@ -123,7 +123,7 @@ def test_runs_outside_a_launcher_say_nothing_of_srun(tmp_path):
 def test_lightning_environment_inside_and_outside_slurm(monkeypatch):
     from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
 
-    from synthlab.fitting import cluster_environment
+    from synthlab.run.fitting import cluster_environment
 
     monkeypatch.delenv("SLURM_NTASKS", raising=False)
     assert type(cluster_environment()) is LightningEnvironment

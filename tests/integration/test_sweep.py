@@ -1,6 +1,6 @@
 """`synthlab sweep`: exactly-once cells, resumption after a hard kill, shared workers, failures.
 
-Fast tests run in-process with a fake trainer (monkeypatched ``synthlab.training.run``, see ``as_run``);
+Fast tests run in-process with a fake trainer (monkeypatched ``synthlab.run.training.run``, see ``as_run``);
 the slow ones run the real command in subprocesses on a tiny sweep file (smoke scale).
 """
 
@@ -19,8 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from synthlab import grids, sweeping
+from synthlab.analysis import grids
 from synthlab.cli import main
+from synthlab.study import sweeping
 
 TINY = """
 [sweep]
@@ -52,7 +53,7 @@ def write_sweep(tmp_path: Path, text: str = TINY, name: str = "tiny.toml") -> Pa
 
 
 class FakeTrain:
-    """Stands in for synthlab.training.train: records calls, appends a record like the real one."""
+    """Stands in for synthlab.run.training.train: records calls, appends a record like the real one."""
 
     def __init__(self, fail_when=None, raise_when=None):
         self.calls: list[tuple] = []
@@ -90,8 +91,8 @@ def settings_of(cfg) -> dict:
 
 
 def as_run(train):
-    """A stand-in trainer written as synthlab.training.train, called as a sweep calls
-    synthlab.training.run: with each cell's resolved config (its settings as dotted overrides)."""
+    """A stand-in trainer written as synthlab.run.training.train, called as a sweep calls
+    synthlab.run.training.run: with each cell's resolved config (its settings as dotted overrides)."""
 
     def run(cfg, out=None, results=None, quiet=True, study=None, trial=None, t0=None, **options):
         return train(cfg.task, cfg.pe, preset=cfg.preset, seed=cfg.train.seed, out=out, positions=cfg.positions,
@@ -109,10 +110,10 @@ def failing_fake() -> FakeTrain:
 
 @pytest.fixture
 def fake(monkeypatch):
-    import synthlab.training
+    import synthlab.run.training
 
     f = FakeTrain()
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     return f
 
 
@@ -212,11 +213,12 @@ def test_a_user_file_trains_its_own_presets_and_a_base_only_when_named(tmp_path,
     """A user's file whose preset sets only d_model trains the config and task defaults on
     everything else, not flipflop.toml's preset for its task; with base = "flipflop" it trains
     flipflop.toml's preset with its own d_model over it."""
-    import synthlab.training
-    from synthlab import generators, presets
-    from synthlab.config import TrainConfig
+    import synthlab.run.training
+    from synthlab import generators
+    from synthlab.core.config import TrainConfig
+    from synthlab.plan import presets
 
-    monkeypatch.setattr(synthlab.training, "run", as_run(ParamsTrain()))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(ParamsTrain()))
     path = write_sweep(tmp_path, USER)
     own = sweeping.sweep(path, preset=preset, out=tmp_path / "own", grids=False)
     params = generators.TASKS["flipflop"].PARAMS
@@ -306,7 +308,7 @@ def test_seeds_from_python_an_int_a_string_or_a_list(tmp_path, fake, monkeypatch
 def test_tuned_lr_the_grid_shows_the_best_setting_per_cell(tmp_path, monkeypatch, capsys):
     """trials_per_cell = 3 over lr: every (cell, lr) runs once; the grid shows, per encoding,
     the lr whose objective (mean over seeds) is best; study-results.jsonl keeps all six runs."""
-    import synthlab.training
+    import synthlab.run.training
 
     class LrTrain(FakeTrain):
         def __call__(self, task, pe, **kw):
@@ -318,7 +320,7 @@ def test_tuned_lr_the_grid_shows_the_best_setting_per_cell(tmp_path, monkeypatch
             return rec
 
     f = LrTrain()
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     text = TINY.replace("seed = [0, 1]", "seed = [0]").replace(
         "[presets.quick]", "[presets.smoke.tune]\ntrials_per_cell = 3\nlr = [1e-3, 3e-3, 1e-2]\n\n[presets.quick]")
     text = text.replace('capacity_x = "lr"', 'objective_split = "test"')
@@ -396,13 +398,14 @@ def test_a_paused_worker_on_this_machine_is_not_reaped():
     """A live worker process on this host whose heartbeat is long silent is paused (SIGSTOP, a
     suspended batch job), not dead: its trial is not reaped (it was, after the grace period, and
     the resumed worker then crashed recording a finished trial). Gone, it is."""
-    from synthlab import liveness
+    from synthlab.core import processes
+    from synthlab.study import liveness
 
     paused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         paused.send_signal(signal.SIGSTOP)
-        me = liveness.worker_id()
-        worker = {"host": me["host"], "pid": paused.pid, "start": liveness.proc_start(paused.pid)}
+        me = processes.worker_id()
+        worker = {"host": me["host"], "pid": paused.pid, "start": processes.proc_start(paused.pid)}
 
         class Trial:  # what _stale_reason reads of a RUNNING trial
             user_attrs = {"worker": worker, "heartbeat": time.time() - 10_000}
@@ -425,7 +428,7 @@ def test_a_run_reaped_while_it_ran_is_not_recorded_and_the_sweep_goes_on(tmp_pat
     import optuna
     from optuna.trial import TrialState
 
-    import synthlab.training
+    import synthlab.run.training
 
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
@@ -443,7 +446,7 @@ def test_a_run_reaped_while_it_ran_is_not_recorded_and_the_sweep_goes_on(tmp_pat
             reaped.append(t.number)
         return rec
 
-    monkeypatch.setattr(synthlab.training, "run", as_run(train_then_reaped))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(train_then_reaped))
     sweeping.sweep(path, out=out, grids=False)
     _, trials = study_trials(out, "tiny-smoke")
     assert len(inner.calls) == 5  # 4 cells, the reaped one twice
@@ -476,10 +479,10 @@ def test_cells_enqueued_twice_still_run_once(tmp_path, fake):
 def test_a_failed_cell_is_recorded_the_sweep_goes_on_and_the_grid_shows_it_missing(tmp_path, monkeypatch, capsys):
     from optuna.trial import TrialState
 
-    import synthlab.training
+    import synthlab.run.training
 
     f = failing_fake()
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
     recs = sweeping.sweep(path, out=out)
@@ -644,16 +647,16 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
 
 
 def test_retry_failed_runs_only_the_failed_cells_again(tmp_path, monkeypatch, capsys):
-    import synthlab.training
+    import synthlab.run.training
 
     broken = failing_fake()
-    monkeypatch.setattr(synthlab.training, "run", as_run(broken))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(broken))
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
     sweeping.sweep(path, out=out, grids=False)
     assert len(broken.calls) == 4
     fixed = FakeTrain()
-    monkeypatch.setattr(synthlab.training, "run", as_run(fixed))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(fixed))
     sweeping.sweep(path, out=out, grids=False)  # without the flag a failed cell is finished
     assert fixed.calls == []
     recs = sweeping.sweep(path, out=out, retry_failed=True)

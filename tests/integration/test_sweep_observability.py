@@ -4,7 +4,7 @@ optuna-dashboard shows: the cells' axes as params, headline metrics as user attr
 learning curve as intermediate values (checked against the real optuna-dashboard server).
 
 Fast tests run in-process with a stand-in trainer that takes the ``report`` hook and
-``logger`` as synthlab.training.train does; the slow ones run real training.
+``logger`` as synthlab.run.training.train does; the slow ones run real training.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import urllib.request
 
 import pytest
 
-from synthlab import sweeping
 from synthlab.cli import main
+from synthlab.study import sweeping
 from test_sweep import TINY, FakeTrain, _env, as_run, study_trials, write_sweep
 
 
@@ -51,18 +51,18 @@ class ReportingTrain(FakeTrain):
 
 @pytest.fixture
 def reporting(monkeypatch):
-    import synthlab.training
+    import synthlab.run.training
 
     f = ReportingTrain()
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     return f
 
 
 def test_a_log_gets_a_line_per_cell_and_heartbeats_during_long_ones(tmp_path, monkeypatch, capsys):
-    import synthlab.training
+    import synthlab.run.training
 
     f = ReportingTrain(pause=0.06)  # 0.6 s a cell
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     sweeping.sweep(write_sweep(tmp_path), out=tmp_path / "out", quiet=False, progress_every=0.25)
     err = capsys.readouterr().err.splitlines()  # stderr is no terminal here: lines
     done = [ln for ln in err if " cells done: " in ln]
@@ -76,10 +76,10 @@ def test_a_log_gets_a_line_per_cell_and_heartbeats_during_long_ones(tmp_path, mo
 
 
 def test_a_failed_cell_gets_its_line_with_the_reason(tmp_path, monkeypatch, capsys):
-    import synthlab.training
+    import synthlab.run.training
 
     f = ReportingTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1)
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     sweeping.sweep(write_sweep(tmp_path), out=tmp_path / "out", quiet=False)
     err = capsys.readouterr().err
     assert "[sweep] 4/4 cells done: task=flipflop pe=nope seed=1 failed (diverged: non-finite training loss" in err
@@ -159,11 +159,11 @@ def test_the_study_holds_params_metric_attrs_and_the_loss_curve(tmp_path, report
 
 def test_with_periodic_evaluation_the_curve_is_the_objective(tmp_path, monkeypatch):
     """A cell whose config sets train.eval_every reports the sweep's objective as its curve."""
-    import synthlab.training
-    from synthlab import dashboard
+    import synthlab.run.training
+    from synthlab.study import dashboard
 
     f = ReportingTrain(evals=(4, 9))
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     real_plan = dashboard.plan
     monkeypatch.setattr(dashboard, "plan", lambda spec, cfg: real_plan(spec, _with_eval_every(cfg, 5)))
     out = tmp_path / "out"
@@ -302,10 +302,10 @@ def test_with_workers_the_main_process_alone_prints_one_line_per_cell(tmp_path):
 
 @pytest.mark.slow
 def test_real_training_reports_its_loss_curve_to_the_study(tmp_path):
-    from synthlab import training
+    from synthlab.run import training
 
     if "report" not in inspect.signature(training.train).parameters:
-        pytest.skip("synthlab.training.train has no report hook yet")
+        pytest.skip("synthlab.run.training.train has no report hook yet")
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 200,").replace("seed = [0, 1]", "seed = [0]"))
     out = tmp_path / "out"
     sweeping.sweep(path, out=out)

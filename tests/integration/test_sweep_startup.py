@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import sweeping
+from synthlab.study import sweeping
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,9 +51,9 @@ def test_the_listings_import_no_torch_and_no_optuna(tmp_path, argv):
 
 
 def test_a_finished_sweep_run_again_imports_no_trainer_and_writes_nothing_to_the_study(tmp_path, monkeypatch):
-    import synthlab.training
+    import synthlab.run.training
 
-    monkeypatch.setattr(synthlab.training, "run", as_run(FakeTrain()))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(FakeTrain()))
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
     first = sweeping.sweep(path, out=out, quiet=True)  # the cells' records, made in this process
@@ -79,10 +79,10 @@ def test_a_finished_sweep_run_again_imports_no_trainer_and_writes_nothing_to_the
 
 def test_only_a_grid_with_nothing_left_to_run_takes_the_short_path(tmp_path, monkeypatch):
     """A failed cell is finished, unless --retry-failed; another study, or more seeds, is not."""
-    import synthlab.training
+    import synthlab.run.training
     from test_sweep import failing_fake
 
-    monkeypatch.setattr(synthlab.training, "run", as_run(failing_fake()))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(failing_fake()))
     path = write_sweep(tmp_path)
     out = tmp_path / "out"
     sweeping.sweep(path, out=out, quiet=True)

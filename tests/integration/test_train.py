@@ -1,4 +1,4 @@
-"""`synthlab train` / synthlab.training: smoke runs for every task, determinism, failure
+"""`synthlab train` / synthlab.run.training: smoke runs for every task, determinism, failure
 records, validation before writing, evaluation details (greedy decoding, rope scaling)."""
 
 import json
@@ -12,11 +12,11 @@ import torch
 
 from synthlab import generators
 from synthlab.cli import main
-from synthlab.data import eval_sets
-from synthlab.evaluation import EvalContext, evaluate, greedy_right, score_samples
 from synthlab.generators import che
 from synthlab.model.registry import PE_REVISION
-from synthlab.training import lr_factor, resolve_config, train
+from synthlab.run.data import eval_sets
+from synthlab.run.evaluation import EvalContext, evaluate, greedy_right, score_samples
+from synthlab.run.training import lr_factor, resolve_config, train
 
 CHE_TASKS = tuple(che.TASKS)
 RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",
@@ -83,7 +83,7 @@ def test_same_seed_same_metrics_at_two_threads():
 def test_strict_determinism_switch_is_scoped_to_the_run(monkeypatch):
     import torch
 
-    from synthlab import training
+    from synthlab.run import training
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     seen = {}
@@ -132,7 +132,7 @@ def test_no_files_without_out(tmp_path, monkeypatch):
 
 
 def test_diverging_run_is_recorded_failed(tmp_path, monkeypatch):
-    import synthlab.training as tr
+    import synthlab.run.training as tr
 
     real = tr.F.cross_entropy
     calls = {"n": 0}
@@ -475,7 +475,7 @@ def test_load_run_reloads_runs_saved_with_the_old_rotary_pair_layout(tmp_path):
 def test_lightnings_hook_name_skips_nn_modules_setattr(monkeypatch):
     # Lightning sets _current_fx_name ~46 times a step; through nn.Module.__setattr__ that was
     # 0.2 ms of host time a step (fitting.QuickHookName). Other attributes still go through it.
-    from synthlab.seedbatch import train_seeds
+    from synthlab.run.seedbatch import train_seeds
 
     seen = []
     setattr_ = torch.nn.Module.__setattr__
@@ -502,7 +502,7 @@ def test_data_workers_change_nothing_in_a_run(task, tmp_path):
 
 
 def test_batched_seeds_with_a_data_worker_equal_in_process():
-    from synthlab.seedbatch import train_seeds
+    from synthlab.run.seedbatch import train_seeds
 
     a = train_seeds("flipflop", "rope", [0, 1], preset="smoke", overrides={"steps": 8})
     b = train_seeds("flipflop", "rope", [0, 1], preset="smoke", overrides={"steps": 8, "train.data_workers": 1})

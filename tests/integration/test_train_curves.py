@@ -18,9 +18,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import synthlab.checkpoints as checkpoints
+import synthlab.run.checkpoints as checkpoints
 from synthlab.cli import main
-from synthlab.training import resolve_config, train
+from synthlab.run.training import resolve_config, train
 from test_long_runs import _stop_at
 
 # dropout and randomized positions: the training draws from torch's RNG, which evaluation must not touch

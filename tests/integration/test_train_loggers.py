@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import synthlab.loggers as loggers
+import synthlab.run.loggers as loggers
 from synthlab.cli import main
-from synthlab.training import train
+from synthlab.run.training import train
 
 OV = {"steps": 10, "d_model": 16, "eval_samples": 8}
 

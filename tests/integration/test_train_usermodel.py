@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_model
 
 from synthlab import generators
-from synthlab.training import train
-from synthlab.usermodel import saved_model
+from synthlab.run.training import train
+from synthlab.run.usermodel import saved_model
 
 OV = {"steps": 10, "d_model": 16, "eval_samples": 8}
 
@@ -57,7 +57,7 @@ def test_a_factory_model_is_trained_evaluated_and_recorded(tmp_path):
     with pytest.raises(ValueError, match=rf"trained the model of factory {NAME}: load it with load_run\(dir, model="):
         saved_model(config, task, None, where=str(run_dir))
     # and through load_run, as a notebook reopens a run
-    from synthlab.runs import load_run
+    from synthlab.run.runs import load_run
 
     run = load_run(run_dir, model=lstm)
     assert isinstance(run.model, TinyLSTM) and not run.model.training

@@ -50,10 +50,10 @@ class AliasedOOD(FakeTrain):
 
 @pytest.fixture
 def fake(monkeypatch):
-    import synthlab.training
+    import synthlab.run.training
 
     f = AliasedOOD()
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     return f
 
 

@@ -65,7 +65,7 @@ def test_the_unpacked_wheel_imports_its_generators_and_sweeps_from_an_empty_dire
     empty = tmp_path / "empty"
     empty.mkdir()
     code = ("import json, synthlab.generators as g\n"
-            "from synthlab.sweepfile import installed_sweeps\n"
+            "from synthlab.plan.sweepfile import installed_sweeps\n"
             "print(json.dumps({'synthlab': __import__('synthlab').__file__, 'generators': g.__file__,\n"
             "    'tasks': len(g.TASKS), 'sweeps': sorted(installed_sweeps())}))")
     # the unpacked wheel first on the path; the dependencies from this environment

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from synthlab import grids, workers
+from synthlab.analysis import grids
+from synthlab.study import workers
 from test_sweep import TINY, _env, completed_keys, study_trials, wait_running, write_sweep
 
 
@@ -48,11 +49,11 @@ def test_bad_workers_flag_exits_2_before_writing(tmp_path, capsys):
     ([], "3", "3"), (["--workers", "2"], "3", "2"),  # SYNTHLAB_WORKERS sets the default, a flag wins
 ])
 def test_default_workers(tmp_path, monkeypatch, argv, env, want):
-    import synthlab.sweeping
+    import synthlab.study.sweeping
     from synthlab.cli import main
 
     seen = []
-    monkeypatch.setattr(synthlab.sweeping, "sweep", lambda *a, **kw: seen.append(kw["workers"]) or [])
+    monkeypatch.setattr(synthlab.study.sweeping, "sweep", lambda *a, **kw: seen.append(kw["workers"]) or [])
     if env is None:
         monkeypatch.delenv("SYNTHLAB_WORKERS", raising=False)
     else:
@@ -73,11 +74,11 @@ def test_bad_workers_default_exits_2_before_writing(tmp_path, monkeypatch, capsy
 
 def test_a_finished_grid_starts_no_helpers(tmp_path, monkeypatch):
     """Workers are capped by the cells left to run, so resuming a finished grid spawns nothing."""
-    import synthlab.training
-    from synthlab import sweeping, workers
+    import synthlab.run.training
+    from synthlab.study import sweeping, workers
     from test_sweep import FakeTrain, as_run
 
-    monkeypatch.setattr(synthlab.training, "run", as_run(FakeTrain()))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(FakeTrain()))
     path, out = write_sweep(tmp_path), tmp_path / "out"
     sweeping.sweep(path, out=out, grids=False)
     monkeypatch.setattr(workers, "spawn", lambda *a, **kw: pytest.fail("helpers started for a finished grid"))
@@ -114,7 +115,7 @@ def test_a_helper_trains_a_user_files_cell_with_the_same_config(tmp_path):
     preset sets only d_model trains the config and task defaults in both workers (not
     flipflop.toml's preset). --trials 1 in each of 2 workers: each trains one of the 2 cells."""
     from synthlab import generators
-    from synthlab.config import TrainConfig
+    from synthlab.core.config import TrainConfig
     from test_sweep import USER
 
     path = write_sweep(tmp_path, USER.replace('pe = ["rope"]', 'pe = ["rope", "nope"]'))
@@ -194,9 +195,9 @@ def test_the_warning_for_a_dead_helper_names_the_cell_it_left_running(capsys):
 
     from optuna.trial import TrialState
 
-    from synthlab import sweeping
-    from synthlab.cells import Cell
-    from synthlab.liveness import worker_id
+    from synthlab.core.processes import worker_id
+    from synthlab.plan.cells import Cell
+    from synthlab.study import sweeping
 
     me = worker_id()
     cell = Cell(task="flipflop", pe="rope", seed=3, overrides={}, positions=None, rope_scaling=None, slot=0,

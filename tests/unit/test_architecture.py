@@ -1,4 +1,6 @@
-"""The shape of the package: no import cycles among synthlab modules, no module over 500 lines.
+"""The shape of the package: its layers imported in one order only, no import cycles among
+synthlab modules, no module over 500 lines (a hint that a module does two things, not a rule
+that splits it).
 
 The import graph is read from the source with ``ast`` (nothing is imported): every ``import`` /
 ``from ... import`` of a synthlab module, at module level and inside functions alike, since a
@@ -14,6 +16,12 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "synthlab"
 # the repository's generators/ folder installs as synthlab.generators (pyproject.toml's package-dir)
 GENERATORS = PACKAGE.parent / "generators"
+# The layers of synthlab, lowest first (docs/architecture.md): a module may import its own layer
+# and those before it, never one after. A layer is a folder of synthlab (generators/ installs as
+# synthlab.generators); the modules outside the folders stand in the layer LOOSE names.
+LAYERS = ("generators", "core", "model", "plan", "run", "analysis", "study", "plot", "cli")
+# the package's face (__version__, the lazy public names, the checkout finder) and the commands
+LOOSE = {"synthlab": "core", "synthlab._checkout": "core", "synthlab.cli": "cli", "synthlab.commands": "cli"}
 MAX_LINES = 500
 # modules allowed over MAX_LINES for now; empty it as they are split
 OVER_MAX_LINES_FOR_NOW: set[str] = set()
@@ -118,9 +126,40 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_reader_sees_lazy_relative_and_submodule_imports():
     graph = import_graph()
-    assert "synthlab.training" in graph["synthlab.scheduler"]  # inside Runner._train
+    assert "synthlab.run.training" in graph["synthlab.study.scheduler"]  # inside Runner._train
     assert "synthlab.model.registry" in graph["synthlab.model"]  # from .registry import ...
-    assert "synthlab.workers" in graph["synthlab.sweeping"]  # from synthlab import workers as ...
+    assert "synthlab.study.workers" in graph["synthlab.study.sweeping"]  # from synthlab.study import workers as ...
+
+
+def layer(module: str) -> str | None:
+    """The layer ``module`` stands in (one of LAYERS), None for a module placed in none."""
+    if module in LOOSE:
+        return LOOSE[module]
+    top = ".".join(module.split(".")[:2])  # synthlab.<folder>
+    return LOOSE.get(top) or (top[len("synthlab."):] if top[len("synthlab."):] in LAYERS else None)
+
+
+def against_the_order(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a higher layer by a lower one, as 'a (layer) -> b (layer)'."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return [f"{a} ({layer(a)}) -> {b} ({layer(b)})" for a in sorted(graph) for b in sorted(graph[a])
+            if rank[layer(b) or ""] > rank[layer(a) or ""]]
+
+
+def test_every_module_stands_in_a_layer():
+    unplaced = sorted(m for m in import_graph() if layer(m) is None)
+    assert not unplaced, f"modules in no layer (a folder named in LAYERS, or LOOSE): {unplaced}"
+
+
+def test_no_layer_imports_a_higher_one():
+    bad = against_the_order(import_graph())
+    assert not bad, "imports against the layer order " + " < ".join(LAYERS) + ": " + "; ".join(bad)
+
+
+def test_the_order_check_catches_an_import_upwards():
+    graph = {"synthlab.core.config": {"synthlab.run.training"}, "synthlab.run.training": {"synthlab.core.config"},
+             "synthlab.commands.train": {"synthlab.run.training"}, "synthlab.run.rundir": {"synthlab"}}
+    assert against_the_order(graph) == ["synthlab.core.config (core) -> synthlab.run.training (run)"]
 
 
 def test_no_import_cycles():
@@ -166,8 +205,8 @@ def test_the_graph_reader_names_generators_as_installed():
     graph = import_graph()
     assert "synthlab.generators.base" in graph["synthlab.generators"]  # from .base import ...
     assert "synthlab.generators.che.base" in graph["synthlab.generators.che.cs"]
-    assert "synthlab.generators.base" in graph["synthlab.config"]  # from synthlab.generators.base import ...
-    assert "synthlab.generators" in graph["synthlab.training"]  # from synthlab import generators
+    assert "synthlab.generators.base" in graph["synthlab.core.config"]  # from synthlab.generators.base import ...
+    assert "synthlab.generators" in graph["synthlab.run.training"]  # from synthlab import generators
 
 
 def test_the_model_imports_no_training_sweeping_or_plotting():
@@ -177,7 +216,7 @@ def test_the_model_imports_no_training_sweeping_or_plotting():
     for mod, deps in graph.items():
         if mod == "synthlab.model" or mod.startswith("synthlab.model."):
             outside = {d for d in deps if not (d == "synthlab.model" or d.startswith("synthlab.model."))}
-            assert outside <= {"synthlab.config", "synthlab.generators.plugins"}, f"{mod} imports {outside}"
+            assert outside <= {"synthlab.core.config", "synthlab.generators.plugins"}, f"{mod} imports {outside}"
 
 
 def test_every_environment_variable_the_code_reads_is_in_interfaces_md():

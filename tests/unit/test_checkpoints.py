@@ -1,12 +1,12 @@
-"""synthlab.checkpoints without training: the key, the settings, the lock, a bad checkpoint."""
+"""synthlab.run.checkpoints without training: the key, the settings, the lock, a bad checkpoint."""
 
 import json
 
 import pytest
 import torch
 
-from synthlab.checkpoints import DIRNAME, LAST, STATE, RunCheckpoints, run_key
-from synthlab.training import resolve_config
+from synthlab.run.checkpoints import DIRNAME, LAST, STATE, RunCheckpoints, run_key
+from synthlab.run.training import resolve_config
 
 
 def _cfg(**ov):

@@ -3,9 +3,9 @@
 import pytest
 
 from synthlab import generators
-from synthlab.config import PRESETS, RunConfig, apply_overrides, coerce, resolve_key, validate_fields
+from synthlab.core.config import PRESETS, RunConfig, apply_overrides, coerce, resolve_key, validate_fields
 from synthlab.generators import che
-from synthlab.presets import build_config, preset
+from synthlab.plan.presets import build_config, preset
 
 FLIPFLOP_PARAMS = tuple(generators.TASKS["flipflop"].PARAMS)
 
@@ -31,7 +31,7 @@ def test_quick_flipflop_matches_spec_evidence():
 
 def test_flipflop_train_quick_is_the_sweep_files_quick_cell():
     """`synthlab train flipflop --preset quick` runs exactly one cell of the quick sweep."""
-    from synthlab.sweeping import expand_cells, load_sweep
+    from synthlab.study.sweeping import expand_cells, load_sweep
 
     cell = expand_cells(load_sweep("flipflop"), "quick", ["rope"])[0]
     from synthlab import generators

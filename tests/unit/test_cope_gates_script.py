@@ -20,7 +20,7 @@ def script():
 
 def test_averages_over_reads_of_write_and_other_gates_and_clamps(script, monkeypatch):
     # one layer, one head, tokens w 1 r 1 w 0 i 0 r 0: reads at 2 and 8, npos 2 (clamp at p >= 1)
-    from synthlab.plotting.maps import CopePositions
+    from synthlab.plot.maps import CopePositions
 
     tokens = ["w", "1", "r", "1", "w", "0", "i", "0", "r", "0"]
     T = len(tokens)

@@ -1,4 +1,4 @@
-"""synthlab.dashboard: the params, user attrs and intermediate values a sweep's study holds for
+"""synthlab.study.dashboard: the params, user attrs and intermediate values a sweep's study holds for
 optuna-dashboard, and the rule that keeps one distribution per param name in a study."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import types
 
 import pytest
 
-from synthlab import dashboard
-from synthlab.cells import expand_cells
-from synthlab.sweepfile import parse_sweep
-from synthlab.trialhooks import trial_report
+from synthlab.plan.cells import expand_cells
+from synthlab.plan.sweepfile import parse_sweep
+from synthlab.study import dashboard
+from synthlab.study.trialhooks import trial_report
 
 SWEEP = """
 [sweep]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from synthlab import generators
-from synthlab.data import (
+from synthlab.run.data import (
     IGNORE,
     PositionSampler,
     TrainBatches,
@@ -145,7 +145,7 @@ def test_the_training_loader_pins_batches_only_for_a_cuda_trainer():
     # a pageable batch's copy to the GPU may hold the host (see StepLoader.for_trainer)
     from types import SimpleNamespace
 
-    from synthlab.data import StepLoader
+    from synthlab.run.data import StepLoader
 
     def trainer(kind):
         return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(kind)))
@@ -161,7 +161,7 @@ def test_loader_workers_deliver_the_in_process_sequence(workers):
     # worker w builds steps start + w, start + w + k, ...; the loader takes them in turn: step order
     from types import SimpleNamespace
 
-    from synthlab.data import StepLoader
+    from synthlab.run.data import StepLoader
 
     task = generators.get_task("arithmetic")  # lengths vary from batch to batch
     alone = TrainStream(task, 3, 4)
@@ -178,7 +178,7 @@ def test_loader_workers_deliver_the_in_process_sequence(workers):
 def test_loader_workers_default_to_two_on_a_gpu_and_none_on_cpu():
     from types import SimpleNamespace
 
-    from synthlab.data import StepLoader
+    from synthlab.run.data import StepLoader
 
     def trainer(kind):
         return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(kind)))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import synthlab
-from synthlab import fitting, seedbatch, training
+from synthlab.run import fitting, seedbatch, training
 
 ENV = "CUBLAS_WORKSPACE_CONFIG"
 SMOKE = {"steps": 4, "train.eval_samples": 4}

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from synthlab import generators, presets
+from synthlab import generators
 from synthlab.generators.base import Sample
+from synthlab.plan import presets
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "arithmetic_mix.py"
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from synthlab import grids
+from synthlab.analysis import grids
 
 
 def rec(pe, d, seed, test, sparse, status="ok", trial=0, by_length=None, task="flipflop"):
@@ -231,7 +231,7 @@ def test_a_sweep_axis_on_another_set_key_joins_the_rows():
 def test_a_composite_axis_with_a_setting_a_failed_record_never_named():
     # a sweep run whose trainer raised has a record naming only the cell's overrides (no n_heads
     # here): `--x d_model,n_heads` crashed (pandas' str dtype keeps NaN: " ".join got a float)
-    from synthlab.records import failed_record
+    from synthlab.run.records import failed_record
 
     recs = [rec("rope", 16, s, 0.8, 0.5) for s in range(2)]
     recs.append(failed_record("flipflop", "rope", None, {"model.d_model": 16}, 3, "s", 9, "RuntimeError: boom"))
@@ -244,7 +244,7 @@ def test_a_composite_axis_with_a_setting_a_failed_record_never_named():
 def test_a_failed_run_in_a_joined_row_label_is_shown_not_dropped():
     # rows d_model joined with n_layers; the failed run's record never named d_model: its label was
     # NaN ("64.0 ..." + NaN), so the header said 1 run failed while no cell showed it
-    from synthlab.records import failed_record
+    from synthlab.run.records import failed_record
 
     recs = [rec("rope", 16, s, 0.9, a) for s, a in ((0, 0.5), (1, 0.6))]
     recs += [{**rec("rope", 16, s, 0.9, 0.7), "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}} for s in range(2)]

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from synthlab import grids
-from synthlab.tables import check_records
+from synthlab.analysis import grids
+from synthlab.analysis.tables import check_records
 
 
 def rec(pe, seed, acc, status="ok", task="flipflop", by_length=None):

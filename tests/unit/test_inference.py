@@ -1,4 +1,4 @@
-"""The statistics behind a verdict (synthlab.inference), checked against scipy and by simulation.
+"""The statistics behind a verdict (synthlab.analysis.inference), checked against scipy and by simulation.
 
 The simulations use fixed generators, so they are deterministic; their tolerances are binomial
 bounds at 1 in 1000, not eyeballed margins.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from synthlab import inference as inf
+from synthlab.analysis import inference as inf
 
 
 def _verdict(better, worse, family: int = 1) -> str:

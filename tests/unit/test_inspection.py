@@ -15,7 +15,7 @@ import torch
 
 import synthlab
 from synthlab import plot
-from synthlab.runs import LoadedRun
+from synthlab.run.runs import LoadedRun
 
 CKPT = Path(__file__).resolve().parents[2] / "notebooks" / "checkpoints"
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import journallock, records, storage, sweeping
+from synthlab.run import records
+from synthlab.study import journallock, storage, sweeping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from test_sweep import FakeTrain, as_run, completed_keys, study_trials, write_sweep  # noqa: E402
@@ -130,10 +131,10 @@ def test_scan_records_reads_complete_lines_from_an_offset(tmp_path):
 
 @pytest.fixture
 def fake(monkeypatch):
-    import synthlab.training
+    import synthlab.run.training
 
     f = FakeTrain()
-    monkeypatch.setattr(synthlab.training, "run", as_run(f))
+    monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     return f
 
 
@@ -246,7 +247,7 @@ def test_interrupted_while_waiting_for_the_lock_leaves_the_holders_lock(tmp_path
 
 HOLDER = """
 import sys, time
-from synthlab import journallock, storage
+from synthlab.study import journallock, storage
 journallock._local_fs = lambda folder: True  # whatever the test machine's /tmp is
 lock = storage._repairing_lock_class()(sys.argv[1])
 lock._take()
@@ -411,7 +412,7 @@ def _fake_open(name: str, text: str):
 
 FORK_HOLDER = """
 import os, sys, time
-from synthlab import journallock, storage
+from synthlab.study import journallock, storage
 journallock._local_fs = lambda folder: True  # whatever the test machine's /tmp is
 lock = storage._repairing_lock_class()(sys.argv[1])
 lock._take()

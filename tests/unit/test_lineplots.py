@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import matplotlib
 import pytest
 
-from synthlab import grids
-from synthlab.curves_plot import curve_table, draw_curves
-from synthlab.lineplots import by_length, draw_by_length
+from synthlab.analysis import grids
+from synthlab.analysis.curves_plot import curve_table, draw_curves
+from synthlab.analysis.lineplots import by_length, draw_by_length
 
 
 def rec(pe, seed, acc, task="even_pairs", d_model=16, by_len=True, curve=None, status="ok", study=None):
@@ -154,7 +154,7 @@ def test_the_by_length_line_counts_a_seed_run_twice_once():
 
 
 def test_the_learning_curve_band_counts_a_seed_run_twice_once(tmp_path, monkeypatch, no_backend_switch):
-    import synthlab.curves_plot as cp
+    import synthlab.analysis.curves_plot as cp
 
     drawn = {}
     real = cp.draw_lines

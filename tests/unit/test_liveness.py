@@ -11,7 +11,8 @@ import subprocess
 import sys
 import time
 
-from synthlab import liveness
+from synthlab.core import processes
+from synthlab.study import liveness
 
 
 class Clock:
@@ -36,7 +37,7 @@ def elsewhere(beat: float = 30.0) -> dict:
 
 
 def test_worker_id_names_its_pid_space_and_beat():
-    me = liveness.worker_id(12.0)
+    me = processes.worker_id(12.0)
     assert me["beat"] == 12.0 and me["pid"] == os.getpid()
     if os.path.exists("/proc/self/ns/pid"):
         assert me["space"] and me["space"].endswith(os.readlink("/proc/self/ns/pid"))
@@ -45,7 +46,7 @@ def test_worker_id_names_its_pid_space_and_beat():
 def test_same_host_name_in_another_pid_space_is_judged_by_its_heartbeat_not_by_a_pid_here():
     """Two containers (or machines) with one host name: a pid that is dead here may be alive
     there. Before, its cell was reaped at once ("is gone") while its worker trained on."""
-    me = liveness.worker_id()
+    me = processes.worker_id()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     other = {"host": me["host"], "pid": gone.pid, "start": "1", "space": "another-boot pid:[4026531836]", "beat": 30.0}
@@ -62,7 +63,7 @@ def test_a_live_worker_whose_clock_is_behind_is_never_reaped():
     """Its heartbeats read 500 s old here (more than the grace period, within CLOCK_SKEW), but
     they keep changing. Before, the first look reaped it (its run then could not be recorded,
     and its cell ran twice)."""
-    clock, me = Clock(), liveness.worker_id()
+    clock, me = Clock(), processes.worker_id()
     watch = liveness.SilenceWatch(clock)
     for beat in range(20):  # one look per beat, for 20 beats
         t = running(elsewhere(), time.time() - 500 + beat * 30)
@@ -73,7 +74,7 @@ def test_a_live_worker_whose_clock_is_behind_is_never_reaped():
 def test_a_dead_worker_whose_clock_is_ahead_is_reaped_after_the_grace_period_here():
     """Its last heartbeat reads 1,000 s in the future here. Before, it was never reaped until
     this machine's clock passed it (its cell never ran again)."""
-    clock, me = Clock(), liveness.worker_id()
+    clock, me = Clock(), processes.worker_id()
     watch = liveness.SilenceWatch(clock)
     t = running(elsewhere(), time.time() + 1000)
     assert liveness.stale_reason(t, 180, me, watch) is None
@@ -87,7 +88,7 @@ def test_an_old_heartbeat_is_reaped_once_it_stands_still_for_three_beats_here_or
     """A worker dead for a while (its heartbeat old by this clock too) is not made to wait the
     whole grace period after a restart, only three of its beats; one dead for longer than any
     clock skew is reaped at the first look (a batch job with --trials 1 looks once)."""
-    clock, me = Clock(), liveness.worker_id()
+    clock, me = Clock(), processes.worker_id()
     watch = liveness.SilenceWatch(clock)
     t = running(elsewhere(beat=10.0), time.time() - 300)
     assert liveness.stale_reason(t, 180, me, watch) is None  # first sighting
@@ -111,17 +112,17 @@ def test_a_killed_helper_not_yet_waited_for_is_dead():
     """A zombie (SIGKILLed or OOM-killed helper whose parent has not waited yet) answers
     kill(pid, 0) and keeps its start time: it was judged alive, so its cell was never reaped."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    start = liveness.proc_start(child.pid)
+    start = processes.proc_start(child.pid)
     try:
         deadline = time.time() + 30
-        while liveness._zombie(child.pid) is False and time.time() < deadline:
+        while processes._zombie(child.pid) is False and time.time() < deadline:
             time.sleep(0.05)
-        assert liveness._zombie(child.pid)
-        assert not liveness.pid_alive(child.pid, start)
+        assert processes._zombie(child.pid)
+        assert not processes.pid_alive(child.pid, start)
     finally:
         child.wait()
-    me = liveness.worker_id()
-    assert liveness.pid_alive(os.getpid(), me["start"])
+    me = processes.worker_id()
+    assert processes.pid_alive(os.getpid(), me["start"])
 
 
 def test_claims_of_one_pid_on_one_host_name_in_two_pid_spaces_do_not_collide():

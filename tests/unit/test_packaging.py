@@ -44,7 +44,7 @@ def test_the_checkout_finder_maps_the_folders_pyproject_maps():
 
 
 def test_the_sweep_files_are_read_as_package_data_of_synthlab_sweeps():
-    from synthlab.sweepfile import installed_sweeps
+    from synthlab.plan.sweepfile import installed_sweeps
 
     installed = installed_sweeps()
     assert set(installed) == {p.stem for p in (ROOT / "sweeps").glob("*.toml")}
@@ -67,7 +67,7 @@ def _sources() -> dict[str, str]:
 
 def test_nothing_imports_generators_or_sweeps_by_their_old_top_level_names():
     sources = _sources()
-    assert {"synthlab/training.py", "docs/plugins.md", "notebooks/encodings.ipynb"} <= set(sources)
+    assert {"synthlab/run/training.py", "docs/plugins.md", "notebooks/encodings.ipynb"} <= set(sources)
     # the changelog tells users the old names; this file holds examples of them
     told = {"CHANGELOG.md", Path(__file__).relative_to(ROOT).as_posix()}
     old = {rel: m.group(0).strip() for rel, text in sources.items() if rel not in told

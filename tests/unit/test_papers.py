@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import claims, inference, papers
-from synthlab.grids import make_grid, tidy
-from synthlab.sweeping import load_sweep, parse_sweep
+from synthlab.analysis import claims, inference
+from synthlab.analysis.grids import make_grid, tidy
+from synthlab.plan import papers
+from synthlab.study.sweeping import load_sweep, parse_sweep
 
 BASE = """
 [sweep]
@@ -255,7 +256,7 @@ def test_a_length_cell_reads_the_per_length_rows():
 
 
 def test_grid_judges_records_by_the_sweep_that_wrote_them():
-    from synthlab.grids import sweep_spec_for
+    from synthlab.analysis.grids import sweep_spec_for
 
     records = [rec("cope", 0, 1.0, 1.0)]
     assert sweep_spec_for(records).name == "flipflop"  # no study: the task's first sweep
@@ -304,7 +305,7 @@ def test_quick_flipflop_grids_carry_no_paper_number(tmp_path):
     Markdown (they were: 'paper 4.9 ± 4.4' beside quick's cope ood-sparse)."""
     import pandas as pd
 
-    from synthlab import grids
+    from synthlab.analysis import grids
 
     records = _flipflop_quick()
     spec_ = load_sweep("flipflop")
@@ -328,7 +329,7 @@ def test_paper_flipflop_grid_marks_the_table8_size_only(tmp_path):
     d 128 ones (before, no cell got a mark: the paper cells named pe and split only)."""
     import pandas as pd
 
-    from synthlab import grids
+    from synthlab.analysis import grids
 
     records = _flipflop_paper()
     spec_ = load_sweep("flipflop")
@@ -366,7 +367,7 @@ def test_paper_flipflop_grid_marks_the_table8_size_only(tmp_path):
 def test_a_failed_run_of_the_paper_preset_keeps_its_mark():
     """A failed run's record has no preset: its study's finished runs give it one, so the
     paper's number still stands beside a cell whose runs all failed."""
-    from synthlab import grids
+    from synthlab.analysis import grids
 
     records = _flipflop_paper()
     for r in records:
@@ -382,7 +383,7 @@ def test_selective_copy_paper_cells_name_the_paper_presets_cope():
     """selective_copy's paper preset runs cope:npos=258 (records name it so): the Table 11
     numbers and the paper claims are beside those runs; the quick preset's cope keeps its
     claims and gets no paper number."""
-    from synthlab import grids
+    from synthlab.analysis import grids
 
     spec_ = load_sweep("selective_copy")
 
@@ -442,7 +443,7 @@ def test_a_claim_cell_never_pools_rope_scaling_or_positions():
 def test_a_cell_whose_runs_all_failed_before_their_record_is_not_run():
     # the scheduler's record of a trainer that raised (records.failed_record) has no preset: the
     # claim was left out of the table instead of saying its cell did not run
-    from synthlab.records import failed_record
+    from synthlab.run.records import failed_record
 
     recs = [{**rec("rope", i, 1.0, 0.8), "study": "t-quick"} for i in range(3)]
     recs += [failed_record("flipflop", "cope", None, {}, i, "t-quick", 3 + i, "RuntimeError: boom") for i in range(3)]
@@ -465,7 +466,7 @@ def test_an_error_metric_shown_as_error_is_not_inverted():
     # metric = "read_error" (a metric the records hold, 1 - token_acc) with show = "error": the grid
     # printed 100 (1 - read_error), i.e. accuracy labelled error, and the claim came out the other
     # way round, while the sweep's objective minimised read_error
-    from synthlab.sweepfile import lower_is_better
+    from synthlab.plan.sweepfile import lower_is_better
 
     s = parse_sweep(BASE.replace('metric = "token_acc"', 'metric = "read_error"') + CLAIM, "t.toml", name="t")
 

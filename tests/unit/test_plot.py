@@ -12,7 +12,7 @@ import torch
 import synthlab
 from synthlab import generators, plot
 from synthlab.model.encoders.bias import alibi_slopes
-from synthlab.training import train
+from synthlab.run.training import train
 
 RUNS = {"rope": {"model.n_layers": 2}, "cope": {"model.n_layers": 2}, "cope+rope": {}, "bipe-alibi": {}}
 

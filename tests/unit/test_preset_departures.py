@@ -12,9 +12,9 @@ import copy
 
 import pytest
 
-from synthlab import claims
-from synthlab.sweeping import load_sweep
-from synthlab.tables import preset_differences, tidy_with_presets
+from synthlab.analysis import claims
+from synthlab.analysis.tables import preset_differences, tidy_with_presets
+from synthlab.study.sweeping import load_sweep
 
 
 def _flipflop(preset: str = "quick", n_pairs: int = 64, steps: int = 1000, **train) -> list[dict]:
@@ -53,7 +53,7 @@ def test_a_sweep_with_set_off_the_preset_gets_no_verdict_as_the_preset():
 def test_a_train_run_with_fewer_steps_is_not_the_paper_preset():
     """`synthlab train flipflop --preset paper --set train.steps=1000` (the GPU smoke run): no
     paper number beside its cells, no verdict as the paper preset."""
-    from synthlab import grids
+    from synthlab.analysis import grids
 
     spec = load_sweep("flipflop")
     paper = spec.presets["paper"]["overrides"]
@@ -103,9 +103,9 @@ def test_axes_tuned_keys_run_options_and_unknown_fields_are_no_departure():
 def test_every_installed_preset_writes_records_that_follow_it(name):
     """No false alarm: each cell of every preset of every installed sweep file, resolved by the
     trainer and laid out as its record, departs from nothing."""
-    from synthlab import training
-    from synthlab.cells import expand_cells
     from synthlab.model import parse_pe
+    from synthlab.plan.cells import expand_cells
+    from synthlab.run import training
 
     spec = load_sweep(name)
     for preset in spec.presets:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import generators, presets
-from synthlab.config import (
+from synthlab import generators
+from synthlab.core.config import (
     FALSE_WORDS,
     PRESETS,
     TRUE_WORDS,
@@ -22,8 +22,9 @@ from synthlab.config import (
     coerce,
     resolve_key,
 )
-from synthlab.sweeping import expand_cells, installed_sweeps, load_sweep, parse_sweep
-from synthlab.training import cell_config, resolve_config
+from synthlab.plan import presets
+from synthlab.run.training import cell_config, resolve_config
+from synthlab.study.sweeping import expand_cells, installed_sweeps, load_sweep, parse_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 # axes that are no `--set` key: they write into the run's own flags (pe, seed, positions)
@@ -231,7 +232,7 @@ def _count_parses(monkeypatch) -> list:
 def test_the_pe_spec_is_parsed_once_per_train_call(monkeypatch, tmp_path):
     """Was 4 (resolve_config, run, validate_combination, build_model)."""
     from synthlab.cli import main
-    from synthlab.training import train
+    from synthlab.run.training import train
 
     calls = _count_parses(monkeypatch)
     rec = train("flipflop", "kerple+dape:k=3", preset="smoke", steps=2, eval_samples=4)
@@ -251,7 +252,7 @@ def test_segment_starts_is_declared_on_the_task_base():
 
 
 def test_evaluation_does_not_import_training():
-    code = "import sys, synthlab.evaluation; print('synthlab.training' in sys.modules)"
+    code = "import sys, synthlab.run.evaluation; print('synthlab.run.training' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -259,8 +260,8 @@ def test_evaluation_does_not_import_training():
 def test_che_paper_preset_is_a_bidirectional_encoder_for_every_encoding():
     """CHE's reference model (Deletang et al. / Ruoss et al.) is an encoder; every
     encoding the paper preset sweeps (DAPE V2's k 3 / 5 / 7 included) resolves as one."""
-    from synthlab.cells import expand_cells
-    from synthlab.sweepfile import load_sweep
+    from synthlab.plan.cells import expand_cells
+    from synthlab.plan.sweepfile import load_sweep
 
     cells = expand_cells(load_sweep("che"), "paper")
     pes = sorted({c.pe for c in cells})
@@ -277,7 +278,7 @@ def test_selective_copy_paper_preset_builds_cope_covering_the_copy_distance():
     tokens from d_k on, the separator, the outputs before it), a row of the table only when
     npos >= n_copy + 2. The paper preset's CoPE cells are built with such a table (they had the
     registry's 64, clamping every copy at 63); the quick preset's fits its 16 copies as is."""
-    from synthlab.training import make_task, model_for
+    from synthlab.run.training import make_task, model_for
 
     for preset in ("paper", "quick"):
         cells = [c for c in expand_cells(load_sweep("selective_copy"), preset) if c.pe.startswith("cope")]

@@ -1,4 +1,4 @@
-"""synthlab.progress: the sweep's progress lines, heartbeat lines and bar, from trials as the
+"""synthlab.study.progress: the sweep's progress lines, heartbeat lines and bar, from trials as the
 scheduler hands them over (stand-ins here: no study, no training)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from datetime import datetime
 
 import pytest
 
-from synthlab import progress
-from synthlab.progress import BAR, LINES, QUIET, LiveTrial, SweepProgress
+from synthlab.study import progress
+from synthlab.study.progress import BAR, LINES, QUIET, LiveTrial, SweepProgress
 
 LABELS = {"k0": "pe=rope seed=0", "k1": "pe=rope seed=1", "k2": "pe=nope seed=0", "k3": "pe=nope seed=1"}
 

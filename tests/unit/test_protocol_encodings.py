@@ -13,7 +13,7 @@ from safetensors.torch import save_model
 
 import synthlab
 from synthlab import generators
-from synthlab.errors import DamagedFile
+from synthlab.core.errors import DamagedFile
 from synthlab.model import build_model, parse_pe
 from synthlab.model.encoders.bias import FIRE, Kerple, alibi_slopes
 from synthlab.model.transformer import Transformer

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from synthlab import generators
-from synthlab.data import eval_sets
-from synthlab.evaluation import EvalContext, answer_acc_by_ops, evaluate
-from synthlab.records import to_json
+from synthlab.run.data import eval_sets
+from synthlab.run.evaluation import EvalContext, answer_acc_by_ops, evaluate
+from synthlab.run.records import to_json
 
 MQAR = dict(vocab_size=64, length=48, n_kv=6, ood_lengths="64,96")
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import torch
 
 from synthlab import generators
-from synthlab.data import PositionSampler, TrainBatches, TrainStream
 from synthlab.model import parse_positions
 from synthlab.model.encoders.rotary import Rotary
 from synthlab.model.indices import PoSE, Randomized
-from synthlab.training import train
+from synthlab.run.data import PositionSampler, TrainBatches, TrainStream
+from synthlab.run.training import train
 
 
 def _check_pose_law(pos: torch.Tensor, chunks: int, target: int) -> None:

@@ -1,6 +1,6 @@
-"""Where a run came from, as its record says: the machine and the releases (synthlab.machine),
+"""Where a run came from, as its record says: the machine and the releases (synthlab.run.machine),
 synthlab's version (setuptools-scm's version file, synthlab/__init__.py) and the commit
-(synthlab.rundir.git_hash), for a checkout, an installed wheel and a bare source tree."""
+(synthlab.run.rundir.git_hash), for a checkout, an installed wheel and a bare source tree."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy
 import pytest
 
 import synthlab
-from synthlab import machine, rundir
+from synthlab.run import machine, rundir
 
 PACKAGE = Path(synthlab.__file__).resolve().parent
 
@@ -66,7 +66,7 @@ def test_a_record_says_which_vector_set_torchs_kernels_used():
     import torch
 
     assert machine.describe()["torch_isa"] == torch.backends.cpu.get_cpu_capability()
-    code = ("import json, torch; from synthlab import machine; "
+    code = ("import json, torch; from synthlab.run import machine; "
             "print(json.dumps([machine.describe(), machine.vector_paths()]))")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}  # every x86 and ARM CPU has it
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -86,7 +86,7 @@ def _copy_package(dest: Path) -> Path:
 
 
 def _ask(path: Path) -> list[str]:
-    code = "import synthlab; from synthlab import rundir; print(synthlab.__version__); print(rundir.git_hash())"
+    code = "import synthlab; from synthlab.run import rundir; print(synthlab.__version__); print(rundir.git_hash())"
     # -S: no site-packages, where an editable install of synthlab would be found before PYTHONPATH
     env = {"PYTHONPATH": str(path), "PATH": os.environ.get("PATH", "")}
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=path, env=env, capture_output=True, text=True, timeout=60)

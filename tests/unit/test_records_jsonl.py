@@ -9,7 +9,7 @@ import os
 import jsonlines
 import pytest
 
-from synthlab import records
+from synthlab.run import records
 
 REC = {"schema": 1, "run_id": "r1", "task": "flipflop", "pe": "rope", "status": "ok", "error": "naïve ✓",
        "metrics": {"test": {"token_acc": float("nan"), "seq_acc": 0.5}}, "train": {"lr": 1e-3, "seed": 2}}

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import synthlab
-from synthlab import records
-from synthlab.frames import RUN_COLUMNS, TAIL_COLUMNS
+from synthlab.analysis.frames import RUN_COLUMNS, TAIL_COLUMNS
+from synthlab.run import records
 
 
 def rec(pe="rope", seed=0, acc=0.9, status="ok", cell=None, study=None, run_id=None, **more):

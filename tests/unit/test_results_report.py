@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from synthlab.analysis.report import fill_readme, report
 from synthlab.cli import main
-from synthlab.report import fill_readme, report
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""synthlab.sizing: the parameter count, the shipped presets fit, the estimate against a measured
+"""synthlab.run.sizing: the parameter count, the shipped presets fit, the estimate against a measured
 peak, the message of a refusal."""
 
 import functools
@@ -10,10 +10,10 @@ import textwrap
 import pytest
 
 import synthlab.model as m
-from synthlab.cells import expand_cells
-from synthlab.sizing import check_fits, estimate_bytes, param_count
-from synthlab.sweepfile import installed_sweeps, load_sweep
-from synthlab.training import _eval_extent, _max_len, _probe_lengths, _resolve, make_task, model_for, resolve_config
+from synthlab.plan.cells import expand_cells
+from synthlab.plan.sweepfile import installed_sweeps, load_sweep
+from synthlab.run.sizing import check_fits, estimate_bytes, param_count
+from synthlab.run.training import _eval_extent, _max_len, _probe_lengths, _resolve, make_task, model_for, resolve_config
 
 GB = 1e9
 
@@ -100,7 +100,7 @@ def test_gpu_runs_split_device_and_host():
 
 _MEASURE = textwrap.dedent("""
     import json, sys
-    from synthlab.training import train
+    from synthlab.run.training import train
 
     def status(key):
         for line in open("/proc/self/status"):

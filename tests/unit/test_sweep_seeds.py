@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from synthlab import dashboard
-from synthlab.cells import expand_cells
 from synthlab.cli import build_parser
 from synthlab.commands.sweep import count_cells
-from synthlab.seeds import MAX_SEEDS, parse_seeds
-from synthlab.sweepfile import parse_sweep
+from synthlab.plan.cells import expand_cells
+from synthlab.plan.seeds import MAX_SEEDS, parse_seeds
+from synthlab.plan.sweepfile import parse_sweep
+from synthlab.study import dashboard
 
 SWEEP = """
 [sweep]

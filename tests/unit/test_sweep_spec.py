@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from synthlab import cells, storage
-from synthlab import sweeping as sw
+from synthlab.plan import cells
+from synthlab.study import storage
+from synthlab.study import sweeping as sw
 
 GOOD = """
 [sweep]
@@ -220,7 +221,7 @@ def test_tuned_value_van_der_corput_spreads():
 def test_a_pe_list_keeps_each_specs_own_parameters():
     """Commas separate encodings and a spec's parameters alike; `key=value` with no `:` belongs
     to the spec before it (was: `sep_keys=1` taken for an encoding)."""
-    from synthlab.cells import split_pe_list
+    from synthlab.plan.cells import split_pe_list
 
     assert split_pe_list("cope,rope") == ["cope", "rope"]
     assert split_pe_list("cope:npos=16,sep_keys=1, rope") == ["cope:npos=16,sep_keys=1", "rope"]

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from synthlab.model import COMPONENTS, ENCODINGS, build_model, parse_pe
 from synthlab.model.registry import POSITIVE, BuildConfig, Encoding, register, unregister
-from synthlab.training import train
+from synthlab.run.training import train
 
 
 class LinearDistanceBias(nn.Module):

@@ -9,11 +9,12 @@ import json
 import numpy as np
 import pytest
 
-from synthlab import generators, sweeping
+from synthlab import generators
 from synthlab.generators import Param, Sample, Task
 from synthlab.generators.base import positive
-from synthlab.presets import preset_family
-from synthlab.training import train
+from synthlab.plan.presets import preset_family
+from synthlab.run.training import train
+from synthlab.study import sweeping
 
 
 class CopyBack(Task):

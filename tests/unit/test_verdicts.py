@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from synthlab import claims, inference
-from synthlab.sweeping import load_sweep
+from synthlab.analysis import claims, inference
+from synthlab.study.sweeping import load_sweep
 
 COPE = [0.0, 0.1, 11.7, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
 ROPE = [11.2, 4.9, 19.4, 3.0, 43.0, 12.0, 20.1, 15.3, 9.6, 22.5]
@@ -106,8 +106,8 @@ def test_until_decided_keeps_each_claim_as_its_deciding_look_left_it():
 
 def test_smoke_tables_say_they_are_a_plumbing_check():
     """Smoke runs train a few steps: their grid and claims tables say so in their first line."""
-    from synthlab import grids
-    from synthlab.tables import SMOKE_NOTE
+    from synthlab.analysis import grids
+    from synthlab.analysis.tables import SMOKE_NOTE
 
     quick = _records([0.0] * 3, [20.0] * 3)
     smoke = [{**r, "preset": "smoke", "study": "flipflop-smoke"} for r in quick]

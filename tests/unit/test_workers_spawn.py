@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from synthlab import workers
+from synthlab.study import workers
 
 
 def test_a_ctrl_c_while_helpers_start_stops_the_ones_already_started(monkeypatch):

@@ -32,7 +32,7 @@ import time
 import warnings
 from pathlib import Path
 
-from synthlab.config import FALSE_WORDS
+from synthlab.core.config import FALSE_WORDS
 
 _DIR = Path(__file__).parent
 _LOCK = threading.Lock()

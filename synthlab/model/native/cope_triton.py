@@ -59,7 +59,7 @@ import os
 
 import torch
 
-from synthlab.config import FALSE_WORDS
+from synthlab.core.config import FALSE_WORDS
 from synthlab.model.batched import fold_vmap
 from synthlab.model.native.triton_build import KernelBuilds
 

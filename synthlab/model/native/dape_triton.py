@@ -43,7 +43,7 @@ import os
 
 import torch
 
-from synthlab.config import TRUE_WORDS
+from synthlab.core.config import TRUE_WORDS
 from synthlab.model.batched import fold_vmap
 from synthlab.model.native.cope_triton import (
     INTERPRETED,

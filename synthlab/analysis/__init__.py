@@ -1,0 +1,3 @@
+"""Result records -> tables, grids, learning-curve plots, the claims judged with calibrated
+statistics, and the results report.
+"""

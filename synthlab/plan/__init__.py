@@ -1,0 +1,3 @@
+"""What to run: sweep files, presets, the grid cells they expand into, the papers' numbers and
+claims as data, seeds. Built on core and model; nothing here trains.
+"""

@@ -1,0 +1,223 @@
+"""Several worker processes on one sweep (``synthlab sweep ... --workers N|auto``).
+
+The study's scheduling is already exactly once across processes (see :mod:`synthlab.study.scheduler`),
+so a sweep with N workers is this process plus N - 1 helper processes running the same sweep on
+the same storage and study, without drawing grids (``synthlab.study.sweeping._helper``: this module
+knows processes and threads, not sweeps, and imports none of their modules). The machine is
+split between them:
+
+- CPU: each worker gets ``cores // N`` torch threads (at least 1), so workers x threads =
+  cores. Small models gain from it: a step of the quick presets does not keep two threads
+  busy (measured on a 2-core VM for the flip-flop main command, docs/performance.md).
+- GPU: workers are spread round robin over the visible GPUs (``CUDA_VISIBLE_DEVICES`` of each
+  helper), several per GPU when N exceeds the GPU count. ``auto`` starts one per GPU: not
+  chosen from a measurement (none on a GPU yet; ``benchmarks/sweep_workers.py`` prints it).
+
+Ctrl-C or SIGTERM in the main process (:func:`sigterm_as_ctrl_c`: a batch scheduler's
+preemption, ``timeout``) stops the helpers (each re-queues its running cell); a helper whose
+main process is killed outright gets SIGTERM from the kernel and does the same. A helper that
+dies is reaped like any killed worker: its cell runs again.
+
+A helper imports only what the main process would: it starts as ``python -P -c`` (:data:`_BOOT`)
+with the main process's ``sys.path``, never with the working directory that ``python -m`` puts
+first (a ``jsonlines.py`` or a ``*.dist-info`` naming a ``synthlab.tasks`` entry point in the
+directory a sweep runs in would run in the helpers). A stop that lands while a helper is still
+importing (Ctrl-C right after the start) ends it with 130 and no traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Iterator
+
+AUTO = "auto"
+
+
+ENV_DEFAULT = "SYNTHLAB_WORKERS"
+
+
+def default_workers() -> str:
+    """``synthlab sweep``'s ``--workers`` when none is given: ``auto`` (on a CPU one process per
+    core beats one process with every thread for the flip-flop main command: docs/performance.md), or the ``SYNTHLAB_WORKERS`` environment variable (the test suite sets 1)."""
+    return os.environ.get(ENV_DEFAULT, AUTO)
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (the affinity mask, e.g. a container's or taskset's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS / Windows
+        return os.cpu_count() or 1
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def parse_workers(value: Any) -> int | str:
+    """``--workers``: a positive integer or ``auto`` (ValueError otherwise)."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        n = int(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        n = None
+    if n is None or n < 1 or str(value).strip() not in (str(n), f"+{n}"):
+        raise ValueError(f"--workers must be a positive integer or 'auto', got {value!r}")
+    return n
+
+
+def resolve(workers: int | str, n_cells: int) -> int:
+    """The number of worker processes: ``auto`` = one per CPU core (one thread each), or
+    one per GPU; never more than there are cells left to run (``n_cells``)."""
+    if workers == AUTO:
+        gpus = gpu_count()
+        workers = gpus if gpus else cpu_cores()
+    return max(1, min(int(workers), max(1, n_cells)))
+
+
+def threads_per_worker(n_workers: int) -> int:
+    return max(1, cpu_cores() // n_workers)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """This process's torch intra-op threads for the block (restored afterwards)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# A helper's first lines (``python -P -c``: -P puts no working directory on sys.path, so nothing
+# here or below can import a planted module): Ctrl-C / SIGTERM as KeyboardInterrupt from the
+# start (a parent may have left SIGINT ignored), then the main process's sys.path, then
+# ``module._helper(PAYLOAD)``; a stop during the imports (torch's take seconds) exits 130 quietly.
+_BOOT = """\
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+code = 130
+try:
+    import importlib, json
+    sys.path[:] = json.loads(sys.argv[1])
+    code = importlib.import_module(sys.argv[2])._helper(sys.argv[3])
+except KeyboardInterrupt:
+    code = 130
+finally:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping: a second signal prints nothing either
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+sys.exit(code)
+"""
+
+
+def helper_argv(module: str, payload: str) -> list[str]:
+    """The command line of one helper process: ``module._helper(payload)`` (see :data:`_BOOT`)."""
+    return [sys.executable, "-P", "-c", _BOOT, json.dumps(sys.path), module, payload]
+
+
+def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[subprocess.Popen]:
+    """Start ``n_workers - 1`` helper processes, each ``module._helper(PAYLOAD)`` (:func:`helper_argv`),
+    on the sweep (the caller is worker 0); ``_helper`` passes the payload to :func:`helper_main`."""
+    gpus = gpu_count()
+    threads = threads_per_worker(n_workers)
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(1, n_workers):
+            env = dict(os.environ)
+            env["OMP_NUM_THREADS"] = str(threads)
+            if gpus:
+                visible = env.get("CUDA_VISIBLE_DEVICES")
+                ids = visible.split(",") if visible else [str(g) for g in range(gpus)]
+                env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
+            payload = json.dumps({**sweep_kwargs, "threads": threads, "parent": os.getpid()})
+            # a new process group: a Ctrl-C at the terminal reaches the main process only, which
+            # then stops the helpers itself (so they never race it to the journal)
+            procs.append(subprocess.Popen(helper_argv(module, payload), env=env,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+    except BaseException:  # Ctrl-C (or a failed start) half-way: the caller never sees these helpers
+        stop(procs)
+        raise
+    return procs
+
+
+def stop(procs: list[subprocess.Popen], sig: int = signal.SIGTERM, timeout: float = 60.0) -> None:
+    """Ask the helpers to stop (their running cells go back to the queue), then wait. SIGTERM,
+    not SIGINT: Python turns SIGINT into KeyboardInterrupt from its first instant, so a helper
+    stopped while its interpreter still started (importing ``site``) printed a fatal error and
+    a traceback; SIGTERM ends such a helper quietly (it has no cell yet), and once :data:`_BOOT`
+    runs it is a Ctrl-C like SIGINT."""
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(sig)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def wait(procs: list[subprocess.Popen]) -> list[int]:
+    """Wait for the helpers; their exit codes."""
+    return [p.wait() for p in procs]
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt for the block, as Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+
+
+def _die_with(parent: int) -> None:
+    """SIGTERM when ``parent`` dies (Linux): a killed sweep's helpers stop, re-queueing their cells."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent and os.getppid() != parent:  # it died before the line above
+        raise KeyboardInterrupt
+
+
+def helper_main(run: Callable[..., Any], payload: str) -> int:
+    """A helper process: ``run(**sweep_kwargs)`` with its share of the threads; its exit code."""
+    import torch
+
+    kwargs = json.loads(payload)
+    torch.set_num_threads(int(kwargs.pop("threads")))
+    parent = int(kwargs.pop("parent", 0))
+    # the main process stops us with SIGTERM (as a scheduler does, or the kernel when the main
+    # process dies); SIGINT too (a parent without job control may have left it ignored, which a
+    # child inherits): the cell is re-queued
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        _die_with(parent)
+        run(**kwargs)
+    except KeyboardInterrupt:
+        return 130
+    return 0
