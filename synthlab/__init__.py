@@ -33,8 +33,8 @@ try:  # written by setuptools-scm when synthlab is built or installed (pyproject
 except ImportError:  # a source tree never installed (PYTHONPATH=checkout): no version file
     __version__ = "0+unknown"
 
-# public name -> (module, attribute). Modules are named differently from the functions
-# (training / sweeping) so that importing a module never shadows the function.
+# public name -> (module, attribute). Modules and layer folders are named apart from the
+# functions (training / sweeping; analysis / study) so that importing one never shadows a function.
 _LAZY = {
     "build_model": ("synthlab.model", "build_model"),
     "parse_pe": ("synthlab.model", "parse_pe"),

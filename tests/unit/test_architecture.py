@@ -162,6 +162,14 @@ def test_the_order_check_catches_an_import_upwards():
     assert against_the_order(graph) == ["synthlab.core.config (core) -> synthlab.run.training (run)"]
 
 
+def test_no_layer_shadows_a_public_name():
+    """Importing synthlab.<layer>.x sets the attribute synthlab.<layer>: a layer named like a
+    lazy public function (synthlab.results, synthlab.sweep) would replace it."""
+    import synthlab
+
+    assert not set(LAYERS) & set(synthlab.__all__)
+
+
 def test_no_import_cycles():
     graph = import_graph()
     cycles = find_cycles(graph)
