@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a private local PostgreSQL server for tests/integration/test_postgres.py.
+# Start a private local PostgreSQL server for tests/system/test_postgres.py.
 #
 #   .ci/postgres.sh            # install (Debian package, needs root) if missing, start, create the db
 #   .ci/postgres.sh stop       # stop it again

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a private one-node SLURM cluster for tests/integration/test_slurm.py.
+# Start a private one-node SLURM cluster for tests/system/test_slurm.py.
 #
 #   .ci/slurm.sh            # install (Debian packages slurm-wlm, munge; needs root) if missing, start
 #   .ci/slurm.sh stop       # stop what it started (its own pid files only)

@@ -20,7 +20,7 @@ at 7 % ood-sparse read error instead of 22 %, KERPLE at 19 % instead of 0 %. The
 flip-flop and MQAR checkpoints are therefore kept as made then; arithmetic (the reference's
 operator mix) and counting (generator revision 2) were remade on 2026-11-27. The numbers each
 lesson states were measured on the shipped checkpoints; after regenerating, rerun the lessons
-(``run_lessons.py``, and ``pytest -m slow tests/integration/test_notebooks.py``) to check the
+(``run_lessons.py``, and ``pytest -m slow tests/system/test_notebooks.py``) to check the
 effects still show.
 
 Run time on a 2-core CPU at 2 jobs: 328 and 330 s for the two arithmetic runs, 357 and 374 s

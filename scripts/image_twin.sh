@@ -7,7 +7,7 @@
 # the Triton kernels still compile for sm_90 / sm_80 with 3.6's ptxas). Extra arguments go to
 # pytest. The first run downloads about 3 GB: PyPI has torch 2.11 only as its CUDA build.
 #   bash scripts/image_twin.sh                                   # the suite
-#   bash scripts/image_twin.sh tests/unit/test_triton_compile.py # one file
+#   bash scripts/image_twin.sh tests/system/test_triton_compile.py # one file
 #   IMAGE_VENV=/tmp/other bash scripts/image_twin.sh             # another place for the venv
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,7 +4,8 @@
 # pyproject.toml), build the docs site with warnings as errors (mkdocs.yml), the unit tier with
 # the declared minimum versions (scripts/min_versions.sh), start the local
 # PostgreSQL server for the distributed-sweep test and the one-node SLURM cluster for the SLURM
-# launcher's tests when they can be had, then README's test command (slow tests included).
+# launcher's tests when they can be had, then README's test command (slow tests included; the
+# 30 slowest are listed).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow"; with arguments the
 # minimum-versions step is left out (a quick run while iterating) unless SYNTHLAB_MIN_VERSIONS=1;
 # SYNTHLAB_MIN_VERSIONS=0 leaves it out of a full run.
@@ -29,11 +30,11 @@ if [[ -x .ci/postgres.sh ]]; then
     source .ci/postgres.sh || echo "postgres setup failed; the PostgreSQL test will be skipped"
 fi
 
-# a one-node SLURM cluster (slurmctld + slurmd + munged) for tests/integration/test_slurm.py
+# a one-node SLURM cluster (slurmctld + slurmd + munged) for tests/system/test_slurm.py
 # (skipped with a reason if it cannot start); sourced, it exports SLURM_CONF and stops a cluster
 # it started when this shell exits
 if [[ -x .ci/slurm.sh ]]; then
     source .ci/slurm.sh || echo "slurm setup failed; the SLURM launcher's cluster tests will be skipped"
 fi
 
-python -m pytest -q "$@"
+python -m pytest -q --durations=30 "$@"

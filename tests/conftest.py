@@ -2,9 +2,9 @@
 `synthlab sweep` without --workers runs one process (the tests stand fake trainers in for the
 real one in-process, which helper processes would not see; a test that wants workers says so).
 
-tests/integration/test_postgres.py starts a private server with .ci/postgres.sh when
+tests/system/test_postgres.py starts a private server with .ci/postgres.sh when
 $SYNTHLAB_PG_URL is not set; a server that was running before the session (CI's, a developer's)
-is left alone. tests/integration/test_slurm.py likewise starts a one-node SLURM cluster with
+is left alone. tests/system/test_slurm.py likewise starts a one-node SLURM cluster with
 .ci/slurm.sh when $SLURM_CONF is not set; one this session started is stopped at its end.
 """
 

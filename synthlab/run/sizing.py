@@ -20,7 +20,7 @@ Peak = weights and optimiser + data + max(training, evaluation) + runtime. On a 
 optimiser and activations are checked against ``torch.cuda.mem_get_info``, the rest against the
 host (psutil, else /proc/meminfo, and the cgroup limit). Against measured peak RSS growth on CPU
 (flipflop T 512, B 32, d 64, 2 layers, 2 steps + evaluation) the estimate without the runtime
-part was 0.8-1.4x of it for rope, cope, dape (k 1, 3), alibi, kerple, relative (tests/unit/test_sizing.py
+part was 0.8-1.4x of it for rope, cope, dape (k 1, 3), alibi, kerple, relative (tests/system/test_sizing_peak.py
 checks one CoPE run for a factor of 2).
 """
 

@@ -5,6 +5,7 @@ writes nothing."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -56,6 +57,7 @@ def run_cli(argv, capsys):
 
 
 def test_export_csv_and_parquet_hold_the_same_table(ws, capsys):
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'synthlab-pe[parquet]')")
     code, out, _ = run_cli(["export", "out"], capsys)  # an OUT directory; csv beside its results.jsonl
     assert code == 0 and "wrote out/results.csv (8 rows" in out
     csv = pd.read_csv(ws / "out" / "results.csv")
@@ -76,7 +78,8 @@ def test_export_csv_and_parquet_hold_the_same_table(ws, capsys):
     (["export", "out", "-o", "adir"], "'adir' is a directory"),
     (["export", "out", "-o", "nodir/x.csv"], "directory 'nodir' does not exist"),
     (["export", "out", "--format", "csv", "-o", "x.parquet"], "--format csv but -o 'x.parquet' names a parquet"),
-    (["generate", "flipflop", "--format", "parquet"], "give -o FILE.parquet"),
+    pytest.param(["generate", "flipflop", "--format", "parquet"], "give -o FILE.parquet",  # pyarrow is asked for first
+                 marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="pyarrow is not installed (pip install 'synthlab-pe[parquet]')")),
     (["curves", "plain.jsonl"], "no learning curves in 'plain.jsonl': train with --set train.eval_every=N"),
     (["curves", "out", "--metric", "loss"], "--metric 'loss' is not in the learning curves"),
     (["curves", "out", "--out", "plain.jsonl"], "'plain.jsonl' is a file, not a directory"),
@@ -101,7 +104,7 @@ def test_parquet_without_pyarrow_names_the_extra_and_writes_nothing(ws, capsys, 
 
 
 def test_generate_parquet_is_the_jsonl_content_in_a_flat_schema(ws, capsys, monkeypatch):
-    import pyarrow.parquet as pq
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed (pip install 'synthlab-pe[parquet]')")
 
     from synthlab.commands import generate
 
@@ -125,6 +128,7 @@ def test_generate_parquet_is_the_jsonl_content_in_a_flat_schema(ws, capsys, monk
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux): a directory no file can be made in")
 def test_generate_parquet_that_cannot_be_written_names_the_output_and_leaves_nothing(capsys):
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'synthlab-pe[parquet]')")
     assert main(["generate", "flipflop", "-n", "3", "-o", "/proc/x.parquet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["synthlab generate: error: /proc/x.parquet: No such file or directory"]
@@ -158,7 +162,7 @@ def test_grid_command_writes_the_by_length_plot_beside_the_ood_heatmap(ws, capsy
 
 
 def test_every_task_round_trips_through_parquet(ws, capsys):
-    import pyarrow.parquet as pq
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed (pip install 'synthlab-pe[parquet]')")
 
     from synthlab import generators
 

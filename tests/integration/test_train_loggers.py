@@ -66,7 +66,8 @@ def test_none_and_no_out_log_nothing(tmp_path, monkeypatch):
 
 
 def test_tensorboard_writes_event_files_in_the_run_directory(tmp_path):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
+                                           reason="tensorboard is not installed (pip install 'synthlab-pe[tensorboard]')").EventAccumulator
 
     rec, run_dir = _run(tmp_path, "tensorboard", overrides={"eval_every": 5})
     assert rec["logs"] == {"logger": "tensorboard", "dir": "logs"}
@@ -82,6 +83,7 @@ def test_tensorboard_writes_event_files_in_the_run_directory(tmp_path):
 def wandb_offline(tmp_path, monkeypatch):
     """No account, no network: wandb's own config and cache under tmp_path; WANDB_MODE unset, so
     the run is offline by synthlab's default."""
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'synthlab-pe[wandb]')")
     for k in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_PROJECT"):
         monkeypatch.delenv(k, raising=False)
     for k in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
@@ -101,6 +103,7 @@ def test_wandb_runs_offline_into_the_run_directory(tmp_path, wandb_offline):
 @pytest.fixture
 def mlflow_offline(monkeypatch):
     """No server and no usage telemetry (MLflow reads these when it is first imported)."""
+    pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'synthlab-pe[mlflow]')")
     for k in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE", "MLFLOW_EXPERIMENT_NAME"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")

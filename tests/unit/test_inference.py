@@ -10,9 +10,10 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from synthlab.analysis import inference as inf
+
+stats = pytest.importorskip("scipy.stats", reason="scipy is not installed (the test extra: pip install -e '.[test]')")
 
 
 def _verdict(better, worse, family: int = 1) -> str:

@@ -1,7 +1,7 @@
 """Plugins: the lazily loading registry behind generators.TASKS and the encoding
 table, and the demo plugin of tests/plugin_pkg held to the contract the built-ins meet (its task
 to the generator contract of test_generators.py, its encoding to test_toy_encoding.py's).
-tests/integration/test_plugins.py installs that package and runs synthlab with it."""
+tests/system/test_plugins.py installs that package and runs synthlab with it."""
 
 from __future__ import annotations
 

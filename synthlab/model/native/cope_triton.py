@@ -48,7 +48,7 @@ extra); CPU tensors keep the C++ kernel or the PyTorch path. ``SYNTHLAB_COPE_TRI
 the Triton path off (read at each call). With ``TRITON_INTERPRET=1`` in the process's
 environment from its start (triton.jit reads it when a function is decorated, triton's own
 library included, and torch imports triton early), the kernels run on CPU tensors in Triton's
-interpreter (numpy; slow): how tests/unit/test_triton_cope.py checks them without a GPU.
+interpreter (numpy; slow): how tests/system/test_triton_cope.py checks them without a GPU.
 GPU speed has not been measured; the tile sizes come from the compiler's register report
 (``block_sizes``), not from timings.
 """

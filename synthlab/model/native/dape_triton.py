@@ -33,7 +33,7 @@ deterministic. The matmuls' precision follows ``torch.get_float32_matmul_precisi
 Opt-in until a GPU has measured it against the PyTorch path: ``SYNTHLAB_DAPE_TRITON=1`` sends
 CUDA tensors here (``DAPE.forward`` / ``DAPE.attention``). Under ``TRITON_INTERPRET=1`` (set
 before triton is first imported; see ``cope_triton``) the kernels run on CPU tensors in Triton's
-interpreter: how ``tests/unit/test_triton_dape.py`` checks them without a GPU. GPU speed has not
+interpreter: how ``tests/system/test_triton_dape.py`` checks them without a GPU. GPU speed has not
 been measured, and the tile sizes are untuned.
 """
 

@@ -1,7 +1,7 @@
 """Compile Triton kernels ahead of time for an NVIDIA GPU, on a machine without one.
 
 Why: CoPE's Triton kernels (``cope_triton.py``) were written and tested without a GPU, under
-Triton's interpreter (``TRITON_INTERPRET=1``, tests/unit/test_triton_cope.py). The interpreter
+Triton's interpreter (``TRITON_INTERPRET=1``, tests/system/test_triton_cope.py). The interpreter
 runs the kernels' Python with numpy and so never sees what only the compiler checks: tl.dot's
 shape and type rules, layout conversions, the shared memory a configuration needs beyond what a
 block may have, registers spilled to local memory. ``triton.compile`` builds a kernel for a
@@ -15,7 +15,7 @@ memory from the compiler's metadata, registers and stack (spill) bytes per threa
 - :func:`cope_launch_configs` lists the CoPE kernels' configurations exactly as
   ``_CoPEQKVTritonKernel.forward`` / ``backward`` launch them on CUDA (tile sizes of
   ``block_sizes``, constexprs, num_warps, the arguments' types and what Triton specializes on):
-  the one place tests/unit/test_triton_compile.py and scripts/triton_resources.py take them from.
+  the one place tests/system/test_triton_compile.py and scripts/triton_resources.py take them from.
 
 The first compile of a configuration takes about a second on 2 cores; Triton caches the result
 on disk (``TRITON_CACHE_DIR``, default ~/.triton/cache), so ``compile_seconds`` of a repeat is

@@ -1,5 +1,5 @@
 """Fault tolerance without training: torn journals, records read once per cell, the scheduler's
-kill windows (a fake trainer; the real processes are in tests/integration/test_fault_injection.py)."""
+kill windows (a fake trainer; the real processes are in tests/system/test_fault_injection.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What installs, and under which names: the repository's generators/ and sweeps/ folders are the
 packages synthlab.generators and synthlab.sweeps (pyproject.toml's package-dir), never top-level
 ``generators`` / ``sweeps`` (PyPI projects hold those names), and nothing in the repository
-imports them under their old names. The built wheel itself: tests/integration/test_wheel.py."""
+imports them under their old names. The built wheel itself: tests/system/test_wheel.py."""
 
 from __future__ import annotations
 
