@@ -2,7 +2,7 @@
 memory per block and registers / stack (spill) bytes per thread for every configuration
 ``_CoPEQKVTritonKernel`` (CoPE) and ``_DAPETritonKernel`` (DAPE, ``--dape``) launch on CUDA,
 compiled ahead of time for sm_90 (H100) and sm_80 (A100) by
-``synthlab/model/native/triton_aot.py`` (the ptxas and cuobjdump of the triton wheel). For
+``scripts/triton_aot.py`` (the ptxas and cuobjdump of the triton wheel). For
 choosing tile sizes (``cope_triton.block_sizes``, ``dape_triton.block_sizes``) before a GPU is
 at hand: edit them, run this again. A failed compile is a row with the error; shared memory
 over the architecture's per-block limit is marked "over".
@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import sys
 from itertools import product
+from pathlib import Path
 
 
 def _ints(text: str) -> list[int]:
@@ -45,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("triton is not installed (pip install -e \".[gpu]\", Linux)")
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns while unset; 1 is its default
 
-    from synthlab.model.native import triton_aot as ta
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # triton_aot.py beside it, under runpy too
+    import triton_aot as ta
 
     if bad := [p for p in args.precision.split(",") if p not in ta.PRECISIONS]:
         parser.error(f"--precision {','.join(bad)}: each one of {', '.join(ta.PRECISIONS)}")

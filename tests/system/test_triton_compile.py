@@ -3,7 +3,7 @@ configuration ``_CoPEQKVTritonKernel`` launches on CUDA at head sizes 16 to 128,
 with a table (CoPE) and with slopes (CoPE-ALiBi); each gives a cubin and asks for no more shared
 memory than a block of that architecture may have. test_triton_cope.py runs the same kernels in
 Triton's interpreter, which checks the arithmetic but not what only the compiler sees (tl.dot's
-shape rules, layouts, shared memory); ``synthlab/model/native/triton_aot.py`` compiles with the
+shape rules, layouts, shared memory); ``scripts/triton_aot.py`` compiles with the
 ptxas that the triton wheel ships. And the configurations compiled are the launcher's own: its
 launches, recorded on meta tensors, have the same constexprs, num_warps and argument types.
 
@@ -12,8 +12,10 @@ always, the rest are marked slow (CI runs them; ``-m 'not slow'`` skips them).""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,10 @@ if tuple(int(x) for x in __import__("triton").__version__.split(".")[:2]) < (3, 
     # 3.9 (CI) and 3.6 (the GPU machines' image); older releases are not checked
     pytest.skip("ahead-of-time compiles are checked with triton 3.6 and 3.9", allow_module_level=True)
 
-from synthlab.model.native import triton_aot as ta  # noqa: E402
+# the ahead-of-time helpers are a script's module, not the installed package's
+_spec = importlib.util.spec_from_file_location("triton_aot", Path(__file__).resolve().parents[2] / "scripts" / "triton_aot.py")
+ta = sys.modules["triton_aot"] = importlib.util.module_from_spec(_spec)  # its dataclasses look it up
+_spec.loader.exec_module(ta)
 
 compiles = pytest.mark.skipif(ta.nvidia_tool("ptxas") is None, reason="no ptxas in the triton install")
 

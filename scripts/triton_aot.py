@@ -1,4 +1,5 @@
-"""Compile Triton kernels ahead of time for an NVIDIA GPU, on a machine without one.
+"""Compile Triton kernels ahead of time for an NVIDIA GPU, on a machine without one (a module of
+scripts/triton_resources.py and tests/system/test_triton_compile.py, not of the installed package).
 
 Why: CoPE's Triton kernels (``cope_triton.py``) were written and tested without a GPU, under
 Triton's interpreter (``TRITON_INTERPRET=1``, tests/system/test_triton_cope.py). The interpreter
