@@ -18,7 +18,7 @@ bash scripts/setup.sh test,docs,postgres,slurm
 ruff check .
 # the type check ([tool.mypy] in pyproject.toml) and the docs site, warnings as errors (mkdocs.yml)
 mypy
-mkdocs build --strict --quiet
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet  # without the theme's end-of-life banner
 
 if [[ "${SYNTHLAB_MIN_VERSIONS:-$(( $# == 0 ))}" == 1 ]]; then
     bash scripts/min_versions.sh
