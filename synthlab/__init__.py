@@ -1,22 +1,10 @@
 """synthlab: a synthetic-task laboratory for positional encodings in small Transformers.
 
-The public API (what notebooks and tests use; the CLI is a thin layer over it):
-
-- ``synthlab.build_model(pe="rope", vocab_size=..., d_model=..., ...)`` -> ``torch.nn.Module``
-- ``synthlab.train(task, pe, preset="quick", **overrides)`` -> result record (dict)
-- ``synthlab.train_seeds(task, pe, seeds=[0, 1, 2])`` -> one record per seed, trained as one
-  stacked model (batched seeds; :mod:`synthlab.run.seedbatch`)
-- ``synthlab.sweep(task_or_file, pe=..., preset=...)`` -> list of result records
-- ``synthlab.grid(results, kind="ood")`` -> tidy table + heatmaps
-- ``synthlab.results(path_or_dir)`` -> a flat DataFrame, one row per run x split (docs/results.md)
-- ``synthlab.judge_claims(results)`` -> the sweep file's claims judged on these results (the
-  claims table's rows; docs/results.md "How a claim is decided")
-- ``synthlab.compare_seeds(better, worse)`` -> that test on two arms given as {seed: goodness}
-- ``synthlab.generators.get_task(name, **params)`` for the data alone (numpy only; importing
-  it imports none of the modules above)
-
-Heavy modules (torch, lightning, optuna, seaborn) are imported on first use, so
-``import synthlab`` and ``synthlab tasks`` stay fast.
+The public API is what notebooks and tests use (``train``, ``train_seeds``, ``sweep``,
+``grid``, ``results``, ``judge_claims``, ``compare_seeds``, ``build_model``, ``load_run``,
+``plot``, ``generators``); the CLI is a thin layer over it. Heavy modules (torch, lightning,
+optuna, seaborn) are imported on first use, so ``import synthlab`` and ``synthlab tasks`` stay
+fast. Each name with its signature and module: docs/api/index.md.
 """
 
 from __future__ import annotations

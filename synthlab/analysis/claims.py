@@ -1,21 +1,9 @@
 """The papers' claims judged on a sweep's results: cells measured per seed, then a calibrated test.
 
-Verdicts (one per claim and preset found in the results; the statistics in
-:mod:`synthlab.analysis.inference`, the rule stated once in docs/results.md "How a claim is decided"):
-
-- ``supported`` / ``contradicted``: the claim's difference (better minus worse in goodness
-  units: accuracy as is, error negated; for a threshold, the mean's distance past the bound)
-  is away from 0 the claimed way / the other way, by the test the row names (paired by seed
-  when the arms share seeds), at a Holm-adjusted p below 0.05 over the claims judged together;
-- ``inconclusive``: anything else, including too few seeds to decide (a sign-flip test needs 6
-  a side); the row says about how many seeds would settle it and the command that adds them;
-- ``not comparable (other scale)``: the results come from a preset the claim does not name;
-- ``not comparable (other settings)``: the runs depart from the preset's table (a preset setting
-  that is not a sweep axis differs: :func:`synthlab.analysis.tables.preset_differences`);
-- ``not comparable (cell matches several settings)``: the runs a cell matches differ in more
-  than the seed, or in the split;
-- ``not run``: runs of the cell are in the results but none finished. A claim whose cells match
-  no run at all (an encoding the sweep did not train) is left out.
+One verdict per claim and preset found in the results: supported, contradicted or
+inconclusive by the test of :mod:`synthlab.analysis.inference`; otherwise not comparable
+(other scale, other settings, a cell matching several settings) or not run.
+Rule and verdicts: docs/results.md, "How a claim is decided".
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Result records -> one flat pandas DataFrame (``synthlab.results``), what ``synthlab export`` writes.
 
-    >>> df = synthlab.results("synthlab-runs/flipflop-quick")           # a sweep's OUT directory
-    >>> df = synthlab.results(["machine1/results.jsonl", "machine2/results.jsonl"])
-    >>> df[df.split == "ood-sparse"].groupby("pe").token_acc.agg(["mean", "std", "count"])
-
-One row per run x split (a run without metrics, a failed one, has one row with ``split``
-empty), the runs as :func:`synthlab.run.records.read_results` keeps them: the latest record of
-each sweep cell, also across several files (a cell recorded on two machines counts once).
-Every column is documented in docs/results.md; the rule in short: the run's fields first
-(:data:`RUN_COLUMNS`), then the split's metrics under their own names, then :data:`TAIL_COLUMNS`,
-then prefixed columns for what varies by task or sweep (``task.<param>``,
-``pe.<encoding>.<param>``, ``model.<field>`` / ``train.<field>`` beyond the fixed ones,
-``set.<key>`` for a sweep cell's settings), then any other top-level field of the record.
-Per-length results (``by_length``) and learning curves (``curve``) are not columns: they are
-rows of :func:`synthlab.tidy` and of ``synthlab curves``.
+One row per run x split, the runs as :func:`synthlab.run.records.read_results` keeps them (the
+latest record of each sweep cell, also across files). Every column, their order and what is
+not a column: docs/results.md, "The results table: synthlab.results".
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Result records -> tidy table -> grids (seaborn heatmaps, CSV, Markdown).
 
-- records are read by :func:`synthlab.run.records.read_results`, tidied by :func:`tidy`
-  (:func:`synthlab.analysis.tables.tidy` plus each run's preset; both importable from here);
-- :func:`grid` pivots a tidy table into a grid: rows ``y`` (e.g. encoding), columns ``x``
-  (``d_model``, ``split``, ``length``, ``task``...), cell = mean and spread (std, n - 1) over seeds of
-  the headline metric in percent (``accuracy`` = 100 m, ``error`` = 100 (1 - m)); a cell with no
-  finished run is NaN, never 0: marked "failed" where its runs failed, blank where none ran.
-  :meth:`Grid.save` writes PNG + CSV + Markdown (all three or none);
-- an OOD grid of records with per-length results (``by_length``) also gets a line plot of
-  accuracy (or error) vs test length beside its heatmap (:mod:`synthlab.analysis.lineplots`), saved
-  as ``<name>-by-length.png`` + ``.csv`` by :func:`grid` (with ``out``) and :func:`sweep_grids`.
-
-Figures are drawn on matplotlib Figures that pyplot does not manage: library code never
-switches the backend (a notebook keeps showing its own figures) and leaves no figure open.
+:func:`grid` pivots a tidy table (:func:`tidy`) into rows ``y`` x columns ``x``, each cell the
+mean and spread over seeds of the headline metric in percent; a cell with no finished run is
+NaN, never 0. :meth:`Grid.save` writes PNG + CSV + Markdown (all three or none); no figure is
+left open and the backend is never switched. How a grid is built: docs/results.md, "How a
+grid is built (the code)"; how to read one: "Reading the grids".
 """
 
 from __future__ import annotations

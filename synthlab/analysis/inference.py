@@ -1,34 +1,10 @@
 """Calibrated comparisons of seeds: the statistics behind a claim's verdict.
 
-One rule, fixed before any data is seen (docs/results.md, "How a claim is decided"):
-
-- **Two arms that share seeds** (a seed fixes the data and the initialisation, so pairing by seed
-  removes that variance): the per-seed differences ``better - worse`` in goodness units (accuracy
-  as is, error negated), tested with the exact **sign-flip permutation test** of their mean
-  (Fisher's randomisation test).
-  Seeds run in one arm only are left out of the pairing and counted in the row.
-- **Two arms without shared seeds** (fewer than 2 in common): the **two-sample permutation test**
-  of the difference of means (``permutation_type="independent"``).
-- **One arm against a bound** (``at_least`` / ``at_most``): the sign-flip test of the mean's
-  distance from the bound, in the claim's direction.
-
-Permutation tests need no normal data: a floor (every seed at 0 % error), a ceiling, or two
-modes (a seed learns or glitches) keep their error rate, where a t-test does not. They are
-exact (every arrangement enumerated) up to ``EXACT_LIMIT`` arrangements and Monte Carlo beyond,
-with a fixed generator, so the same numbers give the same p on any machine. The p-values are
-``scipy.stats.permutation_test``'s (the tests check them against it); they are computed here,
-with the arrangements kept per n, because the interval needs the test at many shifts: the
-estimate is the mean difference, its 95 % interval the shifts the same test does not reject.
-The price of exactness: with n seeds a sign-flip test cannot reach p below 2 / 2^n, so fewer
-than 6 seeds per arm never decide at the 5 % level (``min_seeds``), and an arm pair with zero
-spread is decided by its n, never by the size of its gap.
-
-The p-values of the claims judged together (one sweep's results, one preset) are adjusted with
-Holm's step-down method (``statsmodels``); a verdict reads the adjusted p: **supported** when it
-is below ``ALPHA`` and the difference points the claimed way, **contradicted** when it is below
-``ALPHA`` the other way, **inconclusive** otherwise. For an inconclusive claim
-:func:`seeds_needed` says about how many seeds per arm would detect the observed difference
-with 80 % power (the t-test's power at the observed effect size, at Holm's strictest level).
+Exact permutation tests (sign-flip when the arms share seeds, two-sample otherwise, sign-flip
+of the distance past a bound for a threshold), their inverted 95 % interval, Holm's adjustment
+over the claims judged together, and :func:`seeds_needed` for an inconclusive claim. The rule,
+fixed before any data is seen, and why it keeps its error rate: docs/results.md, "How a claim
+is decided".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Line plots: accuracy vs test length beside the OOD heatmaps, and learning curves.
 
-Both are seaborn lineplots on a matplotlib Figure that pyplot never sees (no backend is
-switched, no figure is left open; a notebook shows one with ``display(fig)``): a line per
-encoding, mean ± sd over seeds (``errorbar="sd"``; one seed draws the line alone), a panel
-per task and split. A line is one encoding *and* every other setting that differs between
-its runs (``rope d_model=32``, the grids' row rule, :func:`synthlab.analysis.tables.pooled_axes`),
-so runs of different settings are never averaged as if they were seeds.
-
-:func:`by_length` is the table behind the per-length plot (one row per run x split x
-length, from the records' ``by_length``); :func:`draw_by_length` draws it, and
-:meth:`synthlab.analysis.grids.Grid.save` writes both beside the heatmap as
-``<name>-by-length.png`` / ``.csv``. Learning curves: :mod:`synthlab.analysis.curves_plot`.
+A line per encoding and every other setting that differs between its runs, mean ± sd over
+seeds, a panel per task and split, on a Figure pyplot never sees. The rules: docs/results.md,
+"How a grid is built (the code)" and "Accuracy vs test length beside the OOD grids".
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Result records -> the tidy table that grids and the papers' verdicts read.
 
-:func:`tidy` gives one row per record x split x length (``length`` is NaN for the split's
-aggregate metrics; ``by_length`` entries give one row per length with the value in
-``token_acc``). A failed record gives one row with NaN metrics, so it shows up as missing.
-:func:`check_records` refuses what synthlab never writes (NaN, text metrics, unknown tasks).
-:func:`tidy_with_presets` adds each run's preset, and :func:`cell_settings` what every run of a
-grid cell shares: what a paper's number is matched against (``Grid.mark_papers``).
-:func:`pooled_axes` / :func:`pooled_labels` name the runs a grid row or a plotted line holds
-when they differ in more than its label (never averaged as if they were seeds).
-A row names its run by the record's fields, the DAPE kernel and PoSE chunk number read back
-from the encoding and positions (``dape_k``, ``pose_chunks``), the task parameters
-(``task.<name>``, also as ``<name>`` when no field has that name) and a sweep cell's other
-``--set`` keys (``train.weight_decay``: from the cell's key; run options such as
-``train.threads`` left out). ``positions`` / ``rope_scaling`` are ``"none"`` where the record
-says null. ``task_revision`` / ``pe_revision`` (the generator's and the encodings' forms) are
-settings too: runs of two revisions are never averaged. :func:`per_seed` gives the one value per seed that a mean ± sd is taken over.
+:func:`tidy` gives one row per record x split x length; a failed record one row of NaN metrics,
+so it shows up as missing. A row names its run by every setting it has (revisions included),
+so runs that differ in more than the seed are never averaged as if they were seeds.
+The columns and helpers: docs/results.md, "How a grid is built (the code)".
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Typed run configuration (task, model, encoding, training) and its typed overrides.
 
-A run is fully described by a :class:`RunConfig`: the task and its parameters, the encoding
-spec string (``pe``), the training-time index scheme (``positions``), the eval-time rope
-scaling, a :class:`ModelConfig` and a :class:`TrainConfig`. ``resolve_config`` in
-:mod:`synthlab.run.training` builds one from a preset plus ``--set key=value`` overrides and
-validates all of it before anything runs.
-
-Presets (docs/interfaces.md) live in one place, the ``[presets.*]`` tables of the task
-family's sweep file (:mod:`synthlab.plan.presets` reads them for ``train``):
-- ``smoke``: seconds; tests and CI only (tiny model, tens of steps, short sequences).
-- ``quick``: minutes on a 2-core CPU, sized so the paper's qualitative ordering can show
-  (each sweep file says what it measured).
-- ``paper``: the source paper's settings (GPU-scale).
-
-Override keys: dotted (``model.d_model=32``, ``train.lr=3e-4``, ``task.n_pairs=64``) or bare
-when unambiguous (``d_model=32``, ``steps=100``, ``n_pairs=64``). Every true/false value, here,
-in task parameters and in pe spec parameters, is read by :func:`parse_bool`.
+A run is fully described by a :class:`RunConfig` (task and parameters, the encoding spec
+``pe``, ``positions``, ``rope_scaling``, a :class:`ModelConfig` and a :class:`TrainConfig`);
+:func:`synthlab.run.training.resolve_config` builds one from a preset plus ``--set`` overrides
+and validates it before anything runs. Presets and the ``--set`` keys (dotted, or bare when
+unambiguous; booleans read by :func:`parse_bool`): docs/interfaces.md, "Commands", "Presets".
 """
 
 from __future__ import annotations

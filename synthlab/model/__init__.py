@@ -1,22 +1,10 @@
 """synthlab.model: the Transformer and every positional encoding (README "Encodings").
 
-Three independent position axes (docs/architecture.md): indices (``indices.py``), encoders
-(``encoders/``) and logit processors (``processors.py``); a spec string (``registry.py``)
-names a combination, e.g. ``rope``, ``kerple+dape:k=3``, ``cope+rope``, ``bipe-alibi``.
-
-    >>> from synthlab.model import build_model, parse_pe, parse_positions
-    >>> model = build_model(pe="kerple+dape:k=3", vocab_size=10)
-    >>> logits = model(tokens)                 # (B, T) -> (B, T, V)
-    >>> logits, attn = model(tokens, return_attention=True)   # attn: per layer (B, H, T, T)
-    >>> parse_pe("kerple+dape:k=3").params     # {"kerple": {"kind": "log"}, "dape": {"k": 3, "hidden": 32}}
-    >>> parse_positions("pose:chunks=2,target=1024").sample(128, torch.Generator().manual_seed(0))
-
-``PESpec.params`` maps each component to its full parameter dict (defaults included), so a
-record can store it as JSON; ``PESpec.name`` is the canonical spec string (round-trips).
-Index schemes: ``scheme.at_eval`` tells whether evaluation also samples positions
-(randomized: yes, as the reference does; PoSE: no, plain 0..T-1). Encodings of other
-distributions join the table through the entry-point group ``synthlab.encodings``
-(docs/plugins.md).
+Three independent position axes: indices (``indices.py``), encoders (``encoders/``) and logit
+processors (``processors.py``); a spec string (``registry.py``) names a combination, e.g.
+``rope``, ``kerple+dape:k=3``, ``cope+rope``, ``bipe-alibi``; other distributions add
+encodings through the entry-point group ``synthlab.encodings``. Usage and the axes:
+docs/architecture.md, "The three position axes"; plugins: docs/plugins.md.
 """
 
 from __future__ import annotations

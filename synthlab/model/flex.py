@@ -1,22 +1,10 @@
 """Additive biases through FlexAttention (``torch.nn.attention.flex_attention``), on CUDA, opt in.
 
-The default path adds a bias b(i, j) by handing ``scaled_dot_product_attention`` a float mask
-(bias + causal -inf, a (1 | B, H, T, T) tensor) that its kernels read in full, and whose
-gradient is a (B, H, T, T) tensor when the bias is learned. FlexAttention (Dong et al. 2024,
-"Flex Attention: A Programming Model for Generating Optimized Attention Kernels") compiles the
-bias into the attention kernel as a ``score_mod(score, b, h, q_idx, kv_idx)``: nothing of size
-T x T is read or written, and a causal ``BlockMask`` skips the key blocks above the diagonal.
-
-Each bias module that can (ALiBi, KERPLE, T5, FIRE below its threshold) gives its
-``score_mod(ctx)``; the closures read small tensors (slopes, per-head parameters, a bucket table,
-FIRE's MLP on the T distances), whose gradients flex's backward returns.
-Used where every bias of a layer has one, the positions are the default 0..T-1, the tensors are
-on a CUDA device, nothing is vmapped (batched seeds) and there is no attention dropout in
-training. ``SYNTHLAB_FLEX_ATTENTION=1`` turns it on (read at each call); it is off by default
-because whether it beats the float mask on a GPU has not been measured yet (the GPU
-session kit times both: ``scripts/gpu_session.sh flex``). FlexAttention has no backward on CPU,
-so CPU runs keep the float mask; tests check the score_mods against the biases' dense tensors
-(values and gradients) and the flex forward against the float-mask path on CPU.
+Each bias module that can (ALiBi, KERPLE, T5, FIRE) gives a ``score_mod(ctx)``; a layer whose
+biases all have one runs compiled ``flex_attention`` with a causal ``BlockMask`` instead of a
+(T, T) float mask. ``SYNTHLAB_FLEX_ATTENTION=1`` turns it on (CUDA only, positions 0..T-1, no
+vmap, no attention dropout in training). When it applies, why, and how it is tested:
+docs/native.md, "Additive biases through FlexAttention".
 """
 
 from __future__ import annotations

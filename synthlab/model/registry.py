@@ -1,38 +1,10 @@
 """The table of encodings, and spec strings <-> position components.
 
-Grammar: components joined by ``+``, each optionally followed by ``:key=value[,key=value]``::
-
-    rope   alibi   kerple+dape   kerple+dape:k=3   cope+rope   cope:npos=16   fire+dape:k=5
-
-Each encoding is one row of the table (:class:`Encoding`) plus one module class that builds
-itself, ``Class.build(cfg: BuildConfig) -> nn.Module``. The row says what *kind* of component
-it is, i.e. where the model puts its module (docs/architecture.md): ``absolute`` (added to the
-embeddings), ``rotary`` (rotates q, k), ``bias`` (additive b(i, j)), ``contextual`` (CoPE) or
-``processor`` (DAPE); which index it reads; whether it is causal only; its parameters with
-their checks; and its builder. A composite (``bipe-rope``, ``bipe-alibi``) adds a second
-module (``also``). The transformer builds whatever the rows say; it tests no names.
-
-What each kind's module provides (see the classes named in ``_ROWS``): absolute
-``forward(index) -> (.., T, d)`` and ``scales_tokens`` (and, optionally, ``takes_bound``:
-then the model passes ``bound=T - 1`` where it knows the index is below T, so the module need
-not read the index on the host); rotary ``forward(q, k, pos, cacheable)
--> (q, k)``, ``index`` and ``set_scaling``; bias ``forward(ctx, q) -> (1|B, H, T, T)``;
-contextual ``forward(q, S, x, future) -> (B, H, T, T)``; processor ``attention(S, bias,
-future) -> softmax weights``. An optional ``build_shared(cfg)`` makes one object that every
-layer's ``build`` then gets as ``cfg.shared`` (T5's and CoPE's tables, tied across layers).
-
-Rows are plain Python and name their builder lazily, as ``"module:Class"`` imported on first
-build (``".encoders.bias:ALiBi"``: a leading dot is relative to ``synthlab.model``; a plugin
-writes its full module path, ``"my_pkg.bias:MyBias"``), so parsing a spec and ``synthlab
-encodings`` never import torch; that is why a row's parameter checks are declared in the row
-rather than in its torch module.
-
-Adding an encoding: write its module (a class with ``build(cfg)``, see ``encoders/bias.py``)
-and add its row to ``_ROWS`` below, or, from outside the package, ``register(Encoding(...,
-build=MyClass))`` (tests/unit/test_toy_encoding.py does this), or ship it in another
-distribution: an entry point in the group ``synthlab.encodings``, named like the row, naming
-the row (an :class:`Encoding` instance), is registered on the table's first read
-(``synthlab.generators.plugins``; docs/plugins.md).
+A spec string joins components with ``+``, each with optional ``:key=value[,...]``
+(``kerple+dape:k=3``). Each encoding is one row (:class:`Encoding`: its kind, index, checks and
+a lazy builder) plus one module class with ``build(cfg)``; the transformer builds whatever the
+rows say and tests no names, and parsing a spec imports no torch. Grammar, kinds and adding an
+encoding: docs/architecture.md, "Adding an encoding"; from another package: docs/plugins.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Several models of one config trained as one stacked model (batched seeds).
 
-The seeds of a grid cell are S models of the same config that differ only in their random
-initialisation (and their data order). Instead of S separate runs, their parameters are stacked
-along a new leading dim (``torch.func.stack_module_state``) and one forward runs all S through
-``torch.func.vmap`` over ``functional_call`` of one template model::
-
-    stacked = stack_models(models)                 # S models, same config
-    logits = stacked(ids)                           # ids (S, B, T) -> logits (S, B, T, V)
-    loss = sum(F.cross_entropy(logits[s].flatten(0, 1), targets[s].flatten()) for s in range(S))
-    loss.backward()                                 # ordinary autograd: stacked.params[name].grad is (S, ...)
-    opt = torch.optim.AdamW(stacked.parameters())   # elementwise optimisers act per seed as in S runs
-    models = stacked.unstack()                      # S separate models (copies) with the trained weights
-
-Slice s of every output and gradient equals what model s gives on its own (within float
-rounding): every encoding supports it, the native CPU kernels included (their autograd Functions
-have vmap rules). Buffers are config-determined constants (rotary frequencies, ALiBi slopes),
-identical across the seeds, so they are taken unbatched from the first model.
-
-Constraints: the models share one config (same architecture, parameter shapes and buffers);
-every seed gets a batch of the same shape (S, B, T) each step; dropout must be 0 in training
-mode, since vmap draws its random masks differently from S separate runs (ValueError otherwise;
-evaluation mode is fine). A loss summed over seeds gives each seed its own gradient, but an
-optimiser step is only per seed where the optimiser is elementwise (SGD, Adam, AdamW) and
-nothing couples the seeds (no global gradient-norm clipping over the stacked tensors).
+The S models' parameters are stacked along a new leading dim
+(``torch.func.stack_module_state``) and one forward runs all S through ``torch.func.vmap``
+over ``functional_call`` of one template; slice s equals model s on its own within float
+rounding. Needs one config, one batch shape (S, B, T) and dropout 0 in training.
+Usage and constraints: docs/architecture.md, "Batched seeds: one stacked model".
 """
 
 from __future__ import annotations

@@ -1,42 +1,9 @@
 """The papers beside us: a sweep file's published numbers and claims, judged on its results.
 
-A sweep file may hold, as data, what its source paper reports (docs/results.md, "The papers
-beside us"):
-
-    [[paper]]                      # one number the paper reports for one cell
-    source = "CoPE Table 2"
-    setting = "d 256, 4 layers, T 512, 10k steps"
-    cell = { pe = "rope", split = "ood-sparse" }
-    value = 20.3                   # in the grid's unit: percent, `show` (error or accuracy)
-    spread = 2.9                   # optional: the +- the paper gives (std over its seeds)
-    presets = ["paper"]            # optional (default ["paper"]): presets at the paper's scale
-
-    [[claim]]                      # an ordering (or a threshold) the paper draws from them
-    text = "CoPE makes fewer OOD read errors than RoPE"
-    source = "CoPE Table 2"
-    better = { pe = "cope", split = "ood-sparse" }
-    worse = { pe = "rope", split = "ood-sparse" }
-    presets = ["quick", "paper"]   # optional (default quick and paper): where it should show
-
-A paper value is shown beside a grid cell only for results of a preset it lists, and only
-where the cell's runs share every key its ``cell`` names (the claims table also shows it, with
-its ``setting``, beside a claim judged at another preset); a key it does not
-name does not matter to it, so a paper cell names every setting the paper fixes that a sweep
-varies (``d_model = 256, n_layers = 4, n_heads = 4`` where a preset sweeps the model size, the
-encoding's full spec ``cope:npos=258`` where a preset sets its parameters).
-
-A threshold claim names one ``cell`` and ``at_least`` or ``at_most`` (percent) instead of
-better / worse. A cell's keys are columns of :func:`synthlab.analysis.tables.tidy` (``pe``, ``split``,
-``d_model``, ``n_heads``, ``dape_k``, ``pose_chunks``, ``length``, or a task parameter such as
-``n_vars``); its value is the mean over the seeds of the matching finished runs, n the
-number of distinct seeds (a seed run twice is one sample: :func:`synthlab.analysis.tables.per_seed`).
-
-A claim may say what it is: ``kind = "paper"`` (the default: an ordering the paper measured on
-this task), ``"proxy"`` (the paper's claim carried over to another task or metric here) or
-``"prediction"`` (synthlab's own: expected from a theorem, an extension or a reading of the paper).
-
-Parsing only: :mod:`synthlab.analysis.claims` measures the cells and judges the claims
-(:mod:`synthlab.analysis.inference`: the statistics).
+Parses a sweep file's ``[[paper]]`` numbers (one cell each) and ``[[claim]]`` orderings or
+thresholds, with their ``kind`` (paper, proxy, prediction). Parsing only:
+:mod:`synthlab.analysis.claims` measures the cells and judges the claims. The format:
+docs/interfaces.md, "Sweep files"; how they show: docs/results.md, "Reading the grids".
 """
 
 from __future__ import annotations

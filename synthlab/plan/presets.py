@@ -1,14 +1,9 @@
 """The presets of ``train`` (smoke / quick / paper), read from the task family's sweep file.
 
-A preset is written once, in the ``[presets.<name>]`` tables of ``sweeps/<family>.toml``
-(``task``, ``model`` and ``train``); ``synthlab train TASK --preset P`` reads it here, and that
-file's sweep cells carry the same tables, so a train run and a sweep cell cannot drift apart.
-A sweep cell never reads presets by name: its overrides hold its own file's whole preset
-(over an installed sweep's only with ``sweep.base``, :mod:`synthlab.plan.sweepfile`). A setting the
-sweep puts on an axis gets ``train``'s value from the preset table (the axis overrides it in the
-sweep) or, where the table leaves it out, the config dataclass / task default; each sweep file
-says which in a comment. ``positions`` and ``rope_scaling`` of a preset are the sweep's experiment
-design (the PoSE chunk axis writes into them); ``train`` takes them as flags.
+A preset is written once, in the ``[presets.<name>]`` tables of ``sweeps/<family>.toml``;
+``synthlab train TASK --preset P`` reads it here and that file's sweep cells carry the same
+tables, so a train run and a sweep cell cannot drift apart. The rules: docs/interfaces.md,
+"Presets" and "Sweep files".
 """
 
 from __future__ import annotations

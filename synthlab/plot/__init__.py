@@ -1,31 +1,10 @@
 """Pictures of how a trained run handles positions; each returns a matplotlib Figure.
 
-    >>> from synthlab import plot
-    >>> fig = plot.attention("runs/<run_id>", 3, split="ood-sparse", layers=[1])  # attention maps
-    >>> fig = plot.positions(run, 0)      # CoPE gates g_ij and positions p_ij, or BiPE ids
-    >>> fig = plot.bias("alibi")          # an encoding's position signal vs distance
-    >>> fig = plot.glitches(run)          # flip-flop: read error vs distance to the last write
-    >>> fig.savefig("x.png")              # or leave it as a notebook cell's value
-
-Figures are built without pyplot (no global state, no plt.show; any backend, Agg included).
-Each picture has a data function returning the numbers it draws: :func:`attention_maps`,
-:func:`cope_positions`, :func:`bipe_ids`, :func:`bias_curves`, :func:`glitch_rates`.
-``synthlab plot KIND ...`` draws them from the command line.
-
-``run``: a :func:`synthlab.load_run` result or a run directory. ``sample``: an index into the
-run's evaluation samples of ``split`` (samples 0..eval_samples-1 under the run seed, the ones
-its metrics were computed on; a split evaluated per length counts its groups in order) or a
-``synthlab.generators`` Sample. Layers and heads count from 0. The model sees positions 0..T-1 (a run
-trained with randomized positions samples them at evaluation; a picture does not) and, past
-the training length, the run's rope scaling as its evaluation applied it.
-
-The modules behind these names (import from ``synthlab.plot`` itself, the public API):
-
-- ``runs``: runs, samples, rope scaling past the training length, the q / k of each layer
-  (:func:`runs.capture_qk`, from the model's hook points: docs/inspection.md),
-- ``maps``: attention maps, CoPE gates / positions and BiPE ids of one sample,
-- ``distance``: an encoding's position signal and flip-flop read errors against distance,
-- ``draw``: figures without pyplot, token axes, scored-row marks.
+``attention``, ``positions`` (CoPE gates and positions, BiPE ids), ``bias`` (an encoding's
+signal vs distance) and ``glitches`` (flip-flop read errors vs distance), each with a data
+function beside it; built without pyplot, any backend. ``synthlab plot KIND ...`` draws them
+from the command line. Arguments, conventions and the modules behind them:
+docs/inspection.md, "synthlab.plot: the pictures, their arguments, their modules".
 """
 
 from __future__ import annotations

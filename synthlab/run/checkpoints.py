@@ -1,17 +1,10 @@
 """Resumable runs: periodic Lightning checkpoints under ``OUT/.checkpoints/<key>/``.
 
 A run that writes to ``OUT`` saves ``last.ckpt`` every ``train.checkpoint_every`` steps and
-once ``train.checkpoint_minutes`` have passed since the last save (never at the last step; the
-quick presets' 1,000-step runs save none). ``key`` hashes the resolved config without the
-checkpoint settings, so starting the same run again with the same ``OUT`` finds it: ``synthlab
-train`` with the same arguments, or a sweep cell run again (a sweep trains into ``OUT/runs``).
-It resumes at the saved step with the same run id (``run.json``), weights, AdamW and schedule
-state, torch RNG (dropout) and loss curve, and continues with batch ``k`` of the step-addressed
-stream: on CPU, with the same thread count, it ends with the metrics and weights of an
-uninterrupted run. The directory is made at the first save (a run that saves none writes
-nothing there) and goes once the run has its record (ok or failed); Ctrl-C or a kill keeps it.
-An flock makes a second live process with the same key run without checkpoints. Loads use ``torch.load(weights_only=True)``; an unreadable checkpoint is dropped
-with a warning and the run starts over.
+every ``train.checkpoint_minutes``; ``key`` hashes the resolved config without the checkpoint
+settings, so the same run started again with the same ``OUT`` resumes (on CPU with the same
+metrics and weights as an uninterrupted run). The directory goes once the run has its record.
+The rules: docs/architecture.md, "Long runs: resuming and sizes".
 """
 
 from __future__ import annotations

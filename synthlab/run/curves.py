@@ -1,22 +1,10 @@
 """Learning curves (``train.eval_every``) and the ``report`` hook of a run.
 
-Every ``eval_every`` steps, and at the last step, :func:`curve_callback` evaluates the held-out
-splits during training with the run's own evaluation sets and :func:`synthlab.run.evaluation.evaluate`,
-in the context :func:`eval_context` builds for the final evaluation too: the last point equals
-the record's ``metrics`` exactly. Evaluation puts the model in eval mode under ``no_grad`` and
-back into training mode; torch's random state is saved and put back around it, so a run with a
-curve trains the same weights, bit for bit on CPU, as one without (nothing else it uses draws
-from a training stream: the evaluation positions have their own generator).
-
-A point is ``{"step": s, "split": name, <every metric of record["metrics"][name]>}``, where
-``s`` counts the optimizer steps done. The points go into the record (``curve``), the run's
-metrics.jsonl, the Lightning logger (``<split>/<metric>``) and the ``report`` hook; they are
-part of the callback's checkpoint state, so a resumed run keeps the points from before the kill.
-
-``report(step, values)`` (:class:`SafeReport`): ``{"loss": x}`` at every log step (``step``:
-the batch index, as the loss lines of metrics.jsonl), and ``{"<split>/<metric>": x, ...}`` at
-each curve point. Values are finite floats (a metric with no samples, NaN, is left out). A hook
-that raises does not stop the run: it warns once and is called again at the next point.
+Every ``eval_every`` steps and at the last, :func:`curve_callback` evaluates the held-out splits
+with the final evaluation's sets and code (the last point equals the record's ``metrics``),
+keeping torch's random state, so a curve never changes the trained weights. How points are
+taken and where they go: docs/results.md, "Learning curves"; the hook (:class:`SafeReport`):
+docs/interfaces.md, "Settings and hooks for observers".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Batches from the generators: addressable training stream, fixed sets, vectorised padding.
 
-Training batch ``s`` of a run holds training samples ``s*B .. (s+1)*B - 1`` under the run seed
-(fresh samples every step), so the stream is deterministic and the same whatever the number of
-workers or where a run resumes. Tasks with per-batch overrides (CHE: one length per batch)
-draw them from ``Generator(PCG64(SeedSequence([seed, "train-batch", s])))``. With a fixed
-training set (``n_train``) the batches cycle through samples ``0 .. n_train - 1`` in a fresh
-permutation per epoch.
-
-Padding: inputs are right-padded with ``pad_id = len(task.vocab)`` (so the model's vocab size
-is ``len(vocab) + 1``); targets hold ``IGNORE = -100`` wherever no loss / no score goes.
+Training batch ``s`` holds training samples ``s*B .. (s+1)*B - 1`` under the run seed, so the
+stream is the same whatever the workers or where a run resumes. Inputs are right-padded with
+``pad_id = len(task.vocab)``; targets hold ``IGNORE = -100`` where nothing is scored. The rules:
+docs/architecture.md, "Determinism".
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """The Lightning logger of a run (``synthlab train --logger``): its files in the run directory.
 
-A run that writes (``out`` given) keeps what Lightning logs: the training loss ``train/loss``
-and the learning rate ``lr`` every log step, and with ``train.eval_every`` the learning-curve
-points (``<split>/<metric>``, :mod:`synthlab.run.curves`). The logger is a run option, no part of
-the :class:`~synthlab.core.config.RunConfig`: it changes neither a sweep cell's identity nor a
-result. Where each one writes (``OUT/<run_id>/`` is the run directory):
-
-- ``csv`` (the default; needs nothing more): ``logs/metrics.csv`` and ``logs/hparams.yaml``.
-- ``tensorboard``: event files in ``logs/`` (``tensorboard --logdir OUT``).
-- ``wandb``: offline unless ``WANDB_MODE`` says otherwise, in ``wandb/offline-run-*``
-  (upload later with ``wandb sync``); project ``WANDB_PROJECT`` or ``synthlab``.
-- ``mlflow``: the tracking server of ``MLFLOW_TRACKING_URI`` when set, else a local file
-  store ``mlruns/`` (MLflow 3 keeps file stores behind ``MLFLOW_ALLOW_FILE_STORE``, which is
-  set for that store only); experiment ``MLFLOW_EXPERIMENT_NAME`` or ``synthlab``.
-- ``none``: nothing.
-
-Neither needs a network: wandb runs offline and MLflow writes files unless the environment
-names a server (MLflow's own usage telemetry follows its switches, ``MLFLOW_DISABLE_TELEMETRY``
-or ``DO_NOT_TRACK``; synthlab leaves them to the user). The record names the logger and where its files are
-(``record["logs"]``, docs/interfaces.md). An unknown name, or a logger whose package is not
-installed, is bad input (ValueError naming the pip extra) found before anything is written.
-Heavy packages are imported only when their logger is made.
+``csv`` (default), ``tensorboard``, ``wandb`` (offline), ``mlflow`` (a local file store unless
+``MLFLOW_TRACKING_URI``) or ``none``. A run option, no part of the config: it changes neither a
+cell's identity nor a result. An unknown or uninstalled logger is refused before anything is
+written. Where each writes: docs/observability.md, "Training loggers".
 """
 
 from __future__ import annotations

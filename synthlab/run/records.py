@@ -1,21 +1,9 @@
 """Result records: the one writer and reader of ``results.jsonl`` and ``study-results.jsonl``.
 
-A result record (docs/interfaces.md) is one JSON object per line, appended with a single
-write so a killed writer leaves at most one torn line. Lines are encoded and decoded by the
-``jsonlines`` package (:func:`_encode`, :func:`_reader`) with one set of ``json.dumps``
-settings (:func:`to_json`); :func:`append_record` gathers jsonlines' output in memory and
-hands it to the file in one fsync'd ``os.write``, since a writer that wrote a line and its
-newline separately could be killed between the two. Every path a record takes to a file
-goes through :func:`clean` (never NaN or infinity: ``null``; numpy / torch scalars as Python
-numbers), and every read goes through :func:`read_results` or :func:`scan_records`, which
-skip a torn line.
-
-A sweep's record names its grid cell (``cell``: the cell's key, :func:`with_cell`), so a cell
-recorded twice (files of several machines joined, or a file written before sweeps looked for
-a cell's record before training it) counts once: readers keep one record per (study, cell),
-the latest finished one, a failure only where none finished (:func:`latest_records`; a record without ``cell``, from before it existed, is
-known by the settings and seed it names; a ``synthlab train`` run, without a study, always
-counts).
+A record (docs/interfaces.md) is one JSON line appended with one fsync'd write
+(:func:`append_record`), cleaned of NaN (:func:`clean`), and read back by :func:`read_results`
+/ :func:`scan_records`, which skip a torn line; readers keep one record per (study, cell)
+(:func:`latest_records`). Why and how: docs/architecture.md, "Records: one writer, one reader".
 """
 
 from __future__ import annotations

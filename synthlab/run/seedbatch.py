@@ -1,23 +1,11 @@
 """Batched seeds: the seeds of one cell trained together as one stacked model.
 
-``train_seeds(task, pe, seeds=[0, 1, 2])`` builds the S runs exactly as S calls of
-:func:`synthlab.train` would (each seed's config, data stream, evaluation sets and initial
-weights), stacks the S models (:mod:`synthlab.model.stacked`: ``torch.func.vmap`` over one
-template), and trains them in one process with one Lightning Trainer: one forward and backward a
-step for all S, so a GPU that one small model leaves idle is filled S times over. Then each seed
-is evaluated, saved and recorded on its own, as a separate run would be (its own run directory,
-record and ``run_id``). What makes the S slices equal to S separate runs (within float rounding,
-tested): the loss is the sum of the seeds' own losses, so each seed's parameters get their own
-gradient; gradient clipping is per seed (each seed's own norm, as ``clip_grad_norm_`` in a
-separate run); AdamW is elementwise; the learning-rate schedule is the same for all.
-
-Where it applies (ValueError naming the reason otherwise, before anything is written): one
-config but the seed; every seed's batch of one shape at each step (fixed-length tasks such as
-flip-flop, not tasks that draw a length per batch or pad to each batch's longest); dropout 0
-(vmap draws masks unlike separate runs); no training-time position scheme, learning curve,
-``train.compile`` or user model. A batch checkpoints as a single run does
-(:mod:`synthlab.run.checkpoints`, keyed by the config and the seeds): killed, the same call (or the
-same sweep cells) resumes it with every seed's run id.
+``train_seeds(task, pe, seeds=[0, 1, 2])`` trains S runs, built exactly as S calls of
+:func:`synthlab.train` would be, as one stacked model (:mod:`synthlab.model.stacked`), then
+evaluates, saves and records each seed as its own run. Seeds that cannot stack raise
+:class:`NotBatchable` before anything is written. Why the slices equal separate runs, where it
+applies, and how a batch checkpoints: docs/architecture.md, "Sweeps: exactly once" (batched
+seeds) and "Batched seeds: one stacked model".
 """
 
 from __future__ import annotations

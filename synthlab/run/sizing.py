@@ -2,26 +2,9 @@
 ``check_fits``. ``synthlab.run.training.run`` calls :func:`check_run_fits` before any data set or
 batch is made (lengths from a few probed samples); ``train.check_memory=false`` skips it.
 
-Counted in float32 (the models train in float32):
-- parameters P (analytic: embeddings, 12 d^2 + 13 d a layer, the encodings' tables), their
-  gradients and AdamW's two moments: 16 P bytes;
-- training activations, B x T tokens: ~24 d floats a token and layer kept for the backward, the
-  logits, and the (B, H, T, T) attention maps where an encoding materialises them (CoPE, DAPE,
-  Shaw's relative keys, learned biases on CPU, ``return_attention``). Map counts a layer follow
-  the code paths (native CPU kernels vs the PyTorch path on a GPU; DAPE's packed path on a GPU
-  holds its k-shifted input and hidden map), the backward peak one layer's maps more;
-- evaluation: one no-grad forward of ``eval_batch_size`` sequences of the longest evaluated
-  length (greedy decoding: its width), one layer's maps live at a time;
-- data: the evaluation sets (every split and length group, ``eval_samples`` each) and a fixed
-  training set (``n_train``), ~32 bytes a token + 2 KB a sample;
-- 128 MB for the runtime (Lightning's trainer, allocator slack) and the model's tensor cache.
-
-Peak = weights and optimiser + data + max(training, evaluation) + runtime. On a GPU, weights,
-optimiser and activations are checked against ``torch.cuda.mem_get_info``, the rest against the
-host (psutil, else /proc/meminfo, and the cgroup limit). Against measured peak RSS growth on CPU
-(flipflop T 512, B 32, d 64, 2 layers, 2 steps + evaluation) the estimate without the runtime
-part was 0.8-1.4x of it for rope, cope, dape (k 1, 3), alibi, kerple, relative (tests/system/test_sizing_peak.py
-checks one CoPE run for a factor of 2).
+Peak = weights and optimiser + data + max(training, evaluation) + runtime, counted in float32;
+on a GPU the device's part against ``torch.cuda.mem_get_info``. What each term counts:
+docs/architecture.md, "The memory estimate".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Train one model on one task and evaluate every split: ``synthlab.train(task, pe, ...)``.
 
-Flow: ``resolve_config`` (preset + overrides, everything validated) -> evaluation sets built
-(true lengths known, combination re-validated) -> run directory created -> Lightning fit
-(:mod:`synthlab.run.fitting`; AdamW, warmup then linear / cosine decay, gradient clipping; the
-logger of :mod:`synthlab.run.loggers`; with ``train.eval_every`` the learning curve of
-:mod:`synthlab.run.curves`) -> evaluation of every split
-(:mod:`synthlab.run.evaluation`: token_acc, seq_acc, the task's headline metrics; per length where a
-split spans lengths)
--> one result record (docs/interfaces.md) appended to ``results.jsonl`` with one fsync'd write.
-
-All metric values in the record are fractions in [0, 1] (accuracies and error rates alike:
-``read_error = 1 - token_acc``); the printed table shows them in %.
+``resolve_config`` (preset + overrides, all validated) -> evaluation sets -> run directory ->
+Lightning fit -> evaluation of every split -> one result record appended to ``results.jsonl``.
+Metric values are fractions in [0, 1]. The flow step by step: docs/architecture.md, "One run,
+start to end"; the record: docs/interfaces.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """A user's own model in place of synthlab's Transformer: ``synthlab.train(..., model=factory)``.
 
-``factory(cfg, vocab_size, max_len) -> torch.nn.Module`` (as MAD-lab and lm-eval take a model
-of one's own): ``cfg`` is the run's resolved :class:`~synthlab.core.config.RunConfig` (its
-``model`` section is the factory's to read or ignore), ``vocab_size`` the task's vocabulary
-plus the pad id (ids are ``0 .. vocab_size - 1``, the pad id is ``vocab_size - 1``),
-``max_len`` the longest sequence the run feeds the model (training and evaluation, greedy
-decoding included). The module maps ids (B, T) -> logits (B, T, vocab_size); it is called as
-``module(ids)``, or ``module(ids, positions=p)`` when the run has a training-time index scheme
-(``--positions``), which then needs a ``positions`` parameter; ``rope_scaling`` needs a
-``set_rope_scaling`` method like the Transformer's. The factory is called after the run's
-seed is set, so its initialisation repeats.
-
-The run is trained, evaluated and recorded like any other; the record says
-``"model": {"factory": "<module>.<qualname>", "params": n}`` and config.json
-``"model_factory"``. Its weights are saved (model.safetensors); reopening it needs the same
-factory (``load_run(dir, model=factory)``: :func:`saved_model`). ``train.check_memory``
-estimates synthlab's Transformer, so a user's model is not checked.
+``factory(cfg, vocab_size, max_len) -> torch.nn.Module`` mapping ids (B, T) to logits
+(B, T, vocab_size); the run is trained, evaluated and recorded like any other, and reopening it
+needs the same factory (``load_run(dir, model=factory)``: :func:`saved_model`). The contract:
+docs/interfaces.md, "Settings and hooks for observers".
 """
 
 from __future__ import annotations

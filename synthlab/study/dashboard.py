@@ -2,43 +2,9 @@
 run's headline metric per split as flat numeric user attrs, its learning curve as intermediate
 values.
 
-The dashboard's search space, parallel-coordinate and importance pages read a trial's
-``params`` and their distributions; its trial table sorts by numeric user attrs; its
-intermediate-value plot (and any pruner) reads ``trial.report`` values. A sweep's trials are
-taken by the storage's atomic WAITING -> RUNNING transition (:mod:`synthlab.study.scheduler`), not by
-``study.ask``, so nothing suggests parameters: this module writes them.
-
-- **params**: every axis of the cell (task, pe, seed, positions, each ``--set`` axis, a tuned
-  slot) is a param with a ``CategoricalDistribution`` whose choices are the axis's values across
-  the grid, except the seed (:data:`INT_AXES`): an ``IntDistribution`` from the grid's lowest
-  seed to its highest. They go onto the trial in the same storage write that enqueues it (a WAITING trial
-  created with params and distributions); a trial enqueued without them (a study from before)
-  gets them through ``storage.set_trial_param`` right after it is taken.
-- **user attrs**, set before the trial is closed: ``<split>/<metric>`` for every split of the
-  record and the sweep's headline metric (its ``metric``: ``test/token_acc``,
-  ``ood-sparse/token_acc``), and ``wall_s``. One storage write each (an fsync'd journal
-  entry), so the headline only: the record (user attr ``record``) holds every metric.
-- **intermediate values**, from the trainer's ``report`` hook: the sweep's objective
-  (``<objective split>/<metric>``) at each periodic evaluation when the cell's config sets
-  ``train.eval_every``, otherwise the training loss; at most :data:`MAX_POINTS` a trial and one
-  write per :data:`MIN_INTERVAL` seconds (each is an fsync'd journal write). The study's user
-  attr ``intermediate`` says which (:func:`describe`).
-
-One distribution per param name: Optuna checks a new param against the first trial of the
-study that holds the name (journal and RDB storages alike) and a categorical distribution
-matches only one with the same choices, so a param's choices are fixed by the first sweep of a
-study that sets it. A later sweep of the same study reuses them for the values they hold (a
-sweep narrowed with ``--pe`` keeps the study's wider choices); a value they do not hold (an
-encoding added later) cannot become that param without breaking the study, so its trials carry
-no param of that name (:attr:`AxisParams.left_off`; the ``cell`` user attr still names the
-value). Start a new ``--study`` to see such a grid whole in the dashboard. The seed escapes
-this rule: Optuna checks an int distribution's kind (and ``log``), not its range, so each grid
-writes its own range and more seeds later (``sweep --seeds``) join the study as params (the
-dashboard shows the union of the ranges). A study whose first trials held the seed as a
-categorical (written before) keeps it categorical: new seeds there are left off as above. Two sweeps of
-different grids starting on one new study at the same moment may each fix a name: an RDB
-storage refuses the second (it is learned and the enqueue retried), a journal keeps both (the
-dashboard then merges their choices; Optuna's own search space leaves the name out).
+Trials are taken by the scheduler's atomic transition, not ``study.ask``, so nothing suggests
+parameters: this module writes them, with the enqueue. None of it decides anything in the
+scheduling. What the study holds and how it gets it: docs/observability.md, "optuna-dashboard".
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Launchers: where a sweep's cells train. The seam between the grid and the machines.
 
-:func:`synthlab.study.sweeping.sweep` computes the cells, validates everything and opens the study
-(the registry: which cell is waiting, running, finished, and each finished cell's record); a
-launcher then gets the cells not finished trained and returns when the grid is done (or, with
-``--detach``, once they are handed over). Two launchers:
-
-- ``local`` (:class:`LocalLauncher`, the default): this process and ``--workers`` helper
-  processes on this machine, each taking cells from the study (:mod:`synthlab.study.scheduler`,
-  whose heartbeat and pid rules find a dead worker's cell);
-- ``slurm`` (:class:`SlurmLauncher`): one SLURM job array through submitit, one task per cell
-  not finished (:mod:`synthlab.study.slurmtask`). SLURM owns liveness there: a cell's trial carries
-  its task's job id (``slurm_job``), and a trial whose job has left the queue (``squeue``)
-  without a record is closed as stale, so the next run submits its cell again; a timed-out or
-  preempted task is requeued by submitit and its run resumes from its checkpoint.
-
-Another scheduler (a Ray cluster, Kubernetes jobs) is one more class with ``run(grid)``: it
-starts, somewhere, what :func:`synthlab.study.slurmtask.run_cell` does for one cell, and tells
-whether each cell's job is still alive (docs/scaling.md).
-
-Settings come from ``--set launcher.KEY=VALUE`` and a sweep file's ``[launcher]`` table (the
-command line wins), checked here before anything is written or submitted. submitit is loaded
-only when a SLURM sweep runs.
+:func:`synthlab.study.sweeping.sweep` opens the study; a launcher gets the cells not finished
+trained: ``local`` (:class:`LocalLauncher`, this process and ``--workers`` helpers) or ``slurm``
+(:class:`SlurmLauncher`, one job array through submitit, SLURM owning liveness). Settings come
+from ``--set launcher.KEY=VALUE`` and ``[launcher]``, checked before anything is submitted.
+Both, and how to add another (Ray, Kubernetes): docs/scaling.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Whether a sweep worker is alive: pids on this host, heartbeats from other machines.
 
-A RUNNING trial names its worker (host, pid, the process's start time, so a reused pid is
-told apart, and its pid space: the machine's boot and the pid namespace, so two containers or
-machines with one hostname are told apart); in the same pid space a dead pid frees its cell at
-once and a live silent one is paused, not dead; from anywhere else only the heartbeat
-(``Heartbeat``, a thread writing ``heartbeat`` every ``interval`` seconds) can tell. Its
-silence is also timed on this machine's clock (:class:`SilenceWatch`: how long the value has
-stood still here), since the value itself is the other machine's clock, which may be off by more
-than the grace period (up to :data:`CLOCK_SKEW` is tolerated). The rules are
-:mod:`synthlab.study.scheduler`'s; this module is how they read a trial (a process itself:
-:mod:`synthlab.core.processes`).
+In the same pid space a dead pid frees its cell at once and a live silent one is paused, not
+dead; from anywhere else only the heartbeat (:class:`Heartbeat`) tells, its silence timed on
+this machine's clock (:class:`SilenceWatch`, up to :data:`CLOCK_SKEW` tolerated). The rules are
+:mod:`synthlab.study.scheduler`'s: docs/architecture.md, "The sweep queue's rules".
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """What a sweep prints while it runs, on stderr (its stdout holds the grids at the end).
 
-Three modes (:func:`mode_for`):
-
-- ``quiet`` (``--quiet``): nothing but errors;
-- ``lines`` (stderr is no terminal: a batch job's log): a line when a cell starts, a line when
-  it finishes (cells done / total, the cell, ok or failed, the objective, its wall time, an
-  ETA), and a heartbeat line every ``every`` seconds (default 60) for each cell still running
-  (step / steps and the training loss from the trainer's ``report`` hook, time elapsed), so a
-  log shows that a long cell is alive;
-- ``bar`` (a terminal): a tqdm bar at position 0 (cells done / total, ETA) with the start and
-  finish lines printed above it; the trainer's own per-run bar (tqdm, shown when stdout is a
-  terminal) takes the next free position, below it.
-
-One view per sweep: with ``--workers N`` the main process alone prints. It watches the study
-(every ``poll`` seconds) for the cells its helper processes start and finish; the helpers print
-nothing but errors. A helper's step and loss reach the main process through its running
-trial's ``progress`` user attr, written with the scheduler's heartbeat. Cells finished by
-other processes on the study (another machine) count in done / total and get their line too.
-
-The counts and the trials come from :class:`synthlab.study.scheduler.Runner` (``observe``), which
-owns what a finished cell is; this module only formats and times.
+Three modes (:func:`mode_for`): ``quiet``, ``lines`` (not a terminal: start, finish and
+heartbeat lines) and ``bar`` (a tqdm bar). With ``--workers N`` the main process alone prints,
+watching the study; the counts come from :class:`synthlab.study.scheduler.Runner`, so this
+module only formats and times. What each mode prints: docs/observability.md, "Progress on
+stderr".
 """
 
 from __future__ import annotations

@@ -1,42 +1,11 @@
 """Scheduling a sweep's cells as Optuna trials, exactly once over any storage, whenever a
 process is killed.
 
-- every cell is *enqueued* as a WAITING trial carrying its ``cell_key``; a worker takes a trial
-  with the storage's atomic WAITING -> RUNNING transition (Optuna's own queue), so two workers
-  never take the same trial;
-- two workers starting together may both enqueue a cell; a taken trial therefore runs only if
-  no *lower-numbered live* trial exists for its cell (live: waiting, running, finished with a
-  record), otherwise it is closed as PRUNED with ``duplicate_of``. Trial numbers are assigned
-  atomically, so exactly one trial per cell runs;
-- a running trial carries ``worker`` (host, pid, process start time, pid space; until it is
-  written, the ``claim:<pid>@<host>/<space>`` attrs written before the take name the candidates) and a
-  ``heartbeat`` user attr refreshed every ``heartbeat_interval`` seconds. A RUNNING trial
-  whose process is gone (same host and pid space: pid dead, while a live silent one there is
-  paused, not dead; elsewhere: its heartbeat older than ``grace_period`` plus the clock skew
-  allowed (``liveness.CLOCK_SKEW``), or that old and unchanged here for three beats, or unchanged
-  here for ``grace_period`` seconds) is reaped (the atomic transition out of RUNNING picks one reaper): closed from its
-  record if one is stored on it (the process died after its run: ``closed_from_record``),
-  otherwise failed (``stale``) and its cell enqueued again, so a cell that was running when
-  its process was killed is re-run once;
-- a finished run's record goes first onto its trial (user attr ``record``), then into
-  ``results.jsonl`` (with the cell's key, field ``cell``), then the trial is closed: a kill
-  between any two steps leaves a record that finishes the cell;
-- before training a cell, a worker looks for an ok record of it (this study, this cell key)
-  in ``results.jsonl``, and closes the trial from the one it finds: the storage may have lost
-  the trial's end (a torn journal entry cut off, a journal restored from a copy);
-- Ctrl-C (or SIGTERM, see :mod:`synthlab.study.sweeping`) fails the running trial without a record,
-  so its cell is enqueued again; nothing is written to results.jsonl.
-
-What optuna-dashboard reads (the cell's axes as params, written with the enqueue; headline
-metrics as user attrs, written between the record and the close; intermediate values from the
-trainer's ``report`` hook) is :mod:`synthlab.study.dashboard`'s; none of it decides anything here.
-
-So a finished cell (ok or failed) is never trained again, and a cell recorded twice (several
-machines' files joined) counts once (:func:`synthlab.run.records.latest_records`).
-
-This module owns the liveness rules and :class:`Runner`, one worker's loop; how a process is
-read (pid, heartbeat thread) is :mod:`synthlab.study.liveness`'s, taking a cell's seeds together
-(``batch_seeds``) :mod:`synthlab.study.seedgroups`'.
+Cells are enqueued as WAITING trials and taken by the storage's atomic WAITING -> RUNNING
+transition; the lowest-numbered live trial of a cell runs; a dead worker's trial is reaped and
+its cell enqueued again; a record goes onto the trial, then into ``results.jsonl``, then the
+trial is closed. This module owns those rules and :class:`Runner`, one worker's loop. The rules
+one by one: docs/architecture.md, "The sweep queue's rules".
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """One SLURM task of a sweep (:class:`synthlab.study.launchers.SlurmLauncher`): train one cell.
 
-submitit pickles a :class:`CellTask` and the cell's job (the sweep spec, the cell, its resolved
-config, its trial number, the study's name and storage, the output directory) into the job
-array's folder; on the compute node its ``__call__`` runs :func:`run_cell`, which opens the
-same study (the registry; the storage must be reachable from the node: a journal file on the
-shared filesystem, or a database), takes the cell's trial, trains the cell the way a local
-worker does (:class:`synthlab.study.scheduler.Runner`: the record onto the trial, then one atomic
-append to ``results.jsonl``, then the trial closed) and exits. A task that finds its cell
-finished exits without training: a finished cell is never trained twice.
-
-Liveness is SLURM's: the trial carries the task's id (``slurm_job``, ``ARRAYID_TASKID``), no
-heartbeat is read and no pid is judged. A task stopped on the way (scancel, a node lost, a
-requeue) leaves its trial RUNNING; the same task requeued takes it up again, and otherwise the
-submitting sweep closes it once the task has left the queue (:meth:`SlurmLauncher.reap`).
-
-Timeouts and preemption: submitit gives the job ``--signal=USR2@90``; on it :class:`CellTask`
-(a ``submitit.helpers.Checkpointable``) is requeued with the same arguments. The signal stops
-the training as Ctrl-C does (no record, the run's checkpoint kept: ``train.checkpoint_every`` /
-``train.checkpoint_minutes``, :mod:`synthlab.run.checkpoints`), and the requeued task resumes the
-run from that checkpoint under its run id.
+On the compute node :class:`CellTask` runs :func:`run_cell`: it opens the same study, takes the
+cell's trial and trains it as a local worker does; a finished cell is never trained twice.
+Liveness is SLURM's (``slurm_job`` on the trial); on ``USR2`` the task is requeued and resumes
+from its checkpoint. The rules: docs/scaling.md, "SLURM" and "Another cluster".
 """
 
 from __future__ import annotations

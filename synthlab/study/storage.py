@@ -1,23 +1,10 @@
 """Study storage: where a sweep's Optuna study lives (journal file, SQLite, PostgreSQL, ...).
 
-Default storage: an Optuna journal file (``JournalFileBackend``) in the output directory. It is
-an append-only log written under a lock file with one ``write`` + ``fsync`` per operation, so
-several processes on one machine share it without "database is locked" errors (SQLite's
-failure mode under concurrent writers), and a hard kill loses at most the operation in flight;
-a lock left by a killed process is broken after a short grace period, never one whose holder
-still runs on this machine (:mod:`synthlab.study.journallock`).
-
-A journal is one JSON object per line. A write cut by a kill, a full disk or a power loss
-leaves a torn last entry, which Optuna reads past until the next writer appends behind it and
-makes the study unreadable for good. So whoever holds the journal's lock first cuts a torn or
-unparsable last entry off (:func:`repair_journal_tail`: the bytes go to a side file
-``<journal>.torn-<offset>``, one warning line on stderr): on opening, and on every append (a
-killed writer's lock is broken, then the breaker repairs before it writes). Corruption before
-the last entry is no kill's doing: opening it raises ValueError naming the byte offset.
-
-This module owns the URL forms (:func:`normalize_url`), the checks run before anything is
-written (:func:`check_storage`), opening a storage safely from several workers at once
-(:func:`open_storage`) and the journal's repair.
+Default: an Optuna journal file in the output directory, shared by several processes under a
+lock file (:mod:`synthlab.study.journallock`). A torn last entry is cut off by whoever holds the
+lock (:func:`repair_journal_tail`); damage before it raises ValueError naming the byte offset.
+Also :func:`normalize_url`, :func:`check_storage` and :func:`open_storage`. Why and how:
+docs/architecture.md, "The sweep queue's rules".
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Sweeps: an exhaustive grid of training runs, one Optuna trial per grid cell.
 
-:func:`sweep` loads a sweep file (:mod:`synthlab.plan.sweepfile`), expands it into cells
-(:mod:`synthlab.plan.cells`), runs each cell once as one trial of an Optuna study kept in a storage
-(:mod:`synthlab.study.storage`) by one or several workers (:mod:`synthlab.study.scheduler`,
-:mod:`synthlab.study.workers`), writes the records (:mod:`synthlab.run.records`) and draws the grids
-(:mod:`synthlab.analysis.grids`) and the papers' verdicts (:mod:`synthlab.analysis.claims`). This module owns
-that orchestration: everything is validated (:func:`validate_cells` asks the trainer) before
-anything is written; a grid whose every cell the study has finished skips the trainer and the
-study's writes and only reports (:func:`_finished`: a finished sweep run again answers in about
-a second); for a tuned sweep, :func:`best_tuned` picks which of a cell's runs its
-grid shows. While it runs, the main process alone prints progress (:mod:`synthlab.study.progress`)
-and the study holds what optuna-dashboard shows (:mod:`synthlab.study.dashboard`). It also hands on
-the names users import from it.
+:func:`sweep` loads a sweep file, expands it into cells, validates everything before anything is
+written, runs each cell once through the study (:mod:`synthlab.study.scheduler`, one or several
+workers or a launcher), writes the records and draws the grids and the papers' verdicts. A grid
+the study has finished only reports. The orchestration: docs/architecture.md, "The sweep
+queue's rules"; the user's view: docs/interfaces.md, "Sweep files".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The names a sweep file gives, checked against its tasks before anything runs (issue 33).
 
-A sweep file names things its tasks must have: the headline ``metric``, the splits
-(``in_dist``, ``ood``, ``objective_split``, whether given or left to their defaults), the grid
-axes (``capacity_x``, ``ood_y``, ...), and the cells of its ``[[paper]]`` numbers and
-``[[claim]]`` s (their keys, encodings, tasks, splits and axis values). A name nothing has
-would train the whole grid and draw blank cells labelled "not run", or fail every trial: it
-is refused (ValueError: exit 2, one line naming the file and the entry).
-
-What a task has depends on its parameters (flip-flop's ``ood-length`` split exists when
-``ood_len_pairs`` is set; arithmetic's ``ood-ops-k`` on ``n_ops``), so the tasks are built
-with the parameters the file gives them: each preset's task settings and task-parameter axes
-(:func:`check_file`, at parse time), or the cells of the grid about to run (:func:`check_cells`,
-which sees ``--set`` too). A task whose parameters cannot build one is left to the trainer's
-own check, which names the parameter.
-
-Claim and paper cells may name settings that no axis varies (``split``, ``length``, ``task``,
-``n_vars``, ``d_model`` fixed by a preset, ...): a key is refused only when it names nothing a
-results table has, and a value only where the key is an axis of every preset the entry lists
-(or set by it) and the value is none of them.
+A metric, split, axis or claim / paper cell that names nothing its tasks have is refused
+(ValueError: exit 2, one line naming the file and the entry), with the tasks built from the
+file's parameters (:func:`check_file`) or the grid about to run (:func:`check_cells`). The
+rules: docs/interfaces.md, "Sweep files".
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Several worker processes on one sweep (``synthlab sweep ... --workers N|auto``).
 
-The study's scheduling is already exactly once across processes (see :mod:`synthlab.study.scheduler`),
-so a sweep with N workers is this process plus N - 1 helper processes running the same sweep on
-the same storage and study, without drawing grids (``synthlab.study.sweeping._helper``: this module
-knows processes and threads, not sweeps, and imports none of their modules). The machine is
-split between them:
-
-- CPU: each worker gets ``cores // N`` torch threads (at least 1), so workers x threads =
-  cores. Small models gain from it: a step of the quick presets does not keep two threads
-  busy (measured on a 2-core VM for the flip-flop main command, docs/performance.md).
-- GPU: workers are spread round robin over the visible GPUs (``CUDA_VISIBLE_DEVICES`` of each
-  helper), several per GPU when N exceeds the GPU count. ``auto`` starts one per GPU: not
-  chosen from a measurement (none on a GPU yet; ``benchmarks/sweep_workers.py`` prints it).
-
-Ctrl-C or SIGTERM in the main process (:func:`sigterm_as_ctrl_c`: a batch scheduler's
-preemption, ``timeout``) stops the helpers (each re-queues its running cell); a helper whose
-main process is killed outright gets SIGTERM from the kernel and does the same. A helper that
-dies is reaped like any killed worker: its cell runs again.
-
-A helper imports only what the main process would: it starts as ``python -P -c`` (:data:`_BOOT`)
-with the main process's ``sys.path``, never with the working directory that ``python -m`` puts
-first (a ``jsonlines.py`` or a ``*.dist-info`` naming a ``synthlab.tasks`` entry point in the
-directory a sweep runs in would run in the helpers). A stop that lands while a helper is still
-importing (Ctrl-C right after the start) ends it with 130 and no traceback.
+This process plus N - 1 helpers run the same sweep on the same study (its scheduling is already
+exactly once); each CPU worker gets ``cores // N`` torch threads, GPU workers go round robin
+over the visible GPUs. Ctrl-C or SIGTERM stops the helpers, each re-queuing its cell. This
+module knows processes, not sweeps. How: docs/scaling.md, "Details: workers, seeds stacked,
+precision, kills"; the helpers' start: docs/architecture.md, "The sweep queue's rules".
 """
 
 from __future__ import annotations

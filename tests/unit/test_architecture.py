@@ -188,6 +188,20 @@ def test_no_module_over_500_lines():
     assert not over, f"modules over {MAX_LINES} lines: {over}"
 
 
+MAX_DOCSTRING_LINES = 10
+
+
+def test_no_module_docstring_over_10_lines():
+    """A module docstring says what the module is for and where the rest is written; protocol
+    specifications, algorithms and rationale live in docs/ (house style)."""
+    over = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"), str(path)), clean=False)
+        if doc and len(doc.splitlines()) > MAX_DOCSTRING_LINES:
+            over[path.relative_to(PACKAGE.parent).as_posix()] = len(doc.splitlines())
+    assert not over, f"module docstrings over {MAX_DOCSTRING_LINES} lines (move the detail to docs/): {over}"
+
+
 def _top_level_imports(path: Path) -> set[str]:
     """The top-level package names a file imports (any depth of the tree)."""
     names = set()

@@ -1,20 +1,10 @@
 """Native CPU kernels, compiled on first use with the system C++ compiler and loaded by ctypes.
 
-- ``dape_cpu.cpp``: DAPE / DAPE V2's two (1 x k) convolutions and the LeakyReLU fused per strip
-  of query rows; the D-channel hidden map stays in cache instead of going to memory (D x B x T^2
-  floats, several times per step: the unfused version is memory-bound).
-- ``cope_cpu.cpp``: CoPE's positions (a reverse scan of the gates), clamp and interpolation
-  fused per query row, instead of a dozen passes over B x H x T^2 tensors.
-
-Each shared library is built once per (source, compiler, flags, CPU) into a cache directory
-(``$SYNTHLAB_CACHE_DIR`` or ``~/.cache/synthlab``) and reused by every process; a build takes
-about a second. Where no compiler is found or the build fails, ``kernel(name)`` warns once and
-returns None, and the encoding runs its PyTorch path (same results, slower).
-``SYNTHLAB_NATIVE=0`` turns the kernels off.
-``SYNTHLAB_NATIVE_MARCH=haswell`` (any ``-march`` value) builds for that instruction set instead of
-this CPU's own (``-march=native``): an AVX2-only user's build, measured and tested on an AVX-512
-machine; it is part of the cache key. They use OpenMP only where the OpenMP build runs on
-the runtime torch already loaded (Linux + GCC + torch's libgomp); elsewhere std::thread.
+``dape_cpu.cpp`` fuses DAPE's convolutions per strip of query rows; ``cope_cpu.cpp`` CoPE's
+positions, clamp and interpolation per query row. Without a compiler :func:`kernel` warns once
+and returns None: the encoding's PyTorch path runs (same results, slower).
+``SYNTHLAB_NATIVE=0`` turns them off. Build, cache, threads and ``-march``: docs/native.md,
+"Building and choosing a path".
 """
 
 from __future__ import annotations

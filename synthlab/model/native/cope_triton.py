@@ -1,56 +1,10 @@
 """CoPE attention fused on the GPU: Triton kernels for the forward and the backward.
 
-CoPE (Golovneva et al. 2024, "Contextual Position Encoding: Learning to Count What's
-Important", Sec. 4 and App. B) for a layer whose only position term is CoPE, causal, per batch
-b, head h, query row i and keys j <= i:
-
-    s_ij    = scale q_i . k_j                 g_ij = sigmoid(s_ij)
-    p_ij    = clamp(sum_{t=j..i} g_it, 0, npos - 1)
-    term_ij = e[lo] + (p - lo) (e[lo + 1] - e[lo]),  lo = floor(p), e = table[b, h, i] (npos values,
-              e[npos] repeats e[npos - 1]);   CoPE-ALiBi (no table): term_ij = -slope_h p_ij
-    a_ij    = softmax_j(s_ij + term_ij)       y_i = sum_j a_ij v_j
-
-``CoPEQKVTriton.apply(q, k, v, table, slopes, npos, scale)`` has the contract of the CPU kernel's
-``_FusedCoPEQKV`` (``encoders/contextual.py``, ``native/cope_cpu.cpp``): q, k, v (B, H, T, d_h),
-table = q_raw . pos_emb (B, H, T, npos) or None with slopes (H,). float32 inside (bfloat16 /
-float16 inputs are converted, the output comes back in q's dtype); no (B, H, T, T) tensor is
-made either way. The PyTorch path of ``CoPE.forward`` is the reference the tests compare with.
-Like the CPU kernel's, the autograd Function has a vmap rule, so the kernels also run under
-torch.func.vmap over stacked seeds (batched seeds, ``model/stacked.py``): the seeds are folded
-into the batch, one launch per kernel for all of them (``_CoPEQKVTritonKernel``).
-
-Design (flash-attention style; key blocks of BLOCK_N keys, query blocks of BLOCK_M rows):
-
-- forward, one program per (b, h, query block): key blocks from the diagonal down to block 0,
-  so the positions, a reverse cumulative sum of the gates, carry across blocks: p_ij =
-  suffix_i + reverse-cumsum within the block, suffix_i = the row's gates of the blocks already
-  done. Online softmax; saved per row: the log-sum-exp, and per (row, key block) the suffix on
-  entering the block, ``gate_suffix`` (B, H, T, ceil(T / BLOCK_N)), small beside T x T. The
-  backward rebuilds p from it without a scan, by the same arithmetic as the forward.
-- backward, two kernels and no atomics. dL/dg_it = sum_{j <= t} dL/dp_ij (dL/dp is 0 where p >
-  npos - 1: torch.clamp's gradient, which passes at p = npos - 1 exactly, where the table's
-  interpolation has slope e[top] - e[top] = 0 anyway) is a prefix sum over j, so (1) one program per (b, h, query block) walks the
-  key blocks upwards carrying that prefix sum, and writes dq, the table's gradient (its rows
-  belong to the program's query rows) and the carried prefix per (row, key block)
-  (``dp_prefix``); (2) one program per (b, h, key block) walks the query blocks and writes dk, dv,
-  taking the gates' gradient from ``dp_prefix`` plus the prefix sum within the block.
-  Softmax's backward uses delta_i = gy_i . y_i (flash attention's trick).
-
-Deterministic: every output element is written by exactly one program, which sums its terms in a
-fixed order (loops over blocks in program order, reductions of fixed shapes); no atomics, no
-split-K, no autotuning, so results are bit-identical run to run (``train.deterministic``).
-
-The matmuls' precision follows ``torch.get_float32_matmul_precision()`` ("highest": IEEE fp32,
-"high": 3xTF32, "medium": TF32), as torch's own float32 matmuls on the PyTorch path do.
-
-Used by ``CoPE.attend`` for CUDA tensors when the ``triton`` package imports (Linux; the ``gpu``
-extra); CPU tensors keep the C++ kernel or the PyTorch path. ``SYNTHLAB_COPE_TRITON=0`` turns
-the Triton path off (read at each call). With ``TRITON_INTERPRET=1`` in the process's
-environment from its start (triton.jit reads it when a function is decorated, triton's own
-library included, and torch imports triton early), the kernels run on CPU tensors in Triton's
-interpreter (numpy; slow): how tests/system/test_triton_cope.py checks them without a GPU.
-GPU speed has not been measured; the tile sizes come from the compiler's register report
-(``block_sizes``), not from timings.
+``CoPEQKVTriton.apply(q, k, v, table, slopes, npos, scale)`` has the contract of the CPU
+kernel's ``_FusedCoPEQKV``; no (B, H, T, T) tensor is made, no atomics (bit-identical run to
+run), and a vmap rule folds stacked seeds into the batch. Used by ``CoPE.attend`` for CUDA
+tensors; ``SYNTHLAB_COPE_TRITON=0`` turns it off. The math, the design and the tests:
+docs/native.md, "Fused CoPE kernels" and "CoPE's Triton kernels: the math and the design".
 """
 
 from __future__ import annotations

@@ -1,40 +1,10 @@
 """DAPE / DAPE V2 fused on the GPU: Triton kernels for the processed logits, the softmax over
 them, and the backward, without the hidden map in memory.
 
-DAPE (Zheng et al. 2024) and DAPE V2 (Sec. 3.3, App. L) for one layer, per batch b, query row i,
-key column j, heads o (H), input channels m (C: the H scores S, then the H bias maps when there is
-a bias), hidden channels d (D), taps s of a (1 x k) convolution along the keys, c = k // 2:
-
-    x_m(i, j)  = [S, bias]_m(i, j), zero for j outside [0, T) and, in causal mode, for j > i
-                 (tril once, on the input: App. L, the authors' Kerple_DAPEV2.forward)
-    h_d(i, j)  = LeakyReLU(b1_d + sum_{m,s} w1[d, m, s] x_m(i, j + s - c)), zero for j outside
-                 [0, T) (conv2's padding); not zeroed above the diagonal
-    A_o(i, j)  = S_o + bias_o + b2_o + sum_{d,s} w2[o, d, s] h_d(i, j + s - c),
-                 -inf above the diagonal in causal mode;   P = softmax_j(A)
-
-The contract of the CPU kernel's Functions (``processors._FusedDAPE`` returns A,
-``processors._FusedDAPESoftmax`` returns P; ``native/dape_cpu.cpp``): S (B, H, T, T), bias (1|B, H,
-T, T) or None, the weights as ``nn.Conv2d`` holds them. ``DAPE.forward_full`` (the plain PyTorch
-version on the whole map) is the reference the tests compare with.
-
-Design: one program per (b, block of BLOCK_M query rows) computes all H heads of its rows (f mixes
-the heads at each (i, j)), walking the key blocks of BLOCK_N columns. A tile's entries are the
-rows of matmuls over channels (tl.dot; see "kernels" below). The hidden values at the k column
-offsets a tile's outputs read are recomputed from the inputs (re-read shifted, from the cache),
-so nothing of the D-channel hidden map is stored: k times the first convolution's work, for no
-(D, B, T, T) tensor in memory. The forward kernel writes A; ``softmax=True`` takes torch's
-softmax of it (one pass), and the backward kernel forms dA = P (dP - <dP, P>) as it loads dP
-and P. The backward, one program per row block as well, recomputes the hidden map at each
-offset and writes dS, d bias (per batch element; summed where the bias is shared) and its own
-partial sums of the weight gradients, which the host adds in program order: no atomics,
-deterministic. The matmuls' precision follows ``torch.get_float32_matmul_precision()`` as in
-``cope_triton`` ("highest", torch's default: IEEE float32).
-
-Opt-in until a GPU has measured it against the PyTorch path: ``SYNTHLAB_DAPE_TRITON=1`` sends
-CUDA tensors here (``DAPE.forward`` / ``DAPE.attention``). Under ``TRITON_INTERPRET=1`` (set
-before triton is first imported; see ``cope_triton``) the kernels run on CPU tensors in Triton's
-interpreter: how ``tests/system/test_triton_dape.py`` checks them without a GPU. GPU speed has not
-been measured, and the tile sizes are untuned.
+Same contract as the CPU kernel's Functions (``processors._FusedDAPE`` / ``_FusedDAPESoftmax``);
+the hidden map is recomputed, never stored; no atomics (deterministic). Opt in:
+``SYNTHLAB_DAPE_TRITON=1`` for CUDA tensors. The math, the design and the tests:
+docs/native.md, "DAPE on the GPU" and "DAPE's Triton kernels: the math and the design".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Whether an optional Triton path compiles on this machine, found out before it is relied on.
 
-The Triton kernels (``cope_triton``, ``dape_triton``) are compiled at their first launch, by the
-triton release installed beside torch (the GPU machines these were written for had another one
-than the tests), for the GPU at hand. A kernel that does not compile there (an API the release
-lacks, more shared memory than the device has) would otherwise fail in the middle of a training
-step, or in its backward, after the forward had run. So each path compiles all its kernels for
-a new set of sizes before its first call (``triton.JITFunction.warmup``: compiles or finds the
-cache entry, launches nothing); if that fails, it warns once, with the error, and the encoding's
-PyTorch path runs for the rest of the process: same results, slower. The tests on a GPU
-(tests/integration/test_cuda.py) check the Triton path itself, so a path that silently stays off
-there fails them.
+Each Triton path (``cope_triton``, ``dape_triton``) compiles all its kernels for a new set of
+sizes before its first call (``triton.JITFunction.warmup``: nothing launched); if that fails it
+warns once and the PyTorch path runs for the rest of the process. Why: docs/native.md,
+"Fused CoPE kernels: CPU (C++) and GPU (Triton)".
 """
 
 from __future__ import annotations
