@@ -635,9 +635,13 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
             pid = t.user_attrs["worker"]["pid"]
             per_worker[pid] = per_worker.get(pid, 0) + 1
     assert sorted(per_worker) == sorted(p.pid for p in procs) and set(per_worker.values()) == {3}
-    # both may enqueue a cell at the same moment; the extra trial is pruned without training
-    assert all(t.state == TrialState.PRUNED and "duplicate_of" in t.user_attrs and "record" not in t.user_attrs
-               for t in trials if t.state != TrialState.COMPLETE)
+    # both may enqueue a cell at the same moment: the extra trial is pruned without training when
+    # a worker takes it, or still waits when both had run their 3 trials first; never trained
+    extra = [t for t in trials if t.state != TrialState.COMPLETE]
+    assert all("record" not in t.user_attrs for t in extra)
+    assert all(t.state == TrialState.PRUNED and "duplicate_of" in t.user_attrs
+               or t.state == TrialState.WAITING and "worker" not in t.user_attrs and t.user_attrs["cell_key"] in keys
+               for t in extra)
     recs = grids.read_results(out / "results.jsonl")
     assert sorted((r["pe"], r["train"]["seed"]) for r in recs) == sorted(
         (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2))
