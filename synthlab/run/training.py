@@ -171,8 +171,11 @@ def optimizer_and_schedule(decay: Sequence[torch.Tensor], other: Sequence[torch.
     LayerNorm or per-head scalars), stepped per step through :func:`lr_factor`'s warmup and decay."""
     groups = [{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}]
     # on a GPU the fused kernel: one launch for every parameter instead of a few per group
-    # (elementwise, so deterministic); on CPU the default, whose results the records hold
-    fused = bool(decay or other) and all(p.device.type == "cuda" for p in [*decay, *other])
+    # (elementwise, so deterministic); on CPU the default, whose results the records hold. Not
+    # with gradient clipping under mixed precision: Lightning refuses to clip for an optimizer
+    # that could unscale gradients itself, as a fused one does
+    mixed_clip = bool(tc.grad_clip) and tc.precision != "fp32"
+    fused = bool(decay or other) and not mixed_clip and all(p.device.type == "cuda" for p in [*decay, *other])
     opt = torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.999), eps=1e-8, **({"fused": True} if fused else {}))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
