@@ -14,7 +14,6 @@ import os
 from typing import Any, Iterable
 
 from synthlab.core.config import PRESETS, resolve_key
-from synthlab.plan.cells import dape_k_of, pose_chunks_of
 from synthlab.plan.sweepfile import SweepSpec, is_error
 from synthlab.run.records import read_results
 
@@ -71,6 +70,31 @@ def _scheme(r: dict[str, Any], field: str) -> Any:
     return v if v is not None else ("none" if field in r else None)
 
 
+# records from before the dape_k / pose_chunks fields (and a failed run's, which names only its
+# pe and positions) keep the axes in their encoding and scheme: read from there
+def _legacy_dape_k(r: dict[str, Any]) -> int | None:
+    from synthlab.model import parse_pe
+
+    try:
+        spec = parse_pe(r.get("pe", ""))
+    except ValueError:
+        return None
+    return int(spec.params["dape"]["k"]) if spec.has("dape") else None
+
+
+def _legacy_pose_chunks(r: dict[str, Any]) -> int | None:
+    positions = r.get("positions")
+    if not isinstance(positions, str) or not positions.strip():
+        return None
+    from synthlab.model import PoSE, parse_positions  # torch: only records with positions pay for it
+
+    try:
+        scheme = parse_positions(positions)
+    except ValueError:
+        return None
+    return scheme.chunks if isinstance(scheme, PoSE) else None
+
+
 def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
     model = r.get("model") or {}
     train = r.get("train") or {}
@@ -84,7 +108,8 @@ def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
         "d_model": model.get("d_model"), "n_layers": model.get("n_layers"), "n_heads": model.get("n_heads"),
         "params": model.get("params"), "steps": train.get("steps"), "batch_size": train.get("batch_size"),
         "lr": train.get("lr"), "train_len": train.get("train_len"), "wall_s": r.get("wall_s"),
-        "dape_k": _or_nan(dape_k_of(r.get("pe", ""))), "pose_chunks": _or_nan(pose_chunks_of(r.get("positions"))),
+        "dape_k": _or_nan(r["dape_k"] if "dape_k" in r else _legacy_dape_k(r)),
+        "pose_chunks": _or_nan(r["pose_chunks"] if "pose_chunks" in r else _legacy_pose_chunks(r)),
     }
     for k, v in (r.get("task_params") or {}).items():
         if isinstance(v, (int, float, str, bool)) or v is None:

@@ -1,7 +1,8 @@
 """Typed run configuration (task, model, encoding, training) and its typed overrides.
 
 A run is fully described by a :class:`RunConfig` (task and parameters, the encoding spec
-``pe``, ``positions``, ``rope_scaling``, a :class:`ModelConfig` and a :class:`TrainConfig`);
+``pe``, ``positions``, ``rope_scaling``, the axes ``dape_k`` / ``pose_chunks``, a
+:class:`ModelConfig` and a :class:`TrainConfig`);
 :func:`synthlab.run.training.resolve_config` builds one from a preset plus ``--set`` overrides
 and validates it before anything runs. Presets and the ``--set`` keys (dotted, or bare when
 unambiguous; booleans read by :func:`parse_bool`): docs/interfaces.md, "Commands", "Presets".
@@ -129,6 +130,10 @@ class RunConfig:
     preset: str = "quick"
     positions: str | None = None
     rope_scaling: str | None = None
+    # sweep axes that set one parameter of pe / positions: DAPE's kernel, PoSE's chunk number
+    # (applied where the encoding and the scheme are built: parse_pe / parse_positions)
+    dape_k: int | None = None
+    pose_chunks: int | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -319,5 +324,9 @@ def validate_fields(cfg: RunConfig) -> None:
                          f"got {cfg.train.eval_every}")
     if cfg.rope_scaling is not None and cfg.rope_scaling not in ROPE_SCALINGS:
         raise ValueError(f"rope_scaling must be one of none, {', '.join(ROPE_SCALINGS)}; got {cfg.rope_scaling!r}")
+    for name in ("dape_k", "pose_chunks"):
+        value = getattr(cfg, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer or none, got {value!r}")
     if not isinstance(cfg.pe, str) or not cfg.pe.strip():
         raise ValueError(f"pe must be a non-empty encoding spec string (see `synthlab encodings`), got {cfg.pe!r}")

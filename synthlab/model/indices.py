@@ -208,8 +208,15 @@ class PoSE(PositionScheme):
         return idx + u.gather(1, chunk)  # (B, T)
 
 
-def parse_positions(spec: "str | PositionScheme | None") -> PositionScheme | None:
-    """``'pose:chunks=2,target=1024'`` / ``'randomized:max=2048'`` / None -> scheme (or None)."""
+def parse_positions(spec: "str | PositionScheme | None", *, pose_chunks: int | None = None) -> PositionScheme | None:
+    """``'pose:chunks=2,target=1024'`` / ``'randomized:max=2048'`` / None -> scheme (or None).
+    ``pose_chunks`` (a sweep's pose_chunks axis, a run config's field): PoSE's chunk number,
+    over the scheme's own; no scheme is PoSE's defaults, another scheme is refused."""
+    if pose_chunks is not None:
+        scheme = parse_positions(spec) or PoSE()
+        if not isinstance(scheme, PoSE):
+            raise ValueError(f"pose_chunks needs positions 'pose:...', got {scheme.name!r}")
+        return PoSE(chunks=pose_chunks, target=scheme.target)
     if spec is None or isinstance(spec, PositionScheme):
         return spec
     if not isinstance(spec, str):

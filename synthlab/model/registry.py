@@ -399,8 +399,13 @@ def _finish(components: tuple[str, ...], params: dict[str, dict[str, Any]]) -> P
     return PESpec(components=tuple(comps), params=full)
 
 
-def parse_pe(spec: "str | PESpec") -> PESpec:
-    """Parse ``'kerple+dape:k=3'`` into a :class:`PESpec`; ValueError names the bad part."""
+def parse_pe(spec: "str | PESpec", *, dape_k: int | None = None) -> PESpec:
+    """Parse ``'kerple+dape:k=3'`` into a :class:`PESpec`; ValueError names the bad part.
+    ``dape_k`` (a sweep's dape_k axis, a run config's field): the kernel of the encoding's DAPE,
+    ``parse_pe("kerple+dape", dape_k=3)`` is ``kerple+dape:k=3``; an encoding without DAPE has
+    none to set, and one whose spec fixes a kernel other than DAPE's default is refused."""
+    if dape_k is not None:
+        return _with_dape_k(parse_pe(spec), dape_k)
     if isinstance(spec, PESpec):
         return spec
     if not isinstance(spec, str) or not spec.strip():
@@ -431,3 +436,11 @@ def parse_pe(spec: "str | PESpec") -> PESpec:
         comps.append(name)
         params[name] = given
     return _finish(tuple(comps), params)
+
+
+def _with_dape_k(spec: PESpec, k: int) -> PESpec:
+    if not spec.has("dape"):
+        return spec
+    if spec.params["dape"]["k"] != COMPONENTS["dape"].params["k"]:
+        raise ValueError(f"encoding {spec.name!r} already fixes the DAPE kernel; drop k= or the dape_k axis")
+    return spec.with_params(k=k)

@@ -1,10 +1,10 @@
 """Grid cells: a sweep file's preset expanded into the training runs it asks for.
 
 :func:`expand_cells` gives every cell (one training run) in a fixed order; a cell's ``key``
-names the whole run, so a resumed study finds its finished cells by it. The sweep axes that
-are no ``--set`` key write into the run's strings: ``dape_k`` into the encoding
-(:func:`with_dape_k`), ``pose_chunks`` into the positions scheme (:func:`with_pose_chunks`);
-:func:`dape_k_of` and :func:`pose_chunks_of` read them back from a record.
+names the whole run, so a resumed study finds its finished cells by it. The axes ``dape_k``
+(DAPE's kernel) and ``pose_chunks`` (PoSE's chunk number) set one parameter of the encoding
+and of the positions scheme: a cell carries them as fields, which the run's config takes
+(:func:`synthlab.run.training.cell_config`) and its record keeps.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any
 
-from synthlab.model import PESpec, parse_pe
+from synthlab.model import parse_pe
 
 # bare `--set` keys the sweep normalises to dotted ones, so an axis overrides a preset setting
 _ALIASES = {
@@ -31,13 +31,27 @@ class Cell:
     """One grid cell = one training run."""
 
     task: str
-    pe: str
+    encoding: str  # the sweep file's pe, as written
     seed: int
     overrides: dict[str, Any]
-    positions: str | None
+    scheme: str | None  # the sweep file's positions, as written
     rope_scaling: str | None
     slot: int
     axes: dict[str, Any]  # the axis values that name the cell (for tables)
+    dape_k: int | None = None  # the dape_k axis: the kernel of the encoding's DAPE
+    pose_chunks: int | None = None  # the pose_chunks axis: PoSE's chunk number
+
+    @property
+    def pe(self) -> str:
+        """The encoding with ``dape_k`` written in, as cell keys and a study's records name the
+        run (``kerple+dape`` + 3 -> ``kerple+dape:k=3``); no code reads the kernel back from it."""
+        return self.encoding if self.dape_k is None else _spelled_pe(self.encoding, self.dape_k)
+
+    @property
+    def positions(self) -> str | None:
+        """The positions scheme with ``pose_chunks`` written in, as :attr:`pe` (``pose:target=64``
+        + 3 -> ``pose:chunks=3,target=64``; no scheme -> ``pose:chunks=3``)."""
+        return self.scheme if self.pose_chunks is None else _spelled_positions(self.scheme, self.pose_chunks)
 
     @property
     def key(self) -> str:
@@ -49,15 +63,9 @@ class Cell:
         return " ".join(f"{k}={v}" for k, v in self.axes.items())
 
 
-def with_dape_k(pe: str, k: int) -> str:
-    """``kerple+dape`` + k=3 -> ``kerple+dape:k=3`` (the DAPE V2 kernel along the key axis); an
-    encoding without DAPE is returned as is. The file's spelling is kept (not the canonical
-    name): the string is part of the cell's key, which a resumed study looks its cells up by."""
-    kernel = _dape_kernel(parse_pe(pe))
-    if kernel is None:
-        return pe
-    if kernel != _dape_kernel(parse_pe("dape")):  # a kernel other than DAPE's default
-        raise ValueError(f"encoding {pe!r} already fixes the DAPE kernel; drop k= or the dape_k axis")
+# the two spellings below are the cell keys of studies already run, which a resumed study looks
+# its finished cells up by: the file's own text kept, the axis's parameter written last (first)
+def _spelled_pe(pe: str, k: int) -> str:
     parts = pe.split("+")
     i = next(i for i, comp in enumerate(parts) if parse_pe(comp).has("dape"))
     name, _, params = parts[i].partition(":")
@@ -66,43 +74,12 @@ def with_dape_k(pe: str, k: int) -> str:
     return "+".join(parts)
 
 
-def dape_k_of(pe: Any) -> int | None:
-    """The DAPE kernel of an encoding (1 for plain DAPE); None without DAPE or if it does not parse."""
-    try:
-        return _dape_kernel(parse_pe(pe))
-    except ValueError:
-        return None
-
-
-def _dape_kernel(spec: PESpec) -> int | None:
-    return int(spec.params["dape"]["k"]) if spec.has("dape") else None
-
-
-def with_pose_chunks(positions: str | None, n: int) -> str:
-    """``pose:target=64`` + n=3 -> ``pose:chunks=3,target=64``; no positions -> ``pose:chunks=3``.
-    The file's spelling is kept, as in :func:`with_dape_k`."""
+def _spelled_positions(positions: str | None, n: int) -> str:
     if positions is None:
         return f"pose:chunks={n}"
-    from synthlab.model import PoSE, parse_positions  # torch: paid only by a sweep with this axis
-
-    if not isinstance(parse_positions(positions), PoSE):
-        raise ValueError(f"axis pose_chunks needs positions 'pose:...', got {positions!r}")
     _, _, params = positions.partition(":")
     kept = [p for p in params.split(",") if p and p.split("=")[0].strip() != "chunks"]
     return "pose:" + ",".join([f"chunks={n}", *kept])
-
-
-def pose_chunks_of(positions: Any) -> int | None:
-    """The PoSE chunk number of a positions scheme; None for another scheme or none."""
-    if not isinstance(positions, str) or not positions.strip():
-        return None
-    from synthlab.model import PoSE, parse_positions  # torch: only records with positions pay for it
-
-    try:
-        scheme = parse_positions(positions)
-    except ValueError:
-        return None
-    return scheme.chunks if isinstance(scheme, PoSE) else None
 
 
 def _tuned_value(spec: Any, slot: int, n_slots: int) -> Any:
@@ -147,8 +124,7 @@ def _settings(settings: dict[str, Any], task: str, fixed: dict[str, str]) -> dic
 def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
                  settings: dict[str, Any] | None = None, seeds: list[int] | None = None) -> list[Cell]:
     """Every cell of the grid, in a fixed order (task, pe, other axes, seed, tuned slot).
-    ``spec``: a :class:`synthlab.plan.sweepfile.SweepSpec` (not imported: sweepfile parses the
-    papers' cells, which name their encodings through :func:`with_dape_k`). ``settings``:
+    ``spec``: a :class:`synthlab.plan.sweepfile.SweepSpec`. ``settings``:
     ``sweep --set`` (key -> value) on top of the preset's tables in every cell; a key that is
     an axis, tuned, or names the run (pe, positions) is refused (ValueError). ``seeds``
     (``sweep --seeds``, checked by :func:`synthlab.plan.seeds.parse_seeds`) replaces the seed axis."""
@@ -179,12 +155,11 @@ def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
             positions_axis = axes.get("positions", [p["positions"]])
             for k, nch, pos, values in itertools.product(dape_ks, chunks, positions_axis,
                                                          itertools.product(*(axes[a] for a in other))):
-                pe_full = with_dape_k(enc, k) if k is not None else enc
-                positions = with_pose_chunks(pos, nch) if nch is not None else pos
+                _check_axes(enc, k, pos, nch)
                 for seed in axes["seed"]:
                     for slot in range(n_slots):
                         ov = {**{_norm_key(a): v for a, v in p["overrides"].items()}, **extra}
-                        named: dict[str, Any] = {"task": task, "pe": pe_full}
+                        named: dict[str, Any] = {"task": task, "pe": enc}
                         if k is not None:
                             named["dape_k"] = k
                         if nch is not None:
@@ -201,12 +176,24 @@ def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
                         named["seed"] = seed
                         if n_slots > 1:
                             named["slot"] = slot
-                        cells.append(Cell(task=task, pe=pe_full, seed=int(seed), overrides=dict(sorted(ov.items())),
-                                          positions=positions, rope_scaling=p["rope_scaling"], slot=slot, axes=named))
+                        cells.append(Cell(task=task, encoding=enc, seed=int(seed), overrides=dict(sorted(ov.items())),
+                                          scheme=pos, rope_scaling=p["rope_scaling"], slot=slot, axes=named,
+                                          dape_k=k, pose_chunks=nch))
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):
         raise ValueError(f"{spec.path}: two grid cells are identical (a repeated axis value?)")
     return cells
+
+
+def _check_axes(pe: str, dape_k: int | None, positions: str | None, pose_chunks: int | None) -> None:
+    """ValueError where an axis cannot set its parameter: an encoding that fixes another DAPE
+    kernel, a positions scheme other than PoSE."""
+    if dape_k is not None:
+        parse_pe(pe, dape_k=dape_k)
+    if pose_chunks is not None:
+        from synthlab.model import parse_positions  # torch: paid only by a sweep with this axis
+
+        parse_positions(positions, pose_chunks=pose_chunks)
 
 
 def split_pe_list(text: str) -> list[str]:

@@ -13,7 +13,6 @@ import math
 from typing import Any
 
 from synthlab.model import parse_pe
-from synthlab.plan.cells import with_dape_k
 
 DEFAULT_CLAIM_PRESETS = ("quick", "paper")
 DEFAULT_PAPER_PRESETS = ("paper",)
@@ -168,13 +167,13 @@ def parse_claims(where: str, raw: Any, allowed_presets: tuple[str, ...]) -> list
 
 def canonical(cell: dict[str, Any]) -> dict[str, Any]:
     """The cell as records name it: ``pe = "kerple+dape", dape_k = 3`` -> ``pe =
-    "kerple+dape:k=3"`` (the sweep's dape_k axis writes the kernel into the encoding)."""
+    "kerple+dape:k=3"`` (a record's pe names the encoding its model was built with)."""
     if "pe" not in cell:
         return cell
     cell = dict(cell)
     try:  # the record's own spelling: "nope+dape:k=1" is recorded as "nope+dape" (k = 1 is the default)
-        pe = with_dape_k(str(cell["pe"]), int(cell["dape_k"])) if "dape_k" in cell else str(cell["pe"])
-        cell["pe"] = parse_pe(pe).name
+        dape_k = int(cell["dape_k"]) if "dape_k" in cell else None
+        cell["pe"] = parse_pe(str(cell["pe"]), dape_k=dape_k).name
         cell.pop("dape_k", None)
     except ValueError:  # an encoding synthlab does not know, or a kernel given twice: matches no run
         cell["pe"] = str(cell["pe"])

@@ -23,6 +23,7 @@ import torch
 
 from synthlab import generators
 from synthlab.core.config import RunConfig
+from synthlab.run import specs
 
 DIRNAME = ".checkpoints"
 LAST = "last.ckpt"
@@ -34,6 +35,11 @@ _SKIP = ("checkpoint_every", "checkpoint_minutes", "check_memory", "compile", "c
 def run_key(cfg: RunConfig, extra: dict[str, Any] | None = None) -> str:
     """A stable hash of everything the training depends on (``extra``: e.g. pe revision)."""
     d = cfg.to_dict()
+    # the axes as the encoding and scheme they build: the key a run had before these fields
+    if d.pop("dape_k") is not None:
+        d["pe"] = specs.encoding(cfg).name
+    if d.pop("pose_chunks") is not None:
+        d["positions"] = specs.position_scheme(cfg).name
     d["train"] = {k: v for k, v in d["train"].items() if k not in _SKIP}
     if d["train"].get("eval_every") is None:  # off: the key a run had before learning curves existed
         d["train"].pop("eval_every", None)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from synthlab import __version__
 from synthlab.core.config import RunConfig
 from synthlab.model.registry import PE_REVISION
-from synthlab.run import machine, rundir
+from synthlab.run import machine, rundir, specs
 from synthlab.run.checkpoints import RunCheckpoints
 from synthlab.run.curves import Report, check_report, eval_context
 from synthlab.run.data import DataModule, StepLoader, has_batch_overrides, worker_steps
@@ -248,9 +248,8 @@ def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
     rundir.check_destinations(out, results)
     cfg0 = cfgs[0]
     tc = cfg0.train
-    m = training._model_api()
     task = training.make_task(cfg0)
-    spec = m.parse_pe(cfg0.pe) if spec is None else spec
+    spec = specs.encoding(cfg0) if spec is None else spec
     seeds = [c.train.seed for c in cfgs]
     fix_cublas_workspace(tc.deterministic)  # before any CUDA call of the run, the memory check's too
     if tc.check_memory:  # S models at once: as one run with S times the batch (activations dominate)

@@ -24,7 +24,7 @@ from synthlab.core.errors import check_seed, did_you_mean, naming
 from synthlab.model.encoders.rotary import CURRENT_PAIRS
 from synthlab.model.registry import PE_REVISION, PESpec
 from synthlab.plan.presets import build_config
-from synthlab.run import loggers, machine, rundir, usermodel
+from synthlab.run import loggers, machine, rundir, specs, usermodel
 from synthlab.run.checkpoints import RunCheckpoints
 from synthlab.run.curves import Report, check_report, curve_callback, eval_context
 from synthlab.run.evaluation import by_length, check_metrics, decode_width, evaluate
@@ -60,15 +60,17 @@ def cell_config(cell: Any, preset: str, *, probe: bool = True) -> RunConfig:
     """The validated :class:`RunConfig` of a sweep cell (:class:`synthlab.plan.cells.Cell`): the config
     defaults + the cell's overrides, which hold its sweep file's whole preset, its axis values and
     ``--set``; no installed file is read by name (ValueError as :func:`resolve_config`)."""
-    return _resolve(cell.task, cell.pe, preset, cell.overrides, seed=cell.seed, positions=cell.positions,
-                    rope_scaling=cell.rope_scaling, probe=probe, installed=False)[0]
+    return _resolve(cell.task, cell.encoding, preset, cell.overrides, seed=cell.seed, positions=cell.scheme,
+                    rope_scaling=cell.rope_scaling, probe=probe, installed=False, dape_k=cell.dape_k,
+                    pose_chunks=cell.pose_chunks)[0]
 
 
 def _resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, *, seed: int,
              positions: str | None, rope_scaling: str | None, probe: bool,
-             installed: bool = True) -> tuple[RunConfig, PESpec]:
+             installed: bool = True, dape_k: int | None = None, pose_chunks: int | None = None) -> tuple[RunConfig, PESpec]:
     """:func:`resolve_config` and the parsed pe spec, which the run is handed (parsed once);
-    ``installed``: start from the installed family file's preset (else the defaults)."""
+    ``installed``: start from the installed family file's preset (else the defaults);
+    ``dape_k``, ``pose_chunks``: a sweep cell's axes (fields of the config, :mod:`synthlab.run.specs`)."""
     if not isinstance(task, str) or task not in generators.TASKS:
         hint = did_you_mean(task, list(generators.TASKS)) or " (see `synthlab tasks`)"
         raise ValueError(f"unknown task {task!r}{hint}")
@@ -79,13 +81,15 @@ def _resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, 
     cfg = apply_overrides(cfg, overrides, names)
     t = generators.get_task(task, **cfg.task_params)  # types and checks the task parameters
     cfg.task_params = dict(t.params)
+    cfg.dape_k, cfg.pose_chunks = dape_k, pose_chunks
     validate_fields(cfg)
     check_metrics(t)
     m = _model_api()
-    spec = m.parse_pe(cfg.pe)
-    cfg.pe = spec.name
-    scheme = m.parse_positions(cfg.positions) if cfg.positions else None
-    cfg.positions = scheme.name if scheme is not None else None
+    base = m.parse_pe(cfg.pe)
+    cfg.pe = base.name  # canonical; a dape_k axis's kernel stays in its field
+    spec, scheme = specs.encoding(cfg, base), specs.position_scheme(cfg)
+    # a pose_chunks axis's number stays in its field; "pose" named, so every check sees positions
+    cfg.positions = (cfg.positions or "pose").strip() if cfg.pose_chunks else scheme.name if scheme else None
     if cfg.rope_scaling is not None and not spec.rotary:
         raise ValueError(f"rope_scaling={cfg.rope_scaling!r} needs a rotary encoding (rope, xpos, bipe-rope), got pe={spec.name!r}")
     if not cfg.model.causal and t.scoring != "placeholder":
@@ -141,7 +145,7 @@ def model_for(cfg: RunConfig, task: Any, spec: PESpec | None = None, *, max_len:
     forms; ``load_run`` passes the one a saved run trained with."""
     m = _model_api()
     return m.Transformer(
-        m.parse_pe(cfg.pe) if spec is None else spec, vocab_size=len(task.vocab) + 1, d_model=cfg.model.d_model,
+        specs.encoding(cfg) if spec is None else spec, vocab_size=len(task.vocab) + 1, d_model=cfg.model.d_model,
         n_layers=cfg.model.n_layers, n_heads=cfg.model.n_heads, max_len=max_len, dropout=cfg.model.dropout,
         tie_embeddings=cfg.model.tie_embeddings, causal=cfg.model.causal,
         separator_ids=tuple(task.token_id(s) for s in task.separators),
@@ -267,7 +271,7 @@ def new_record(cfg: RunConfig, spec: PESpec, run_id: str, model: dict[str, Any],
     return {
         "schema": SCHEMA, "run_id": run_id, "task": cfg.task, "task_params": cfg.task_params,
         "task_revision": generators.TASKS[cfg.task].REVISION, "pe_revision": PE_REVISION,
-        "pe": spec.name, "pe_params": spec.params, "positions": cfg.positions, "rope_scaling": cfg.rope_scaling,
+        "pe": spec.name, "pe_params": spec.params, **specs.record_fields(cfg, spec), "rope_scaling": cfg.rope_scaling,
         "preset": cfg.preset,
         # every setting that changes what is learnt, so that grids tell runs apart by their record
         # alone (a `synthlab train` run keeps no --set keys otherwise)
@@ -350,10 +354,9 @@ def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.
     if factory is not None:
         usermodel.check_factory(factory)
     rundir.check_destinations(out, results)
-    m = _model_api()
     task = make_task(cfg)
-    spec = m.parse_pe(cfg.pe) if spec is None else spec
-    scheme = m.parse_positions(cfg.positions) if cfg.positions else None
+    spec = specs.encoding(cfg) if spec is None else spec
+    scheme = specs.position_scheme(cfg)
     tc = cfg.train
     fix_cublas_workspace(tc.deterministic)  # before any CUDA call of the run, the memory check's too
 

@@ -226,7 +226,6 @@ def _check_cell(spec, where: str, cell: dict[str, Any], presets: tuple[str, ...]
     from synthlab import generators
     from synthlab.analysis.tables import same
     from synthlab.model import parse_pe
-    from synthlab.plan.cells import with_dape_k
 
     for k in cell:
         if not _known_column(k, spec, all_tasks):
@@ -234,7 +233,7 @@ def _check_cell(spec, where: str, cell: dict[str, Any], presets: tuple[str, ...]
                              f"{did_you_mean(k, _column_names(spec, all_tasks))}")
     if "pe" in cell:
         try:
-            parse_pe(with_dape_k(str(cell["pe"]), int(cell["dape_k"])) if "dape_k" in cell else str(cell["pe"]))
+            parse_pe(str(cell["pe"]), dape_k=int(cell["dape_k"]) if "dape_k" in cell else None)
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}.pe: {' '.join(str(e).split())}") from None
     if "task" in cell and cell["task"] not in tasks:

@@ -200,7 +200,7 @@ def test_the_warning_for_a_dead_helper_names_the_cell_it_left_running(capsys):
     from synthlab.study import sweeping
 
     me = worker_id()
-    cell = Cell(task="flipflop", pe="rope", seed=3, overrides={}, positions=None, rope_scaling=None, slot=0,
+    cell = Cell(task="flipflop", encoding="rope", seed=3, overrides={}, scheme=None, rope_scaling=None, slot=0,
                 axes={"pe": "rope", "seed": 3})
     helpers = [SimpleNamespace(pid=11), SimpleNamespace(pid=12), SimpleNamespace(pid=13)]
     here, elsewhere = {**me, "pid": 12}, {**me, "pid": 13, "host": me["host"] + "-other"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from synthlab.plan import cells
@@ -124,28 +126,48 @@ def test_tuned_parameters_give_distinct_deterministic_slots():
     assert sorted({c.overrides["train.lr"] for c in sw.expand_cells(listed, "smoke")}) == [1e-4, 3e-4]
 
 
-def test_pose_chunks_axis_builds_positions():
+def test_pose_chunks_axis_is_a_field_of_the_cell_and_of_its_config():
+    from synthlab.model import PoSE
+    from synthlab.run import specs, training
+
     text = GOOD.replace('dape_k = [1, 3]', 'pose_chunks = [1, 3]').replace(
         "[presets.smoke]", '[presets.smoke]\npositions = "pose:target=64"')
-    spec = sw.parse_sweep(text, "p.toml")
-    pos = sorted({c.positions for c in sw.expand_cells(spec, "smoke")})
-    assert pos == ["pose:chunks=1,target=64", "pose:chunks=3,target=64"]
-    assert cells.with_pose_chunks(None, 2) == "pose:chunks=2"
-    with pytest.raises(ValueError, match="pose"):
-        cells.with_pose_chunks("randomized:max=64", 2)
-    assert cells.pose_chunks_of("pose:chunks=3,target=64") == 3
-    assert cells.pose_chunks_of("randomized:max=64") is None and cells.pose_chunks_of(None) is None
+    grid = sw.expand_cells(sw.parse_sweep(text, "p.toml"), "smoke")
+    assert sorted({c.pose_chunks for c in grid}) == [1, 3] and {c.scheme for c in grid} == {"pose:target=64"}
+    # the key keeps the spelling of studies already run, which resume by it
+    assert sorted({c.positions for c in grid}) == ["pose:chunks=1,target=64", "pose:chunks=3,target=64"]
+    c = next(c for c in grid if c.pose_chunks == 3)
+    cfg = training.cell_config(c, "smoke", probe=False)
+    assert cfg.pose_chunks == 3 and cfg.positions == "pose:target=64"
+    assert specs.position_scheme(cfg) == PoSE(chunks=3, target=64)
+    bad = text.replace('positions = "pose:target=64"', 'positions = "randomized:max=64"')
+    with pytest.raises(ValueError, match="pose_chunks needs positions 'pose"):
+        sw.expand_cells(sw.parse_sweep(bad, "b.toml"), "smoke")
 
 
-def test_dape_kernel_helper():
-    assert cells.with_dape_k("kerple+dape", 3) == "kerple+dape:k=3"
-    assert cells.with_dape_k("nope+dape:hidden=8", 3) == "nope+dape:hidden=8,k=3"  # the file's spelling kept
-    assert cells.with_dape_k("rope", 3) == "rope"
-    assert cells.with_dape_k("kerple+dape:k=1", 3) == "kerple+dape:k=3"  # k = 1 is the default: fixes nothing
+def test_dape_k_axis_is_a_field_of_the_cell_and_sets_the_model_kernel():
+    from synthlab import generators
+    from synthlab.run import training
+
+    grid = [c for c in sw.expand_cells(sw.parse_sweep(GOOD, "good.toml"), "smoke") if c.dape_k == 3]
+    assert grid and {c.encoding for c in grid} == {"kerple+dape"} and grid[0].axes["dape_k"] == 3
+    cfg = training.cell_config(grid[0], "smoke", probe=False)
+    assert cfg.pe == "kerple+dape" and cfg.dape_k == 3  # the kernel in one place: the field
+    model = training.model_for(cfg, generators.get_task("flipflop"), max_len=64)
+    assert {m.k for m in model.modules() if type(m).__name__ == "DAPE"} == {3}
+    # an encoding that fixes its own kernel, and one without DAPE, refuse the axis
     for fixed in ("kerple+dape:k=5", "kerple+dape-k"):
         with pytest.raises(ValueError, match="already fixes"):
-            cells.with_dape_k(fixed, 3)
-    assert [cells.dape_k_of(pe) for pe in ("kerple+dape", "kerple+dape:k=3", "rope", None)] == [1, 3, None, None]
+            sw.expand_cells(sw.parse_sweep(GOOD.replace('"kerple+dape"', f'"{fixed}"'), "f.toml"), "smoke")
+    with pytest.raises(ValueError, match="needs an encoding with DAPE"):
+        training.cell_config(cells.Cell("flipflop", "rope", 0, {}, None, None, 0, {}, dape_k=3), "smoke", probe=False)
+
+
+def test_cell_keys_keep_the_spelling_of_studies_already_run():
+    grid = sw.expand_cells(sw.parse_sweep(GOOD.replace('"kerple+dape"', '"nope+dape:hidden=8"'), "k.toml"), "smoke")
+    k3 = next(c for c in grid if c.dape_k == 3)
+    assert k3.pe == "nope+dape:hidden=8,k=3"  # the file's text kept, the kernel written last
+    assert '"pe":"nope+dape:hidden=8,k=3"' in k3.key and '"positions":null' in k3.key
 
 
 def test_installed_sweeps_cover_the_experiments_and_have_all_presets():
@@ -249,3 +271,33 @@ def test_a_tuned_slot_with_a_failed_seed_never_wins_on_its_survivors():
     # with every seed finished in both, the better mean wins as before
     pairs = [rec(0, s, 0.6) for s in range(3)] + [rec(1, s, 0.9) for s in range(3)]
     assert {r["slot"] for r in sw.best_tuned(spec, pairs, maximize=True, tuned=["lr"])} == {1}
+
+
+def test_records_carry_the_axes_as_fields_and_tables_read_old_records_too():
+    from synthlab.analysis.tables import tidy
+    from synthlab.run import specs, training
+
+    text = GOOD.replace("[presets.smoke]", '[presets.smoke]\npositions = "pose:target=64"').replace(
+        "dape_k = [1, 3]", "dape_k = [3]\npose_chunks = [4]")
+    c = next(c for c in sw.expand_cells(sw.parse_sweep(text, "r.toml"), "smoke") if c.dape_k is not None)
+    cfg = training.cell_config(c, "smoke", probe=False)
+    record = training.new_record(cfg, specs.encoding(cfg), "r1", {}, 16, None, None)
+    assert (record["dape_k"], record["pose_chunks"]) == (3, 4)
+    # the encoding and scheme the model trains with, named as before the fields
+    assert record["pe"] == "kerple+dape:k=3" and record["positions"] == "pose:chunks=4,target=64"
+    assert "dape_k" in training.run_config(cfg, "r1", 64, None, 16) and cfg.to_dict()["pose_chunks"] == 4
+    plain = {"task": "flipflop", "pe": "rope", "status": "failed", "dape_k": None, "pose_chunks": None}
+    old = {"task": "flipflop", "pe": "nope+dape:k=3", "positions": "pose:chunks=2,target=64", "status": "failed"}
+    rows = tidy([{**record, "status": "failed"}, plain, old])
+    assert rows["dape_k"].tolist()[0] == 3 and rows["pose_chunks"].tolist()[0] == 4
+    assert rows["dape_k"].isna().tolist()[1] and (rows["dape_k"].tolist()[2], rows["pose_chunks"].tolist()[2]) == (3, 2)
+
+
+def test_the_checkpoint_key_of_a_run_is_what_it_was_before_the_fields():
+    from synthlab.run import training
+    from synthlab.run.checkpoints import run_key
+
+    c = next(c for c in sw.expand_cells(sw.parse_sweep(GOOD, "good.toml"), "smoke") if c.dape_k == 3)
+    cfg = training.cell_config(c, "smoke", probe=False)
+    before = dataclasses.replace(cfg, pe="kerple+dape:k=3", dape_k=None)  # the kernel in the pe string
+    assert run_key(cfg) == run_key(before) != run_key(dataclasses.replace(cfg, dape_k=5))
