@@ -223,7 +223,7 @@ def test_attend_sends_cuda_tensors_to_triton(monkeypatch):
     assert calls == [((1, 2, 12, 8), None, 8, cope.scale)]
 
     _attend(cope, q, q, k, v)  # CPU tensors: not the Triton path
-    _attend(cope, *(t.double().as_subclass(_LooksCuda) for t in (q, q, k, v)))  # float64
+    _attend(_cope(2, 8, 8, False).double(), *(t.double().as_subclass(_LooksCuda) for t in (q, q, k, v)))  # float64
     _attend(_cope(2, 8, 8, False, sep_keys=True), gpu[0], *gpu, x=torch.zeros(1, 12, 16))  # sep_keys
     assert len(calls) == 1  # those three took the reference
     monkeypatch.setenv("SYNTHLAB_COPE_TRITON", "0")  # the switch, read at call time
