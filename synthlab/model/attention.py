@@ -1,9 +1,9 @@
 """Multi-head self-attention that applies indices -> encoders -> processors.
 
-Fast path: ``F.scaled_dot_product_attention`` (is_causal=True with no bias, or a float
-additive mask = bias + causal -inf) whenever nothing needs materialised logits; additive biases
-through FlexAttention instead where switched on (``flex.py``, CUDA). CoPE, DAPE and
-``return_attention`` materialise S = q k^T / sqrt(d_h) (CoPE alone: its fused kernels).
+``Attention.forward`` is SDPA or materialise: ``F.scaled_dot_product_attention`` (is_causal=True,
+or a float mask = additive bias + causal -inf; FlexAttention where switched on, ``flex.py``)
+whenever the scores need no (B, H, T, T) term of their own; else S = q k^T / sqrt(d_h) is
+materialised, changed by CoPE / DAPE through their dispatchers (``native/``), softmax, times v.
 
 Hook points (docs/inspection.md): a forward given an ``activations`` dict (``ctx.activations``)
 takes the materialised path and writes q, k, v, scores, pattern and CoPE's gates and positions
@@ -128,6 +128,7 @@ class Attention(nn.Module):
         # a (B, H, T, T) bias that depends on the queries (Shaw relative) is cheaper materialised
         # than through scaled_dot_product_attention's masked math path (measured on CPU)
         self._query_bias = any(getattr(b, "needs_queries", False) for b in self.biases)
+        self._cope_alone = cope is not None and not self.biases and dape is None  # CoPE's fused kernels apply
 
     def qkv(self, x: torch.Tensor, ctx: PositionContext) -> tuple[torch.Tensor, ...]:
         """(q_raw, k_raw, q, k, v), each (B, H, T, d_h): the heads' content queries and keys,
@@ -145,51 +146,62 @@ class Attention(nn.Module):
         return q_raw, k_raw, q, k, v
 
     def forward(self, x: torch.Tensor, ctx: PositionContext, return_attention: bool = False):
+        """x (B, T, C) -> (y (B, T, C), the attention weights (B, H, T, T) or None where none
+        were made). SDPA where the scores need no (B, H, T, T) term of their own; else the
+        scores materialised, changed by the position components, softmax, times v."""
         B, T, C = x.shape
         q_raw, _, q, k, v = self.qkv(x, ctx)
-        return_attention = return_attention or ctx.activations is not None  # the hook points need the maps
-
-        att = None
-        if not (return_attention or self.cope is not None or self.dape is not None or self._query_bias):
-            p = self.dropout if self.training else 0.0
-            if not self.biases:
-                with _sdpa_backend(q):
-                    y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
-            elif flex.usable(q, training_dropout=p > 0) and (mod := self._score_mod(ctx)) is not None:
-                y = flex.attend(q, k, v, mod, self.causal)
-            else:
-                if len(self.biases) == 1 and isinstance(self.biases[0], ALiBi):
-                    mask = self.biases[0].masked(ctx)  # cached bias + causal mask
-                else:
-                    mask = ctx.apply_mask(self._bias(ctx, q_raw))
-                with _sdpa_backend(q):
-                    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
-        elif (self.cope is not None and not self.biases and self.dape is None and not return_attention
-              and (y_cope := self._cope_attend(q_raw, q, k, v)) is not None):
-            y = y_cope  # CoPE alone, by the native kernel from q, k, v: no (T, T) tensor either way
+        weights = return_attention or ctx.activations is not None  # the hook points need the maps
+        if weights or self.cope is not None or self.dape is not None or self._query_bias:
+            y, att = self._materialised(x, ctx, q_raw, q, k, v, weights)
         else:
-            S = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T); scaling q touches T x d_h values, not T x T
-            if ctx.activations is not None:
-                self._keep(ctx, q_raw, q, k, v, S, x)
-            add = self._bias(ctx, q_raw) if self.biases else None
-            if self.cope is not None and add is None and self.dape is None:  # CoPE alone: term, mask, softmax fused
-                att = self.cope.attention(q_raw, S, x)  # (B, H, T, T), or None off the native kernel
-            if att is None:
-                if self.cope is not None:
-                    term = self.cope(q_raw, S, x, ctx.future)
-                    add = term if add is None else add + term
-                if self.dape is not None:  # softmax of the masked logits (the native kernel fuses mask and softmax backward)
-                    att = self.dape.attention(S, add, ctx.future if self.causal else None)  # (B, H, T, T)
-                else:
-                    A = S if add is None else S + add
-                    if self.causal:  # in place: A is a fresh tensor whose producer's backward does not need it
-                        A = A.masked_fill_(ctx.future, float("-inf"))
-                    att = F.softmax(A, dim=-1)  # (B, H, T, T)
-            ctx.keep(f"{self.name}.pattern", att)
-            y = self.attn_dropout(att) @ v  # (B, H, T, d_h)
+            y, att = self._sdpa(ctx, q_raw, q, k, v), None
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         y = self.resid_dropout(self.c_proj(y))
         return y, att
+
+    def _sdpa(self, ctx: PositionContext, q_raw, q, k, v) -> torch.Tensor:
+        """F.scaled_dot_product_attention (B, H, T, d_h), an additive bias as its float mask
+        (bias + causal -inf), or through FlexAttention where switched on (``flex.py``, CUDA)."""
+        p = self.dropout if self.training else 0.0
+        if not self.biases:
+            with _sdpa_backend(q):
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+        if flex.usable(q, training_dropout=p > 0) and (mod := self._score_mod(ctx)) is not None:
+            return flex.attend(q, k, v, mod, self.causal)
+        if len(self.biases) == 1 and isinstance(self.biases[0], ALiBi):
+            mask = self.biases[0].masked(ctx)  # cached bias + causal mask
+        else:
+            mask = ctx.apply_mask(self._bias(ctx, q_raw))
+        with _sdpa_backend(q):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
+
+    def _materialised(self, x: torch.Tensor, ctx: PositionContext, q_raw, q, k, v,
+                      weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """softmax(S + the position terms) v with S = q k^T / sqrt(d_h) (B, H, T, T): (y, att)."""
+        if self._cope_alone and not weights and not (self.training and self.dropout > 0):
+            assert self.cope is not None, "a CoPE layer"  # its fused kernels make no (T, T) tensor at all
+            return self.cope.attend(q_raw, q, k, v, x, ctx.future, self.scale), None
+        S = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T); scaling q touches T x d_h values, not T x T
+        if ctx.activations is not None:
+            self._keep(ctx, q_raw, q, k, v, S, x)
+        add = self._bias(ctx, q_raw) if self.biases else None
+        if self._cope_alone:  # term, mask and softmax fused where a kernel applies
+            assert self.cope is not None, "a CoPE layer"
+            att = self.cope.attention(q_raw, S, x, ctx.future)  # (B, H, T, T)
+        else:
+            if self.cope is not None:
+                term = self.cope(q_raw, S, x, ctx.future)
+                add = term if add is None else add + term
+            if self.dape is not None:  # softmax of the masked logits (the native kernel fuses mask and softmax backward)
+                att = self.dape.attention(S, add, ctx.future if self.causal else None)  # (B, H, T, T)
+            else:
+                A = S if add is None else S + add
+                if self.causal:  # in place: A is a fresh tensor whose producer's backward does not need it
+                    A = A.masked_fill_(ctx.future, float("-inf"))
+                att = F.softmax(A, dim=-1)  # (B, H, T, T)
+        ctx.keep(f"{self.name}.pattern", att)
+        return self.attn_dropout(att) @ v, att  # (B, H, T, d_h)
 
     def _keep(self, ctx: PositionContext, q_raw, q, k, v, S, x) -> None:
         """The layer's hook points before the softmax (docs/inspection.md has their shapes)."""
@@ -199,12 +211,6 @@ class Attention(nn.Module):
             gates, positions = self.cope.gates_positions(q_raw, S, x, ctx.future)
             ctx.keep(f"{self.name}.cope.gates", gates)
             ctx.keep(f"{self.name}.cope.positions", positions.masked_fill(ctx.future, 0.0))  # future: rounding, unused
-
-    def _cope_attend(self, q_raw, q, k, v) -> torch.Tensor | None:
-        if self.training and self.dropout > 0:  # attention dropout needs the weights
-            return None
-        assert self.cope is not None, "called for a CoPE layer"
-        return self.cope.attend(q_raw, q, k, v, self.scale)
 
     def _score_mod(self, ctx: PositionContext) -> flex.ScoreMod | None:
         """The layer's biases as one FlexAttention score_mod, or None if one of them has none."""

@@ -1,7 +1,7 @@
 """What the model code needs to run under ``torch.func.vmap`` over stacked seeds (batched
 seeds; see ``stacked.py``): tell a vmapped tensor from a plain one, read the values of
 all vmapped slices at once for a host-side check, and the vmap rule of the native kernels'
-autograd Functions.
+custom ops and autograd Functions.
 
 Under vmap a tensor is a BatchedTensor: ``.item()``, ``int()``, ``.data`` and Python branches on
 its values are refused. The few places that need host values (range checks, a fast-path choice,
@@ -13,19 +13,31 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import torch
-from torch._C._functorch import get_unwrapped, is_batchedtensor
+
+
+def _functorch_batched() -> tuple[Callable[[torch.Tensor], bool], Callable[[torch.Tensor], torch.Tensor]]:
+    """torch's (is a BatchedTensor, unwrap one level): private, since torch.func's only public
+    unwrap, ``debug_unwrap``, is for debugging and cannot tell a vmap wrapper from a grad one."""
+    try:
+        from torch._C._functorch import get_unwrapped, is_batchedtensor
+    except ImportError:  # a torch that moved them: no tensor is taken for a vmapped one
+        return (lambda t: False), (lambda t: t)
+    return is_batchedtensor, get_unwrapped
+
+
+_IS_BATCHED, _UNWRAPPED = _functorch_batched()
 
 
 def is_batched(t: Any) -> bool:
     """Whether ``t`` is a tensor being vmapped over (inside a vmapped function)."""
-    return isinstance(t, torch.Tensor) and is_batchedtensor(t)
+    return isinstance(t, torch.Tensor) and _IS_BATCHED(t)
 
 
 def plain(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself, or under vmap the tensor it wraps (every vmapped slice, the vmapped dims
     included): for host-side checks and choices that must hold for all slices at once."""
     while is_batched(t):
-        t = get_unwrapped(t)
+        t = _UNWRAPPED(t)
     return t
 
 

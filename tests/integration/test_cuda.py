@@ -43,8 +43,10 @@ def test_triton_cope_matches_the_pytorch_path_on_the_gpu(T, npos, alibi, monkeyp
     q, k, v = (torch.randn(B, H, T, D, device=CUDA, requires_grad=True) for _ in range(3))
     scale = 1 / math.sqrt(D)
     monkeypatch.setenv("SYNTHLAB_COPE_TRITON", "1")
-    assert cope._triton(q)
-    y = cope.attend(q, q, k, v, scale)
+    from synthlab.model.native.cope import triton_applies
+
+    assert triton_applies(q, npos, not alibi)
+    y = cope.attend(q, q, k, v, None, torch.ones(T, T, dtype=torch.bool, device=CUDA).triu(1), scale)
     g = torch.randn_like(y)
     grads = torch.autograd.grad(y, (q, k, v), g)
     ref_cope = CoPE(H * D, H, npos=npos, alibi=alibi).to(CUDA).double()
@@ -72,7 +74,9 @@ def test_triton_dape_matches_the_pytorch_path_on_the_gpu(T, k, causal, monkeypat
     bias = torch.randn(1, H, T, T, device=CUDA, requires_grad=True)
     future = torch.ones(T, T, dtype=torch.bool, device=CUDA).triu(1)
     monkeypatch.setenv("SYNTHLAB_DAPE_TRITON", "1")
-    assert dape._triton(S)
+    from synthlab.model.native.dape import triton_applies
+
+    assert triton_applies(S, dape.conv1.weight, dape.with_bias, causal, softmax=True)
     P = dape.attention(S, bias, future if causal else None)
     g = torch.randn_like(P)
     grads = torch.autograd.grad(P, (S, bias, *dape.parameters()), g)

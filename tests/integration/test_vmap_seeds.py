@@ -1,7 +1,7 @@
 """Batched seeds: S models of one config run as one stacked model through
 torch.func.vmap (synthlab/model/stacked.py) give, slice by slice, the outputs and gradients of
 the S models run separately, for every encoding, on the PyTorch path and with the native CPU
-kernels (whose autograd Functions have vmap rules)."""
+kernels (whose custom ops have vmap rules)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.func import vmap
 
 from synthlab.model import COMPONENTS, build_model, native, parse_pe
-from synthlab.model.processors import DAPE, _FusedDAPE
+from synthlab.model.processors import DAPE
 from synthlab.model.stacked import stack_models
 
 S, B, T, V = 3, 2, 24, 11
@@ -163,7 +163,7 @@ def test_dape_kernel_vmapped_over_inputs_only(causal, bias_rows):
     w = (d.conv1.weight, d.conv1.bias, d.conv2.weight, d.conv2.bias)
 
     def run(x, b):
-        return _FusedDAPE.apply(x, b, *w, causal)
+        return torch.ops.synthlab.dape_scores(x, b, *w, causal, False)
 
     if bias_rows == "shared":
         bias = torch.randn(1, H, T, T, requires_grad=True)
@@ -185,7 +185,7 @@ def test_dape_kernel_vmapped_over_inputs_only(causal, bias_rows):
 @pytest.mark.parametrize("p_dim, pad_dim", [(0, None), (1, None), (2, None), (0, 0), (None, 0)])
 def test_padded_leaky_relu_vmap_rule_equals_a_loop(p_dim, pad_dim):
     # DAPE V2's in-place LeakyReLU + column zeroing, vmapped over any dim of P and of pad
-    from synthlab.model.processors import _PaddedLeakyReLU
+    from synthlab.model.native.dape_packed import _PaddedLeakyReLU
 
     torch.manual_seed(0)
     V, D, N = 3, 4, 7
@@ -220,15 +220,15 @@ def test_stacked_cope_under_cpu_autocast_keeps_the_pytorch_path(pe, monkeypatch)
     bias is not autocast (q stays float32) while q . pos_emb is a bfloat16 matmul. The C++ kernel,
     which reads every operand as float32, read that bfloat16 table past its end (NaN logits or a
     crash); under CPU autocast the PyTorch path runs, as it does for a single model."""
-    from synthlab.model.encoders import contextual
+    from synthlab.model.native import cope as native_cope
 
-    real = contextual._CoPEQKVKernel.apply
+    real = native_cope._attention
 
     def checked(q, k, v, table, *rest):
         assert table is None or table.dtype == torch.float32, f"native CoPE kernel given a {table.dtype} table"
         return real(q, k, v, table, *rest)
 
-    monkeypatch.setattr(contextual._CoPEQKVKernel, "apply", checked)
+    monkeypatch.setattr(native_cope, "_attention", checked)
     stacked = stack_models(_models(pe, n=2))
     ids = torch.randint(0, V, (2, B, T), generator=torch.Generator().manual_seed(7))
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from synthlab.model import native
+from synthlab.model.native.dape import native_applies
 from synthlab.model.processors import DAPE
 
 pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C++ compiler: the PyTorch paths run")
@@ -50,7 +51,7 @@ def _dape_output_and_grads():
     S = torch.randn(2, 4, 40, 40, requires_grad=True)
     bias = torch.randn(1, 4, 40, 40, requires_grad=True)
     future = torch.ones(40, 40, dtype=torch.bool).triu(1)
-    assert d._native(S, bias)
+    assert native_applies(S, bias, d.conv1.weight)
     out = d(S, bias, future)
     g = torch.randn_like(out).masked_fill(future, 0)
     grads = torch.autograd.grad((out.masked_fill(future, 0) * g).sum(), [S, bias, *d.parameters()])

@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("triton")
 
 from synthlab.model.batched import is_batched, plain  # noqa: E402
-from synthlab.model.encoders.contextual import CoPE, cope_alibi_slopes  # noqa: E402
+from synthlab.model.encoders.contextual import CoPE, cope_alibi_slopes, cope_term  # noqa: E402
 from synthlab.model.native import cope_triton as ct  # noqa: E402
 
 
@@ -44,8 +44,16 @@ def _by_pytorch(cope, q_raw, q, k, v):
     T = q.shape[-2]
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     S = (q * cope.scale) @ k.transpose(-2, -1)
-    att = torch.softmax((S + cope(q_raw, S, None, future)).masked_fill(future, float("-inf")), dim=-1)
+    table = None if cope.alibi else q_raw @ cope.pos_emb  # (B, H, T, npos)
+    term = cope_term(S, table, cope.slopes if cope.alibi else None, cope.npos, future)
+    att = torch.softmax((S + term).masked_fill(future, float("-inf")), dim=-1)
     return att @ v
+
+
+def _attend(cope, q_raw, q, k, v, x=None):
+    """CoPE.attend with its causal mask: the Triton kernels where they apply, else the reference."""
+    T = q.shape[-2]
+    return cope.attend(q_raw, q, k, v, x, torch.ones(T, T, dtype=torch.bool).triu(1), cope.scale)
 
 
 def _by_triton(cope, q_raw, q, k, v):
@@ -74,7 +82,6 @@ def _check_against_float64(cope, q_raw, q, k, v, same_query=True):
     ref, ref_grads = _run(_by_pytorch, ref_cope, *args, dtype=torch.float64, same_query=same_query)
     cope32 = CoPE(d_model=cope.n_heads * cope.head_dim, n_heads=cope.n_heads, npos=cope.npos, alibi=cope.alibi)
     cope32.load_state_dict(cope.state_dict())
-    cope32._native = lambda G: False  # the PyTorch path in float32: the scale of float32's own error
     ref32, ref32_grads = _run(_by_pytorch, cope32, *args, same_query=same_query)
 
     def close(x, want, x32):
@@ -212,19 +219,22 @@ def test_attend_sends_cuda_tensors_to_triton(monkeypatch):
     cope = _cope(2, 8, 8, False)
     q, k, v = _qkv(1, 2, 12, 8, seed=1)
     gpu = [t.as_subclass(_LooksCuda) for t in (q, k, v)]
-    assert cope.attend(gpu[0], *gpu, cope.scale) is not None
+    _attend(cope, gpu[0], *gpu)
     assert calls == [((1, 2, 12, 8), None, 8, cope.scale)]
 
-    assert cope.attend(q, q, k, v, cope.scale) is None  # CPU tensors: not the Triton path
-    assert cope.attend(*(t.double().as_subclass(_LooksCuda) for t in (q, q, k, v)), cope.scale) is None  # float64
-    assert _cope(2, 8, 8, False, sep_keys=True).attend(gpu[0], *gpu, cope.scale) is None  # sep_keys
-    assert len(calls) == 1
+    _attend(cope, q, q, k, v)  # CPU tensors: not the Triton path
+    _attend(_cope(2, 8, 8, False).double(), *(t.double().as_subclass(_LooksCuda) for t in (q, q, k, v)))  # float64
+    _attend(_cope(2, 8, 8, False, sep_keys=True), gpu[0], *gpu, x=torch.zeros(1, 12, 16))  # sep_keys
+    assert len(calls) == 1  # those three took the reference
     monkeypatch.setenv("SYNTHLAB_COPE_TRITON", "0")  # the switch, read at call time
-    assert cope.attend(gpu[0], *gpu, cope.scale) is None and len(calls) == 1
+    _attend(cope, gpu[0], *gpu)
+    assert len(calls) == 1
     monkeypatch.setenv("SYNTHLAB_COPE_TRITON", "1")
-    assert cope.attend(gpu[0], *gpu, cope.scale) is not None and len(calls) == 2
+    _attend(cope, gpu[0], *gpu)
+    assert len(calls) == 2
     monkeypatch.setattr(ct, "triton_available", lambda device: False)  # triton missing
-    assert cope.attend(gpu[0], *gpu, cope.scale) is None and len(calls) == 2
+    _attend(cope, gpu[0], *gpu)
+    assert len(calls) == 2
 
 
 # ---- under torch.func.vmap (batched seeds: model/stacked.py) ----
@@ -307,9 +317,7 @@ class _Attend(torch.nn.Module):
         self.cope = cope
 
     def forward(self, q, k, v):
-        y = self.cope.attend(q, q, k, v, self.cope.scale)
-        assert y is not None, "CoPE.attend did not take a kernel"
-        return y
+        return _attend(self.cope, q, q, k, v)
 
 
 @pytest.mark.interpreted
@@ -374,9 +382,10 @@ def test_attend_sends_cuda_tensors_to_triton_under_vmap(monkeypatch):
     taken = []
 
     def attend(q, k, v):
-        y = cope.attend(q, q, k, v, cope.scale)
-        taken.append(y is not None)
-        return q if y is None else y
+        before = len(calls)
+        y = _attend(cope, q, q, k, v)
+        taken.append(len(calls) > before)
+        return y
 
     torch.manual_seed(2)
     stacks = [torch.randn(3, 2, 2, 12, 8) for _ in range(3)]

@@ -13,6 +13,7 @@ from synthlab.model.encoders.bias import alibi_slopes, t5_buckets
 from synthlab.model.encoders.contextual import CoPE
 from synthlab.model.encoders.rotary import Rotary
 from synthlab.model.indices import bipe_segments, intra_from_segments
+from synthlab.model.native.dape_packed import dape_packed
 from synthlab.model.processors import DAPE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -249,7 +250,8 @@ def test_dape_causal_paths_equal_full_map(k, T, with_bias, path):
     S = torch.randn(2, 4, T, T, requires_grad=True)
     B = torch.randn(2, 4, T, T) if with_bias else None
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    a = d(S, B, future) if path == "forward" else d.forward_packed(S, B, d._inputs(S, B))
+    weights = (d.conv1.weight, d.conv1.bias, d.conv2.weight, d.conv2.bias)
+    a = d(S, B, future) if path == "forward" else dape_packed(S, B, d._inputs(S, B), *weights)
     b = d.forward_full(S, B, future)
     assert torch.allclose(a[..., ~future], b[..., ~future], atol=1e-5)
     ga = torch.autograd.grad(a[..., ~future].sum(), [S, *d.parameters()])

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from synthlab.model import build_model, native
-from synthlab.model.encoders.contextual import CoPE, _FusedCoPEQKV
+from synthlab.model.encoders.contextual import CoPE, cope_term
+from synthlab.model.native import cope as native_cope
 
 needs_kernel = pytest.mark.skipif(native._compiler() is None or native.cope_kernel() is None,
                                   reason="native CoPE kernel unavailable (no C++ compiler)")
@@ -22,6 +23,11 @@ def _trained_looking_cope(H, d_h, npos, alibi, sep_keys):
         with torch.no_grad():
             cope.pos_emb.normal_()
     return cope
+
+
+def _native(cope, t):
+    """Whether the dispatchers take the C++ kernel for this module and operand."""
+    return native_cope.native_applies(t, None if cope.alibi else cope.pos_emb)
 
 
 def _run(cope, q, S, x, future, g):
@@ -49,13 +55,13 @@ def test_native_equals_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
     x = torch.randn(2, T, H * d_h)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     g = torch.randn(2, H, T, T)
-    assert cope._native(S)
+    assert _native(cope, S)
     fast, fast_grads = _run(cope, q, S, x, future, g)
 
     ref_cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, sep_keys=sep_keys, alibi=alibi).double()
     ref_cope.load_state_dict(cope.state_dict())
     q64, S64 = q.detach().double().requires_grad_(), S.detach().double().requires_grad_()
-    assert not ref_cope._native(S64)
+    assert not _native(ref_cope, S64)
     ref, ref_grads = _run(ref_cope, q64, S64, x.double(), future, g.double())
     def close(a, b):  # float32 against float64, relative to the tensor's scale
         return (a.double() - b).abs().max() <= 5e-5 * b.abs().max().clamp_min(1.0)
@@ -87,12 +93,10 @@ def test_fused_attention_equals_softmax_of_pytorch_path_in_float64(H, T, npos, a
 
     def attention(c, q, k, x):  # logits spread so gates reach both ends and positions cross cells
         S = 3 * (q @ k.transpose(-2, -1))
-        if c._native(S):
-            return c.attention(q, S, x)
-        return torch.softmax((S + c(q, S, x, future)).masked_fill(future, float("-inf")), dim=-1)
+        return c.attention(q, S, x, future)
 
     att = attention(cope, q, k, x)
-    assert cope.attention(q, 3 * (q @ k.transpose(-2, -1)), x) is not None  # the fused path was taken
+    assert _native(cope, q)  # the fused path
     grads = torch.autograd.grad((att * w).sum(), [q, k, x, *cope.parameters()], allow_unused=True)
     ref_cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, sep_keys=sep_keys, alibi=alibi).double()
     ref_cope.load_state_dict(cope.state_dict())
@@ -112,9 +116,10 @@ def test_fused_attention_equals_softmax_of_pytorch_path_in_float64(H, T, npos, a
 
 
 def _cope_attention_by_pytorch(cope, q, k, v, future):
-    """softmax(masked(q k^T / sqrt(d_h) + CoPE term)) @ v through the PyTorch path"""
+    """softmax(masked(q k^T / sqrt(d_h) + CoPE term)) @ v by the reference (any dtype)"""
     S = (q * cope.scale) @ k.transpose(-2, -1)
-    att = torch.softmax((S + cope(q, S, None, future)).masked_fill(future, float("-inf")), dim=-1)
+    term = cope_term(S, None if cope.alibi else q @ cope.pos_emb, cope.slopes if cope.alibi else None, cope.npos, future)
+    att = torch.softmax((S + term).masked_fill(future, float("-inf")), dim=-1)
     return att @ v
 
 
@@ -137,14 +142,15 @@ def test_qkv_attention_equals_pytorch_path_in_float64(H, T, d_h, npos, alibi):
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     w = torch.randn(2, H, T, d_h)
-    y = cope.attend(q, q, k, v, cope.scale)
-    assert y is not None and y.shape == (2, H, T, d_h)
+    assert _native(cope, q)
+    y = cope.attend(q, q, k, v, None, future, cope.scale)
+    assert y.shape == (2, H, T, d_h)
     grads = torch.autograd.grad((y * w).sum(), [q, k, v, *cope.parameters()], allow_unused=True)
 
     ref_cope = CoPE(d_model=H * d_h, n_heads=H, npos=npos, alibi=alibi).double()
     ref_cope.load_state_dict(cope.state_dict())
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    assert ref_cope.attend(q64, q64, k64, v64, ref_cope.scale) is None  # float64: no kernel
+    assert not _native(ref_cope, q64)  # float64: no kernel
     ref = _cope_attention_by_pytorch(ref_cope, q64, k64, v64, future)
     ref_grads = torch.autograd.grad((ref * w.double()).sum(), [q64, k64, v64, *ref_cope.parameters()],
                                     allow_unused=True)
@@ -152,7 +158,6 @@ def test_qkv_attention_equals_pytorch_path_in_float64(H, T, d_h, npos, alibi):
     # float32 itself: the same PyTorch path in float32 (at T 130 the positions' rounding moves the
     # interpolated term by ~1e-4); the kernel may be off by a few times that, or 5e-5 of the scale
     q32, k32, v32 = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    cope._native = lambda G: False
     ref32 = _cope_attention_by_pytorch(cope, q32, k32, v32, future)
     ref32_grads = torch.autograd.grad((ref32 * w).sum(), [q32, k32, v32, *cope.parameters()], allow_unused=True)
 
@@ -177,12 +182,12 @@ def test_qkv_attention_rows_independent_of_batch_and_threads():
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = _FusedCoPEQKV.apply(q, k, v, table, None, 64, cope.scale)
+        one = torch.ops.synthlab.cope_attention(q, k, v, table, None, 64, cope.scale)[0]
         torch.set_num_threads(2)
-        two = _FusedCoPEQKV.apply(q, k, v, table, None, 64, cope.scale)
+        two = torch.ops.synthlab.cope_attention(q, k, v, table, None, 64, cope.scale)[0]
     finally:
         torch.set_num_threads(before)
-    alone = _FusedCoPEQKV.apply(q[3:4], k[3:4], v[3:4], table[3:4], None, 64, cope.scale)
+    alone = torch.ops.synthlab.cope_attention(q[3:4], k[3:4], v[3:4], table[3:4], None, 64, cope.scale)[0]
     assert torch.equal(one, two) and torch.equal(one[3:4], alone)
 
 
@@ -194,8 +199,8 @@ def test_qkv_attention_rows_independent_of_batch_and_threads():
 ])
 def test_model_takes_the_qkv_kernel_where_it_applies(pe, dropout, train, fused, monkeypatch):
     calls = []
-    real = _FusedCoPEQKV.apply
-    monkeypatch.setattr(_FusedCoPEQKV, "apply", lambda *a: calls.append(1) or real(*a))
+    real = native_cope._attention
+    monkeypatch.setattr(native_cope, "_attention", lambda *a: calls.append(1) or real(*a))
     m = build_model(pe=pe, vocab_size=11, d_model=32, n_layers=2, n_heads=2, max_len=24, dropout=dropout)
     m.train(train)
     m(torch.randint(0, 11, (2, 24)))
@@ -217,7 +222,7 @@ def test_native_clamp_by_hand(alibi):
     slope = -float(cope.slopes.flatten()[0]) if alibi else 1.0
     S = torch.zeros(1, 1, T, T, requires_grad=True)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    assert cope._native(S)
+    assert _native(cope, S)
     term = cope(torch.ones(1, 1, T, 1), S, torch.zeros(1, T, 1), future)[0, 0]
     ii, jj = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
     p = ((ii - jj + 1) / 2).clamp(max=npos - 1)
@@ -286,3 +291,27 @@ def test_a_kernel_operand_that_is_not_contiguous_float32_is_refused():
         ptr(ok.to(torch.bfloat16))
     with pytest.raises(TypeError, match="strided"):
         ptr(ok.t())
+
+
+@needs_kernel
+@pytest.mark.parametrize("alibi", [False, True])
+def test_custom_ops_pass_opcheck(alibi):
+    """The C++ kernel's torch.library ops: schema, autograd registration, fake tensors (meta
+    shapes for torch.compile) and AOT autograd against eager, on small inputs."""
+    torch.manual_seed(0)
+    B, H, T, D, npos = 2, 2, 5, 4, 3
+
+    def leaf(*shape):
+        return torch.randn(*shape, requires_grad=True)
+
+    table = None if alibi else leaf(B, H, T, npos)
+    slopes = torch.tensor([0.5, 0.25]) if alibi else None
+    S, G = leaf(B, H, T, T), leaf(B, H, T, T)
+    gates = torch.sigmoid(G).detach().requires_grad_()
+    cases = [(torch.ops.synthlab.cope_term, (gates, table, slopes, npos)),
+             (torch.ops.synthlab.cope_probabilities, (S, None, table, slopes, npos)),
+             (torch.ops.synthlab.cope_probabilities, (S, G, table, slopes, npos)),
+             (torch.ops.synthlab.cope_attention, (leaf(B, H, T, D), leaf(B, H, T, D), leaf(B, H, T, D), table, slopes,
+                                                  npos, 0.5))]
+    for op, args in cases:
+        torch.library.opcheck(op, args)

@@ -12,7 +12,8 @@ import torch
 
 from dape_bounds import assert_within_float32_bound, sum_of_magnitudes, terms_per_gradient
 from synthlab.model import build_model, native
-from synthlab.model.processors import DAPE, _FusedDAPE
+from synthlab.model.native.dape import native_applies
+from synthlab.model.processors import DAPE
 
 HAS_KERNEL = native._compiler() is not None and native.dape_kernel() is not None
 
@@ -59,7 +60,7 @@ def _check_against_full_map(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
     d, S, bias = _dape_case(H, T, k, hidden, bias_mode, causal, B, seed)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     mask = future if causal else torch.zeros(T, T, dtype=torch.bool)
-    assert d._native(S, bias), "the module did not take the native path"
+    assert native_applies(S, bias, d.conv1.weight), "the module did not take the native path"
     got = d(S, bias, future if causal else None)
     ref = d.forward_full(S, bias, future if causal else None)
     assert torch.allclose(got.masked_fill(mask, 0), ref.masked_fill(mask, 0), atol=1e-5, rtol=1e-5)
@@ -96,7 +97,7 @@ def test_native_attention_fuses_softmax_and_its_backward(H, T, k, bias, causal):
     softmax of the Conv2d formulation: probabilities and every gradient."""
     d, S, b = _dape_case(H, T, k, 6, bias, causal, seed=1)
     future = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None
-    assert d._native(S, b)
+    assert native_applies(S, b, d.conv1.weight)
     got = d.attention(S, b, future)
     ref = d.forward_full(S, b, future)
     ref = torch.softmax(ref.masked_fill(future, float("-inf")) if causal else ref, dim=-1)
@@ -134,7 +135,7 @@ def test_native_deterministic_and_thread_count_only_reorders_sums():
         n = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            out = _FusedDAPE.apply(S, bias, d.conv1.weight, d.conv1.bias, d.conv2.weight, d.conv2.bias, True)
+            out = torch.ops.synthlab.dape_scores(S, bias, d.conv1.weight, d.conv1.bias, d.conv2.weight, d.conv2.bias, True, False)
             return [out.detach(), *torch.autograd.grad((out * g).sum(), [S, bias, *d.parameters()])]
         finally:
             torch.set_num_threads(n)
@@ -179,7 +180,7 @@ def test_unbuildable_kernel_warns_once_and_dape_still_runs(tmp_path, monkeypatch
     d = DAPE(4, with_bias=False, hidden=8, k=3)
     S = torch.randn(1, 4, 6, 6)
     future = torch.ones(6, 6, dtype=torch.bool).triu(1)
-    assert not d._native(S, None)
+    assert not native_applies(S, None, d.conv1.weight)
     assert torch.allclose(d(S, None, future)[..., ~future], d.forward_full(S, None, future)[..., ~future], atol=1e-5)
     assert not list(tmp_path.rglob("*.so")), "a failed build left a library behind"
 
@@ -187,9 +188,22 @@ def test_unbuildable_kernel_warns_once_and_dape_still_runs(tmp_path, monkeypatch
 def test_non_float32_or_disabled_takes_the_pytorch_path(monkeypatch):
     d = DAPE(4, with_bias=False, hidden=8, k=3).double()
     S = torch.randn(1, 4, 6, 6, dtype=torch.double, requires_grad=True)
-    assert not d._native(S, None)
+    assert not native_applies(S, None, d.conv1.weight)
     future = torch.ones(6, 6, dtype=torch.bool).triu(1)
     # float64 gradients of the PyTorch path against finite differences
     assert torch.autograd.gradcheck(lambda s: d(s, None, future).masked_fill(future, 0), (S,))
     monkeypatch.setenv("SYNTHLAB_NATIVE", "off")
     assert not native.enabled() and native.dape_kernel() is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("bias_rows,softmax", [(0, False), (1, True), (2, False), (2, True)])
+def test_custom_op_passes_opcheck(bias_rows, softmax):
+    """The C++ kernel's torch.library op: schema, autograd registration, fake tensors (meta
+    shapes for torch.compile) and AOT autograd against eager, on small inputs."""
+    torch.manual_seed(0)
+    d = DAPE(2, with_bias=bias_rows > 0, hidden=4, k=3)
+    S = torch.randn(2, 2, 6, 6, requires_grad=True)
+    bias = torch.randn(bias_rows, 2, 6, 6, requires_grad=True) if bias_rows else None
+    args = (S, bias, d.conv1.weight, d.conv1.bias, d.conv2.weight, d.conv2.bias, True, softmax)
+    torch.library.opcheck(torch.ops.synthlab.dape_scores, args)

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from dape_bounds import assert_within_float32_bound, sum_of_magnitudes, terms_per_gradient
 from synthlab.model import native
+from synthlab.model.native.dape import native_applies
+from synthlab.model.native.dape_packed import dape_packed
 from synthlab.model.processors import DAPE
 
 HAS_KERNEL = native._compiler() is not None and native.dape_kernel() is not None
@@ -56,10 +58,11 @@ def _case(H, T, k, hidden, bias_mode, B=2, seed=0, dtype=torch.float32):
 def _run(path: str, d: DAPE, S, bias, future):
     """The module's output on `path`, with the causal mask's -inf above the diagonal."""
     if path == "native":
-        assert d._native(S, bias)
+        assert native_applies(S, bias, d.conv1.weight)
         return d(S, bias, future)
     if path == "packed":
-        return d.forward_packed(S, bias, d._inputs(S, bias)).masked_fill(future, float("-inf"))
+        weights = (d.conv1.weight, d.conv1.bias, d.conv2.weight, d.conv2.bias)
+        return dape_packed(S, bias, d._inputs(S, bias), *weights).masked_fill(future, float("-inf"))
     if path == "full":
         return d.forward_full(S, bias, future).masked_fill(future, float("-inf"))
     raise ValueError(path)
@@ -109,7 +112,7 @@ def test_float64_packed_path_is_the_paper_listing_exactly(k):
     """float64 (always the PyTorch path): equal to rounding, both directions of every gradient."""
     d, S, b = _case(3, 11, k, 6, "shared", dtype=torch.float64)
     future = torch.ones(11, 11, dtype=torch.bool).triu(1)
-    assert not d._native(S, b)
+    assert not native_applies(S, b, d.conv1.weight)
     _assert_same(d(S, b, future), paper_dape(d, S, b), future, d, S, b, atol=1e-10)
 
 
@@ -118,7 +121,7 @@ def test_float64_packed_path_is_the_paper_listing_exactly(k):
 def test_native_attention_is_softmax_of_the_paper_listing(T, k):
     d, S, b = _case(2, T, k, 6, "shared", seed=1)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    assert d._native(S, b)
+    assert native_applies(S, b, d.conv1.weight)
     got = d.attention(S, b, future)
     ref = torch.softmax(paper_dape(d, S, b).masked_fill(future, float("-inf")), dim=-1)
     assert torch.allclose(got, ref, atol=1e-6)

@@ -241,6 +241,8 @@ def kernel(name: str) -> ctypes.CDLL | None:
     built: warned once per process)."""
     if not enabled():
         return None
+    if name in _LOADED:  # no lock once loaded: entries are written once, and torch.compile cannot trace a lock
+        return _LOADED[name]
     with _LOCK:
         if name not in _LOADED:
             try:
