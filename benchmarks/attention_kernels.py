@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from synthlab.model.encoders.contextual import CoPE
+from synthlab.model.native import cope as native_cope
 from synthlab.model.processors import DAPE
 
 SIZES = {  # B, H, T, d_h: the flip-flop quick and paper sizes (one layer), and a tiny one (call overheads)
@@ -130,9 +131,9 @@ def cope_paths(B, H, T, d_h, device) -> dict:
             return term(q, k, v)
 
     def fused(q, k, v):
-        y = cope.attend(q, q, k, v, scale)
-        assert y is not None, "CoPE.attend took no kernel"
-        return y
+        assert native_cope.native_applies(q, k, v) or native_cope.triton_applies(q, cope.npos, True), \
+            "CoPE.attend takes no kernel here"
+        return cope.attend(q, q, k, v, None, future, scale)
 
     def sdpa(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)

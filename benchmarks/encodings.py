@@ -27,6 +27,7 @@ On a shared machine use ``--threads 1 --clock cpu``.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -83,12 +84,29 @@ def synthlab_step(pe: str, size: dict, x, y):
     torch_path = pe.endswith(" (torch)")  # the PyTorch fallback of the native kernel
     m = build_model(pe=pe.split(" (")[0], vocab_size=VOCAB, d_model=size["d_model"], n_layers=size["n_layers"],
                     n_heads=size["n_heads"], max_len=size["length"], separator_ids=(1,)).train()
-    for block in m.blocks if plain_conv or torch_path else []:
+    for block in m.blocks if plain_conv else []:
         dape = block.attn.dape
-        dape._native = lambda S, bias: False  # attention() is then softmax(forward(...))
-        if plain_conv:  # DAPE.forward returns the masked logits
-            dape.forward = lambda S, bias, future, _d=dape: _d.forward_full(S, bias, future).masked_fill_(future, float("-inf"))
-    return _step_fn(m, x, y)
+
+        def masked(S, bias, future, _d=dape):  # DAPE.forward's contract: the masked logits
+            return _d.forward_full(S, bias, future).masked_fill_(future, float("-inf"))
+
+        dape.forward = masked
+        dape.attention = lambda S, bias, future, _f=masked: torch.softmax(_f(S, bias, future), dim=-1)
+    step = _step_fn(m, x, y)
+    if not torch_path:
+        return step
+
+    def without_kernel():  # the dispatchers read SYNTHLAB_NATIVE at each call
+        before = os.environ.get("SYNTHLAB_NATIVE")
+        os.environ["SYNTHLAB_NATIVE"] = "0"
+        try:
+            step()
+        finally:
+            if before is None:
+                del os.environ["SYNTHLAB_NATIVE"]
+            else:
+                os.environ["SYNTHLAB_NATIVE"] = before
+    return without_kernel
 
 
 def xtransformers_step(kind: str, size: dict, x, y):
