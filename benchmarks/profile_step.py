@@ -3,7 +3,7 @@
     python benchmarks/profile_step.py --pe cope                          # CPU, quick size
     python benchmarks/profile_step.py --device cuda --size paper --pe rope,cope --trace-dir $OUT
 
-Runs ``synthlab.run.training.fit`` (the Trainer a run uses, no logger) on flip-flop at the size of
+Runs ``synthlab.run.fitting.fit`` (the Trainer a run uses, no logger) on flip-flop at the size of
 ``benchmarks/training.py --size``, profiles ``--steps`` steps after ``--warmup`` steps, and
 prints per encoding: the top operators by self time on the device (CPU or CUDA), the host time
 a step, and the calls a step that make the host wait for the device (``.item()`` /
@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from synthlab.run.data import DataModule
 from synthlab.run.fitting import fit, quiet_lightning
-from synthlab.run.training import make_module
+from synthlab.run.modules import make_module
 
 # the training benchmark's model / data / sizes (a script beside this one, not a package)
 _spec = importlib.util.spec_from_file_location("training_benchmark", Path(__file__).resolve().parent / "training.py")

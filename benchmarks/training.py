@@ -1,7 +1,7 @@
 """Training-path speed: synthlab (LightningModule + DataModule + Trainer) vs a plain PyTorch loop.
 
 1. Overhead: the same model, data (synthlab's addressable batches), AdamW, schedule and
-   gradient clipping, trained by a hand-written loop and by ``synthlab.run.training.fit``;
+   gradient clipping, trained by a hand-written loop and by ``synthlab.run.fitting.fit``;
    steady-state time per step (after warm-up steps) for both. Target: synthlab <= 1.15x plain.
 2. Model FLOP utilisation at batch 16, length 256, d 256, 4 layers for nope / rope / alibi:
    6 * N_matmul + 12 * L * T * d FLOPs per token (forward + backward; Kaplan / PaLM
@@ -53,7 +53,7 @@ from synthlab.model import build_model
 from synthlab.plan.presets import build_config
 from synthlab.run.data import DataModule, TrainBatches, TrainStream
 from synthlab.run.fitting import fit, quiet_lightning
-from synthlab.run.training import lr_factor, make_module
+from synthlab.run.modules import lr_factor, make_module
 
 CLOCK = time.perf_counter  # or time.process_time (--clock cpu)
 DEVICE = torch.device("cpu")  # --device

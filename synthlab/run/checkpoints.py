@@ -2,9 +2,10 @@
 
 A run that writes to ``OUT`` saves ``last.ckpt`` every ``train.checkpoint_every`` steps and
 every ``train.checkpoint_minutes``; ``key`` hashes the resolved config without the checkpoint
-settings, so the same run started again with the same ``OUT`` resumes (on CPU with the same
-metrics and weights as an uninterrupted run). The directory goes once the run has its record.
-The rules: docs/architecture.md, "Long runs: resuming and sizes".
+settings, so the same run started again with the same ``OUT`` resumes under its run ids (on CPU
+with the same metrics and weights as an uninterrupted run), and one whose records were written
+is not trained again. The directory goes once the run has its records. The rules:
+docs/architecture.md, "Long runs: resuming and sizes".
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from synthlab import generators
 from synthlab.core.config import RunConfig
 from synthlab.run import specs
+from synthlab.run.records import scan_records
 
 DIRNAME = ".checkpoints"
 LAST = "last.ckpt"
@@ -76,19 +78,22 @@ class RunCheckpoints:
     """The checkpoint directory of one run (see the module docstring)."""
 
     def __init__(self, root: Path, key: str, steps: int, every: int, minutes: float) -> None:
-        self.dir = Path(root) / DIRNAME / key
+        self.root = Path(root)  # OUT: the run directories lie in it
+        self.dir = self.root / DIRNAME / key
         self.key, self.steps, self.every, self.minutes = key, int(steps), int(every), float(minutes)
         self.path = self.dir / LAST
-        self.run_id: str | None = None  # the id an earlier attempt of this run used
+        self.run_id: str | None = None  # the ids an earlier attempt of this run used, "|"-joined
         self.resume_from: Path | None = None
         self.resume_step = 0
         self._lock: int | None = None
         self._off = False  # another live process holds the directory
 
     @classmethod
-    def open(cls, out: str | os.PathLike | None, cfg: RunConfig, extra: dict[str, Any] | None = None) -> "RunCheckpoints | None":
+    def open(cls, out: str | os.PathLike | None, cfg: RunConfig, extra: dict[str, Any] | None = None,
+             results: str | os.PathLike | None = None) -> "RunCheckpoints | None":
         """The run's checkpoints (an earlier attempt's locked and read); None without ``out``,
-        with checkpoints off, or when a live process holds the same key."""
+        with checkpoints off, or when a live process holds the same key. An earlier attempt
+        with a record in ``results`` is finished, not resumed: this run is a new one."""
         tc = cfg.train
         if out is None or (tc.checkpoint_every <= 0 and tc.checkpoint_minutes <= 0):
             return None
@@ -98,7 +103,19 @@ class RunCheckpoints:
                 warnings.warn(f"{ck.dir} is in use by another process: this run saves no checkpoints", stacklevel=2)
                 return None
             ck._read()
+            if ck._recorded(results):
+                # killed between its records and its checkpoint's removal: resuming would train it
+                # again and record its run ids twice
+                ck.finish()
+                return cls.open(out, cfg, extra)
         return ck
+
+    def _recorded(self, results: str | os.PathLike | None) -> bool:
+        """Whether a run id of the earlier attempt has a record in ``results``."""
+        if self.run_id is None or results is None:
+            return False
+        earlier = set(self.run_id.split("|"))
+        return any(r.get("run_id") in earlier for r in scan_records(Path(results))[0])
 
     def _acquire(self) -> bool:
         try:
@@ -142,6 +159,18 @@ class RunCheckpoints:
     def begin(self, run_id: str) -> None:
         """The run id, written with the first checkpoint so that the next attempt keeps it."""
         self.run_id = run_id
+
+    def run_ids(self, fresh: Sequence[str]) -> list[str]:
+        """This attempt's run ids (one per seed), kept for the next attempt: the earlier
+        attempt's when it had as many, their directories in OUT removed (what a killed attempt
+        left: its checkpoint is here), else ``fresh``. A run id has no "|"."""
+        earlier = self.run_id.split("|") if self.run_id is not None else []
+        ids = earlier if len(earlier) == len(fresh) else list(fresh)
+        if ids is earlier:
+            for run_id in earlier:
+                shutil.rmtree(self.root / run_id, ignore_errors=True)
+        self.begin("|".join(ids))
+        return ids
 
     def _start(self) -> bool:
         """The directory, locked, with run.json: at the first save."""

@@ -1,6 +1,6 @@
 """The Lightning Trainer of one run: :func:`fit`, its progress bar, and the scopes a run trains in.
 
-Kept apart from :mod:`synthlab.run.training` (which resolves a config, builds the run and records
+Kept apart from :mod:`synthlab.run.pipeline` (which prepares, builds, evaluates and records
 it) so that each stays readable: here is everything that touches ``lightning.Trainer`` itself
 (quiet banners, Ctrl-C, checkpoints to resume from, the logger and its flush interval) and the
 process-wide torch settings a run changes only for its own duration (thread count,
@@ -22,16 +22,20 @@ import torch
 
 from synthlab.core.config import PRECISIONS, RunConfig
 
+# Lightning's private name for the hook it is calling, which it sets on the module around every
+# hook; no public API sets it: a version that renames it only loses QuickHookName's shortcut
+HOOK_NAME = "_current_fx_name"
+
 
 class QuickHookName:
-    """A LightningModule mixin: Lightning sets ``_current_fx_name`` on the module around every
+    """A LightningModule mixin: Lightning sets :data:`HOOK_NAME` on the module around every
     hook it calls, about 46 times a training step, and each time through nn.Module's
     ``__setattr__`` (its parameter / buffer / submodule checks): about 0.1 ms of host time a
     step (``benchmarks/training.py --size host``: rope 2.57 -> 2.47 ms), which on a GPU is time
     the device waits for launches. The name is a plain string, so it is stored as a plain attribute directly."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_current_fx_name":
+        if name == HOOK_NAME:
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
@@ -57,9 +61,10 @@ def progress_callback(steps: int, desc: str) -> Any:
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             self.bar.update(1)
             now = time.monotonic()
-            if now - self.t > 0.25 and pl_module.last_loss is not None:
+            loss = getattr(pl_module, "last_loss", None)  # batched seeds keep none: the bar shows steps only
+            if now - self.t > 0.25 and loss is not None:
                 self.t = now
-                self.bar.set_postfix_str(f"loss {pl_module.last_loss.item():.4f}", refresh=False)
+                self.bar.set_postfix_str(f"loss {loss.item():.4f}", refresh=False)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             self.bar.close()

@@ -139,17 +139,15 @@ def _mlflow_scope(local: bool) -> Iterator[None]:
     back afterwards, or the next run (a sweep, a notebook) would log into this run's directory.
     ``local``: allow MLflow 3's file store while the store is opened (MLflow keeps the opened
     store for the run's later writes)."""
-    from mlflow.tracking._tracking_service import utils as tracking
-
     env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE")}
-    before = getattr(tracking, "_tracking_uri", None)
     chatty = logging.getLogger("lightning.pytorch.loggers.mlflow")  # "Experiment ... not found. Creating it."
     level = chatty.level
     chatty.setLevel(logging.ERROR)
     if local:
         os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
     try:
-        yield
+        with _tracking_uri_kept():
+            yield
     finally:
         chatty.setLevel(level)
         for k, v in env.items():
@@ -157,8 +155,30 @@ def _mlflow_scope(local: bool) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        if hasattr(tracking, "_tracking_uri"):
-            tracking._tracking_uri = before
+
+
+@contextlib.contextmanager
+def _tracking_uri_kept() -> Iterator[None]:
+    """MLflow's process-wide tracking URI put back as it was, unset included. MLflow has no
+    public reader of the URI set in-process (``mlflow.get_tracking_uri`` resolves a default when
+    none is), so its module attribute is read; a version without it gets the resolved URI back."""
+    tracking: Any = None
+    with contextlib.suppress(ImportError):
+        from mlflow.tracking._tracking_service import utils as tracking
+    if not hasattr(tracking, "_tracking_uri"):
+        import mlflow
+
+        resolved = mlflow.get_tracking_uri()
+        try:
+            yield
+        finally:
+            mlflow.set_tracking_uri(resolved)
+        return
+    before = tracking._tracking_uri
+    try:
+        yield
+    finally:
+        tracking._tracking_uri = before
 
 
 def _inside(path: Path | None, run_dir: Path) -> str | None:

@@ -122,24 +122,36 @@ def _save(save: Callable[..., Any], model: Any, path: Path) -> None:
         raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from e
 
 
+def write(run_dir: Path | None, lines: list[dict[str, Any]], model: Any = None,
+          save: Callable[..., Any] | None = None) -> None:
+    """metrics.jsonl and the weights (``save(model, path)``) into the run directory."""
+    if run_dir is None:
+        return
+    with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(to_json(line) + "\n")
+    if model is not None and save is not None:
+        _save(save, model, run_dir / "model.safetensors")
+
+
+def seal(run_dir: Path | None) -> None:
+    """The run has its record: its directory is no longer half made."""
+    if run_dir is not None:
+        (run_dir / OWNER).unlink(missing_ok=True)
+
+
 def finish(run_dir: Path | None, results_path: Path | None, record: dict[str, Any], lines: list[dict[str, Any]],
            model: Any = None, save: Callable[..., Any] | None = None, created: list[Path] | tuple = ()) -> None:
-    """metrics.jsonl and the weights into the run directory, then the record. A failure
-    before the record is appended (a full disk, Ctrl-C) removes what :func:`make` made."""
+    """:func:`write`, then the record, then :func:`seal`. A failure before the record is
+    appended (a full disk, Ctrl-C) removes what :func:`make` made."""
     try:
-        if run_dir is not None:
-            with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as f:
-                for line in lines:
-                    f.write(to_json(line) + "\n")
-            if model is not None and save is not None:
-                _save(save, model, run_dir / "model.safetensors")
+        write(run_dir, lines, model, save)
         if results_path is not None:
             append_record(results_path, record)
     except BaseException:
         remove(run_dir, created)
         raise
-    if run_dir is not None:
-        (run_dir / OWNER).unlink(missing_ok=True)  # finished: no longer half made
+    seal(run_dir)
 
 
 def clean_half_made(out: str | os.PathLike, results_path: Path | None) -> list[Path]:

@@ -159,7 +159,7 @@ def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
     from synthlab import generators
     from synthlab.core.config import RunConfig
     from synthlab.model.encoders.rotary import PAIR_LAYOUTS, Rotary
-    from synthlab.run.training import model_for
+    from synthlab.run.configs import model_for
     from synthlab.run.usermodel import saved_model
 
     run_dir = Path(run_dir)

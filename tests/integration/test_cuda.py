@@ -158,7 +158,7 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
     import lightning as L
 
     import synthlab
-    import synthlab.run.training as training
+    import synthlab.run.pipeline as pipeline
 
     class Watch(L.Callback):
         armed: list[int] = []
@@ -178,8 +178,8 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
             Watch.setup.append((bool(getattr(trainer.train_dataloader, "pin_memory", False)),  # pinned batches
                                 bool(trainer.optimizers[0].defaults.get("fused"))))  # fused AdamW
 
-    fit = training.fit
-    monkeypatch.setattr(training, "fit", lambda *a, callbacks=(), **k: fit(*a, callbacks=[*callbacks, Watch()], **k))
+    fit = pipeline.fit
+    monkeypatch.setattr(pipeline, "fit", lambda *a, callbacks=(), **k: fit(*a, callbacks=[*callbacks, Watch()], **k))
     try:
         for pe in ("rope", "cope", "alibi", "fire", "learned", "kerple+dape:k=3"):
             rec = synthlab.train("flipflop", pe, preset="smoke", overrides={"steps": 40})

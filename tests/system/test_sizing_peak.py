@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from test_sizing import _MEASURE, _probe_lengths, _resolve, estimate_bytes, make_task
+from test_sizing import _MEASURE, estimate_bytes, make_task, probe_lengths, resolve
 
 
 @pytest.mark.slow
@@ -24,9 +24,9 @@ def test_estimate_is_within_2x_of_the_measured_peak():
         pytest.skip("cannot reset the peak RSS here")
     assert proc.returncode == 0, proc.stderr[-2000:]
     growth = json.loads(proc.stdout.strip().splitlines()[-1])["growth"]
-    cfg, spec = _resolve("flipflop", "cope", "quick", ov, seed=0, positions=None, rope_scaling=None, probe=False)
+    cfg, spec = resolve("flipflop", "cope", "quick", ov, seed=0, positions=None, rope_scaling=None, probe=False)
     task = make_task(cfg)
-    tl, el = _probe_lengths(task, 0)
+    tl, el = probe_lengths(task, 0)
     est = estimate_bytes(cfg, spec, tl, el, device="cpu", vocab_size=len(task.vocab) + 1)
     predicted = est["host"] - est["runtime"]
     assert predicted > 100e6  # activations dominate what is compared

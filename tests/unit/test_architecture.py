@@ -229,7 +229,7 @@ def test_the_graph_reader_names_generators_as_installed():
     assert "synthlab.generators.base" in graph["synthlab.generators"]  # from .base import ...
     assert "synthlab.generators.che.base" in graph["synthlab.generators.che.cs"]
     assert "synthlab.generators.base" in graph["synthlab.core.config"]  # from synthlab.generators.base import ...
-    assert "synthlab.generators" in graph["synthlab.run.training"]  # from synthlab import generators
+    assert "synthlab.generators" in graph["synthlab.run.configs"]  # from synthlab import generators
 
 
 def test_the_model_imports_no_training_sweeping_or_plotting():

@@ -116,3 +116,40 @@ def test_a_checkpoint_past_the_run_is_not_resumed(tmp_path):
 
 class _Evil:
     pass
+
+
+def test_a_resumed_attempt_keeps_its_run_ids_and_removes_what_it_left(tmp_path):
+    cfg = _cfg(steps=20)
+    ck = RunCheckpoints.open(tmp_path, cfg)
+    assert ck.run_ids(["a", "b"]) == ["a", "b"]  # fresh: the ids handed in
+    ck.save(_Trainer(5))
+    ck.release()  # killed
+    (tmp_path / "a").mkdir()  # the killed attempt's half-made run directory
+    (tmp_path / "other").mkdir()
+    again = RunCheckpoints.open(tmp_path, cfg)
+    assert again.resuming and again.run_ids(["c", "d"]) == ["a", "b"]
+    assert not (tmp_path / "a").exists() and (tmp_path / "other").is_dir()
+    again.release()
+    # another count of seeds is another run: fresh ids, nothing removed
+    third = RunCheckpoints.open(tmp_path, cfg)
+    assert third.run_ids(["e"]) == ["e"] and (tmp_path / "other").is_dir()
+    third.finish()
+
+
+@pytest.mark.parametrize("ids", [["run-7"], ["run-7", "run-8"]])
+def test_an_attempt_whose_records_were_written_is_not_resumed(tmp_path, ids):
+    cfg = _cfg(steps=20)
+    ck = RunCheckpoints.open(tmp_path, cfg)
+    ck.run_ids(ids)
+    ck.save(_Trainer(5))
+    ck.release()  # killed between the first record and the checkpoint's removal
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps({"run_id": ids[0]}) + "\n")
+    unnamed = RunCheckpoints.open(tmp_path, cfg)
+    assert unnamed.resuming  # no results named: it resumes
+    unnamed.release()
+    fresh = RunCheckpoints.open(tmp_path, cfg, results=results)
+    assert fresh is not None and not fresh.resuming and fresh.run_id is None
+    assert not (tmp_path / DIRNAME).exists()  # the recorded attempt's checkpoint is gone
+    assert fresh.run_ids(["new"] * len(ids)) == ["new"] * len(ids)
+    fresh.finish()

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import synthlab
-from synthlab.run import fitting, seedbatch, training
+from synthlab.run import fitting, pipeline, seedbatch
 
 ENV = "CUBLAS_WORKSPACE_CONFIG"
 SMOKE = {"steps": 4, "train.eval_samples": 4}
@@ -28,28 +28,28 @@ def restored_env(monkeypatch):
     monkeypatch.delenv(ENV)
 
 
-def _env_at_memory_check(monkeypatch, module) -> list:
+def _env_at_memory_check(monkeypatch) -> list:
     seen: list = []
-    real = module.check_run_fits
+    real = pipeline.check_run_fits
 
     def spy(*a, **k):
         seen.append(os.environ.get(ENV))
         return real(*a, **k)
 
-    monkeypatch.setattr(module, "check_run_fits", spy)
+    monkeypatch.setattr(pipeline, "check_run_fits", spy)
     return seen
 
 
 @pytest.mark.parametrize("strict", [True, False])
 def test_train_sets_the_workspace_before_its_memory_check(monkeypatch, strict):
-    seen = _env_at_memory_check(monkeypatch, training)
+    seen = _env_at_memory_check(monkeypatch)
     rec = synthlab.train("flipflop", "rope", preset="smoke", overrides={**SMOKE, "train.deterministic": strict})
     assert rec["status"] == "ok" and rec["train"]["deterministic"] is strict
     assert seen == [fitting.CUBLAS_WORKSPACE if strict else None]
 
 
 def test_batched_seeds_set_the_workspace_before_their_memory_check(monkeypatch):
-    seen = _env_at_memory_check(monkeypatch, seedbatch)
+    seen = _env_at_memory_check(monkeypatch)
     recs = seedbatch.train_seeds("flipflop", "rope", [0, 1], preset="smoke",
                                  overrides={**SMOKE, "train.deterministic": True})
     assert all(r["status"] == "ok" for r in recs)

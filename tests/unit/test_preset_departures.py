@@ -105,7 +105,7 @@ def test_every_installed_preset_writes_records_that_follow_it(name):
     trainer and laid out as its record, departs from nothing."""
     from synthlab.model import parse_pe
     from synthlab.plan.cells import expand_cells
-    from synthlab.run import training
+    from synthlab.run import pipeline, training
 
     spec = load_sweep(name)
     for preset in spec.presets:
@@ -117,7 +117,7 @@ def test_every_installed_preset_writes_records_that_follow_it(name):
             cfg = training.resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed, positions=c.positions,
                                           rope_scaling=c.rope_scaling, probe=False)
             model = {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_heads": cfg.model.n_heads}
-            record = training.new_record(cfg, parse_pe(cfg.pe), "r", model, 16, f"{name}-{preset}", 0)
+            record = pipeline.new_record(cfg, parse_pe(cfg.pe), "r", model, 16, f"{name}-{preset}", 0)
             assert preset_differences(record, spec) == (), (name, preset, c.task, c.pe)
 
 

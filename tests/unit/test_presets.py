@@ -275,7 +275,7 @@ def test_selective_copy_paper_preset_builds_cope_covering_the_copy_distance():
     tokens from d_k on, the separator, the outputs before it), a row of the table only when
     npos >= n_copy + 2. The paper preset's CoPE cells are built with such a table (they had the
     registry's 64, clamping every copy at 63); the quick preset's fits its 16 copies as is."""
-    from synthlab.run.training import make_task, model_for
+    from synthlab.run.configs import make_task, model_for
 
     for preset in ("paper", "quick"):
         cells = [c for c in expand_cells(load_sweep("selective_copy"), preset) if c.pe.startswith("cope")]

@@ -10,8 +10,9 @@ import pytest
 import synthlab.model as m
 from synthlab.plan.cells import expand_cells
 from synthlab.plan.sweepfile import installed_sweeps, load_sweep
+from synthlab.run.configs import eval_extent, make_task, max_len_of, model_for, resolve, resolve_config
+from synthlab.run.data import probe_lengths
 from synthlab.run.sizing import check_fits, estimate_bytes, param_count
-from synthlab.run.training import _eval_extent, _max_len, _probe_lengths, _resolve, make_task, model_for, resolve_config
 
 GB = 1e9
 
@@ -30,8 +31,8 @@ def _task_and_lengths(task, params, seed):
     from synthlab import generators
 
     t = generators.get_task(task, **{k: v for k, v in params if v is not None})
-    tl, el = _probe_lengths(t, seed)
-    return t, tl, _eval_extent(t, el)
+    tl, el = probe_lengths(t, seed)
+    return t, tl, eval_extent(t, el)
 
 
 def _preset_estimates(preset, device):
@@ -46,12 +47,12 @@ def _preset_estimates(preset, device):
                    json.dumps({k: v for k, v in c.overrides.items() if k != "train.lr"}, sort_keys=True))
             if key in seen:
                 continue
-            cfg, spec = _resolve(c.task, c.pe, preset, c.overrides, seed=0, positions=c.positions,
+            cfg, spec = resolve(c.task, c.pe, preset, c.overrides, seed=0, positions=c.positions,
                                  rope_scaling=c.rope_scaling, probe=False)
             scheme = m.parse_positions(cfg.positions) if cfg.positions else None
             task, tl, el = _task_and_lengths(cfg.task, tuple(sorted(cfg.task_params.items())), 0)
             seen[key] = estimate_bytes(cfg, spec, tl, el, device=device, task=task, vocab_size=len(task.vocab) + 1,
-                                       max_len=_max_len(cfg, scheme, tl, el),
+                                       max_len=max_len_of(cfg, scheme, tl, el),
                                        per_example_positions=bool(getattr(scheme, "per_example", False)))
     return seen
 
@@ -75,7 +76,7 @@ def test_every_paper_preset_fits_an_80_gb_gpu():
 
 
 def test_a_refusal_is_one_line_with_the_estimate_and_the_fix():
-    cfg, spec = _resolve("flipflop", "cope", "smoke", {"batch_size": 4096}, seed=0, positions=None,
+    cfg, spec = resolve("flipflop", "cope", "smoke", {"batch_size": 4096}, seed=0, positions=None,
                          rope_scaling=None, probe=False)
     est = estimate_bytes(cfg, spec, 8192, 8192, device="cpu", vocab_size=6)
     assert est["activations"] > 1e12 and est["host"] == est["total"]
@@ -87,7 +88,7 @@ def test_a_refusal_is_one_line_with_the_estimate_and_the_fix():
 
 
 def test_gpu_runs_split_device_and_host():
-    cfg, spec = _resolve("flipflop", "cope", "smoke", {}, seed=0, positions=None, rope_scaling=None, probe=False)
+    cfg, spec = resolve("flipflop", "cope", "smoke", {}, seed=0, positions=None, rope_scaling=None, probe=False)
     gpu = estimate_bytes(cfg, spec, 64, 128, device="cuda", vocab_size=6)
     cpu = estimate_bytes(cfg, spec, 64, 128, device="cpu", vocab_size=6)
     assert gpu["device"] > 0 and cpu["device"] == 0

@@ -147,13 +147,13 @@ def test_pose_chunks_axis_is_a_field_of_the_cell_and_of_its_config():
 
 def test_dape_k_axis_is_a_field_of_the_cell_and_sets_the_model_kernel():
     from synthlab import generators
-    from synthlab.run import training
+    from synthlab.run import configs, training
 
     grid = [c for c in sw.expand_cells(sw.parse_sweep(GOOD, "good.toml"), "smoke") if c.dape_k == 3]
     assert grid and {c.encoding for c in grid} == {"kerple+dape"} and grid[0].axes["dape_k"] == 3
     cfg = training.cell_config(grid[0], "smoke", probe=False)
     assert cfg.pe == "kerple+dape" and cfg.dape_k == 3  # the kernel in one place: the field
-    model = training.model_for(cfg, generators.get_task("flipflop"), max_len=64)
+    model = configs.model_for(cfg, generators.get_task("flipflop"), max_len=64)
     assert {m.k for m in model.modules() if type(m).__name__ == "DAPE"} == {3}
     # an encoding that fixes its own kernel, and one without DAPE, refuse the axis
     for fixed in ("kerple+dape:k=5", "kerple+dape-k"):
@@ -275,17 +275,17 @@ def test_a_tuned_slot_with_a_failed_seed_never_wins_on_its_survivors():
 
 def test_records_carry_the_axes_as_fields_and_tables_read_old_records_too():
     from synthlab.analysis.tables import tidy
-    from synthlab.run import specs, training
+    from synthlab.run import pipeline, specs, training
 
     text = GOOD.replace("[presets.smoke]", '[presets.smoke]\npositions = "pose:target=64"').replace(
         "dape_k = [1, 3]", "dape_k = [3]\npose_chunks = [4]")
     c = next(c for c in sw.expand_cells(sw.parse_sweep(text, "r.toml"), "smoke") if c.dape_k is not None)
     cfg = training.cell_config(c, "smoke", probe=False)
-    record = training.new_record(cfg, specs.encoding(cfg), "r1", {}, 16, None, None)
+    record = pipeline.new_record(cfg, specs.encoding(cfg), "r1", {}, 16, None, None)
     assert (record["dape_k"], record["pose_chunks"]) == (3, 4)
     # the encoding and scheme the model trains with, named as before the fields
     assert record["pe"] == "kerple+dape:k=3" and record["positions"] == "pose:chunks=4,target=64"
-    assert "dape_k" in training.run_config(cfg, "r1", 64, None, 16) and cfg.to_dict()["pose_chunks"] == 4
+    assert "dape_k" in pipeline.run_config(cfg, "r1", 64, None, 16) and cfg.to_dict()["pose_chunks"] == 4
     plain = {"task": "flipflop", "pe": "rope", "status": "failed", "dape_k": None, "pose_chunks": None}
     old = {"task": "flipflop", "pe": "nope+dape:k=3", "positions": "pose:chunks=2,target=64", "status": "failed"}
     rows = tidy([{**record, "status": "failed"}, plain, old])
