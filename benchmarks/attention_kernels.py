@@ -54,12 +54,42 @@ SIZES = {  # B, H, T, d_h: the flip-flop quick and paper sizes (one layer), and 
 # CoPE Triton tile sets to time beside block_sizes (CUDA): the first tiles (before the register
 # report) and two neighbours of today's
 COPE_TILES = {
-    "first": dict(fwd_m=64, block_n=32, bwd_query_m=16, bwd_key_m=32, fwd_warps=4, bwd_query_warps=8,
-                  bwd_key_warps=4, bwd_stages=3, npos_whole=512, npos_chunk=16),  # 3: Triton's default num_stages
-    "fwd64w8": dict(fwd_m=64, block_n=32, bwd_query_m=16, bwd_key_m=32, fwd_warps=8, bwd_query_warps=8,
-                    bwd_key_warps=8, bwd_stages=1, npos_whole=64, npos_chunk=16),
-    "keys64": dict(fwd_m=32, block_n=64, bwd_query_m=16, bwd_key_m=32, fwd_warps=8, bwd_query_warps=8,
-                   bwd_key_warps=8, bwd_stages=1, npos_whole=64, npos_chunk=16),
+    "first": dict(
+        fwd_m=64,
+        block_n=32,
+        bwd_query_m=16,
+        bwd_key_m=32,
+        fwd_warps=4,
+        bwd_query_warps=8,
+        bwd_key_warps=4,
+        bwd_stages=3,
+        npos_whole=512,
+        npos_chunk=16,
+    ),  # 3: Triton's default num_stages
+    "fwd64w8": dict(
+        fwd_m=64,
+        block_n=32,
+        bwd_query_m=16,
+        bwd_key_m=32,
+        fwd_warps=8,
+        bwd_query_warps=8,
+        bwd_key_warps=8,
+        bwd_stages=1,
+        npos_whole=64,
+        npos_chunk=16,
+    ),
+    "keys64": dict(
+        fwd_m=32,
+        block_n=64,
+        bwd_query_m=16,
+        bwd_key_m=32,
+        fwd_warps=8,
+        bwd_query_warps=8,
+        bwd_key_warps=8,
+        bwd_stages=1,
+        npos_whole=64,
+        npos_chunk=16,
+    ),
 }
 
 
@@ -105,10 +135,12 @@ def leaves(B, H, T, d_h, device, seed=0):
 
 def backward_of(fn, inputs):
     """A callable: fn(*inputs) forward, then backward of its sum (the inputs' .grad cleared)."""
+
     def run():
         for t in inputs:
             t.grad = None
         fn(*inputs).sum().backward()
+
     return run
 
 
@@ -131,21 +163,26 @@ def cope_paths(B, H, T, d_h, device) -> dict:
             return term(q, k, v)
 
     def fused(q, k, v):
-        assert native_cope.native_applies(q, k, v) or native_cope.triton_applies(q, cope.npos, True), \
+        assert native_cope.native_applies(q, k, v) or native_cope.triton_applies(q, cope.npos, True), (
             "CoPE.attend takes no kernel here"
+        )
         return cope.attend(q, q, k, v, None, future, scale)
 
     def sdpa(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    paths = {"sdpa": backward_of(sdpa, [q, k, v]), "cope pytorch": backward_of(pytorch, [q, k, v]),
-             "cope fused": backward_of(fused, [q, k, v])}
+    paths = {
+        "sdpa": backward_of(sdpa, [q, k, v]),
+        "cope pytorch": backward_of(pytorch, [q, k, v]),
+        "cope fused": backward_of(fused, [q, k, v]),
+    }
     if device.type == "cpu":  # the term kernel, where the fused attention does not apply (cope+rope, sep_keys)
         paths["cope term fused"] = backward_of(term, [q, k, v])
     if device.type == "cuda":
         from synthlab.model.native import cope_triton as ct
 
         for name, tiles in COPE_TILES.items():
+
             def with_tiles(q, k, v, tiles=tiles):
                 chosen = ct.block_sizes
                 ct.block_sizes = lambda device, d_pad, npos_pad: tiles
@@ -153,6 +190,7 @@ def cope_paths(B, H, T, d_h, device) -> dict:
                     return fused(q, k, v)
                 finally:
                     ct.block_sizes = chosen
+
             # the backward reads the tiles saved by the forward (ctx.tiles): one set per call
             paths[f"cope triton {name}"] = backward_of(with_tiles, [q, k, v])
     return paths
@@ -161,8 +199,10 @@ def cope_paths(B, H, T, d_h, device) -> dict:
 def dape_paths(B, H, T, d_h, device, k: int) -> dict:
     torch.manual_seed(1)
     dape = DAPE(H, with_bias=True, hidden=32, k=k, causal=True).to(device)
-    bias = (-torch.arange(T, device=device).float().view(1, 1, T, 1)
-            + torch.arange(T, device=device).float().view(1, 1, 1, T)).clamp(max=0).expand(1, H, T, T) * 0.1
+    bias = (
+        -torch.arange(T, device=device).float().view(1, 1, T, 1)
+        + torch.arange(T, device=device).float().view(1, 1, 1, T)
+    ).clamp(max=0).expand(1, H, T, T) * 0.1
     future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
     scale = 1 / math.sqrt(d_h)
     q, kk, v = leaves(B, H, T, d_h, device, seed=2)
@@ -173,20 +213,28 @@ def dape_paths(B, H, T, d_h, device, k: int) -> dict:
             with switched(switch, "1" if on else "0"):  # the backward needs no switch: the Function is chosen
                 S = (q * scale) @ kk.transpose(-2, -1)
                 return dape.attention(S, bias, future) @ v
+
         return run
 
-    return {f"dape:k={k} pytorch": backward_of(attend(False), [q, kk, v]),
-            f"dape:k={k} fused": backward_of(attend(True), [q, kk, v])}
+    return {
+        f"dape:k={k} pytorch": backward_of(attend(False), [q, kk, v]),
+        f"dape:k={k} fused": backward_of(attend(True), [q, kk, v]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--size", choices=tuple(SIZES), default="quick")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--precision", choices=("highest", "high", "medium"), default="highest",
-                    help="torch.set_float32_matmul_precision (the Triton kernels follow it)")
+    ap.add_argument(
+        "--precision",
+        choices=("highest", "high", "medium"),
+        default="highest",
+        help="torch.set_float32_matmul_precision (the Triton kernels follow it)",
+    )
     ap.add_argument("--k", default="1,3", help="DAPE kernel sizes")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -199,9 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         from synthlab.run import machine
 
         print(f"# {machine.vector_paths()}; {torch.get_num_threads()} threads; {native.describe()}")
-    print(f"# one layer's attention, forward + backward: B {B}, H {H}, T {T}, d_h {d_h}; {args.device}"
-          f"{' ' + torch.cuda.get_device_name() if device.type == 'cuda' else ''}, float32 matmul precision "
-          f"{args.precision}; median of {args.rounds} rounds")
+    print(
+        f"# one layer's attention, forward + backward: B {B}, H {H}, T {T}, d_h {d_h}; {args.device}"
+        f"{' ' + torch.cuda.get_device_name() if device.type == 'cuda' else ''}, float32 matmul precision "
+        f"{args.precision}; median of {args.rounds} rounds"
+    )
     paths = cope_paths(B, H, T, d_h, device)
     for k in (int(x) for x in args.k.split(",") if x.strip()):
         paths.update(dape_paths(B, H, T, d_h, device, k))

@@ -26,8 +26,15 @@ from synthlab import generators
 from synthlab.plan.presets import build_config
 from synthlab.run.data import StepLoader, TrainBatches, TrainStream
 
-CASES = [("flipflop", "quick"), ("flipflop", "paper"), ("selective_copy", "quick"), ("mqar", "quick"),
-         ("arithmetic", "quick"), ("counting", "quick"), ("even_pairs", "quick")]
+CASES = [
+    ("flipflop", "quick"),
+    ("flipflop", "paper"),
+    ("selective_copy", "quick"),
+    ("mqar", "quick"),
+    ("arithmetic", "quick"),
+    ("counting", "quick"),
+    ("even_pairs", "quick"),
+]
 
 
 def per_batch(task_name: str, preset: str, workers: int, batches: int, step_s: float) -> tuple[float, float, int, int]:
@@ -55,8 +62,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     counts = [int(w) for w in args.workers.split(",")]
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; training-process CPU ms a batch "
-          f"(wall ms a batch), {args.step_ms:g} ms step")
+    print(
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs; training-process CPU ms a batch "
+        f"(wall ms a batch), {args.step_ms:g} ms step"
+    )
     print(f"{'task':16s} {'preset':7s} {'B':>4s} {'T':>5s} " + " ".join(f"{f'{w} workers':>18s}" for w in counts))
     for task, preset in CASES:
         cells, shape = [], None

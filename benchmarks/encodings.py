@@ -40,11 +40,45 @@ SIZES = {
     "quick": dict(batch=32, length=128, d_model=64, n_layers=2, n_heads=4),
     "large": dict(batch=16, length=256, d_model=256, n_layers=4, n_heads=4),
 }
-ENCODINGS = ["nope", "sinusoidal", "learned", "rope", "xpos", "alibi", "t5", "kerple", "fire", "relative",
-             "bipe-rope", "bipe-alibi", "cope", "cope+rope", "dape", "kerple+dape:k=3", "rope+dape:k=3",
-             "nope+dape:k=3", "fire+dape:k=5", "kerple+dape:k=3 (torch)", "kerple+dape:k=3 (conv2d)"]
-TARGETS = {n: 1.5 for n in ["sinusoidal", "learned", "rope", "xpos", "alibi", "t5", "kerple", "fire", "relative",
-                            "bipe-rope", "bipe-alibi"]}
+ENCODINGS = [
+    "nope",
+    "sinusoidal",
+    "learned",
+    "rope",
+    "xpos",
+    "alibi",
+    "t5",
+    "kerple",
+    "fire",
+    "relative",
+    "bipe-rope",
+    "bipe-alibi",
+    "cope",
+    "cope+rope",
+    "dape",
+    "kerple+dape:k=3",
+    "rope+dape:k=3",
+    "nope+dape:k=3",
+    "fire+dape:k=5",
+    "kerple+dape:k=3 (torch)",
+    "kerple+dape:k=3 (conv2d)",
+]
+TARGETS = {
+    n: 1.5
+    for n in [
+        "sinusoidal",
+        "learned",
+        "rope",
+        "xpos",
+        "alibi",
+        "t5",
+        "kerple",
+        "fire",
+        "relative",
+        "bipe-rope",
+        "bipe-alibi",
+    ]
+}
 TARGETS.update({"cope": 3.0, "cope+rope": 3.0})
 VOCAB = 32
 
@@ -75,6 +109,7 @@ def _step_fn(model, x, y):
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
+
     return step
 
 
@@ -82,8 +117,15 @@ def synthlab_step(pe: str, size: dict, x, y):
     torch.manual_seed(0)
     plain_conv = pe.endswith(" (conv2d)")  # the paper's formulation: Conv2d on the whole tril-zeroed T x T map
     torch_path = pe.endswith(" (torch)")  # the PyTorch fallback of the native kernel
-    m = build_model(pe=pe.split(" (")[0], vocab_size=VOCAB, d_model=size["d_model"], n_layers=size["n_layers"],
-                    n_heads=size["n_heads"], max_len=size["length"], separator_ids=(1,)).train()
+    m = build_model(
+        pe=pe.split(" (")[0],
+        vocab_size=VOCAB,
+        d_model=size["d_model"],
+        n_layers=size["n_layers"],
+        n_heads=size["n_heads"],
+        max_len=size["length"],
+        separator_ids=(1,),
+    ).train()
     for block in m.blocks if plain_conv else []:
         dape = block.attn.dape
 
@@ -106,6 +148,7 @@ def synthlab_step(pe: str, size: dict, x, y):
                 del os.environ["SYNTHLAB_NATIVE"]
             else:
                 os.environ["SYNTHLAB_NATIVE"] = before
+
     return without_kernel
 
 
@@ -117,14 +160,20 @@ def xtransformers_step(kind: str, size: dict, x, y):
     logging.disable(logging.WARNING)
 
     d, H = size["d_model"], size["n_heads"]
-    opts = {"rope": dict(rotary_pos_emb=True, rotary_emb_dim=d // H, attn_flash=True),
-            "alibi": dict(alibi_pos_bias=True, attn_flash=True),
-            "t5": dict(rel_pos_bias=True),  # x-transformers: flash is not compatible with its t5 bias
-            "cope": dict(attn_use_cope=True, attn_cope_max_pos=64),
-            "nope": dict(attn_flash=True)}[kind]
+    opts = {
+        "rope": dict(rotary_pos_emb=True, rotary_emb_dim=d // H, attn_flash=True),
+        "alibi": dict(alibi_pos_bias=True, attn_flash=True),
+        "t5": dict(rel_pos_bias=True),  # x-transformers: flash is not compatible with its t5 bias
+        "cope": dict(attn_use_cope=True, attn_cope_max_pos=64),
+        "nope": dict(attn_flash=True),
+    }[kind]
     torch.manual_seed(0)
-    m = TransformerWrapper(num_tokens=VOCAB, max_seq_len=size["length"], use_abs_pos_emb=False,
-                           attn_layers=Decoder(dim=d, depth=size["n_layers"], heads=H, attn_dim_head=d // H, **opts)).train()
+    m = TransformerWrapper(
+        num_tokens=VOCAB,
+        max_seq_len=size["length"],
+        use_abs_pos_emb=False,
+        attn_layers=Decoder(dim=d, depth=size["n_layers"], heads=H, attn_dim_head=d // H, **opts),
+    ).train()
     return _step_fn(m, x, y)
 
 
@@ -149,25 +198,36 @@ def _without_dape(pe: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 epilog="example: python benchmarks/encodings.py --sizes quick --reps 5")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="example: python benchmarks/encodings.py --sizes quick --reps 5"
+    )
     ap.add_argument("--sizes", default="quick,large", help="comma list of: " + ", ".join(SIZES))
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: leave as is)")
-    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                    help="wall: perf_counter; cpu: this process's CPU time (robust on a shared machine with --threads 1)")
+    ap.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall: perf_counter; cpu: this process's CPU time (robust on a shared machine with --threads 1)",
+    )
     ap.add_argument("--encodings", default=",".join(ENCODINGS))
     ap.add_argument("--no-xt", action="store_true", help="skip the x-transformers comparison")
-    ap.add_argument("--no-malloc-tuning", action="store_true",
-                    help="leave glibc's allocator as is (default: synthlab.model.tune_cpu_allocator())")
+    ap.add_argument(
+        "--no-malloc-tuning",
+        action="store_true",
+        help="leave glibc's allocator as is (default: synthlab.model.tune_cpu_allocator())",
+    )
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     tuned = False if args.no_malloc_tuning else tune_cpu_allocator()
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     rate = matmul_rate(clock=clock)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
-          f"float32 matmul rate {rate / 1e9:.1f} GFLOP/s (1024^2 sgemm, best of 10), allocator tuning {'on' if tuned else 'off'}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
+        f"float32 matmul rate {rate / 1e9:.1f} GFLOP/s (1024^2 sgemm, best of 10), allocator tuning "
+        f"{'on' if tuned else 'off'}"
+    )
     print(machine.vector_paths())
     print(native.describe())
     encs = [e.strip() for e in args.encodings.split(",") if e.strip()]
@@ -181,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_xt:
         try:
             import x_transformers  # noqa: F401
+
             xt_ok = True
         except ImportError as e:
             print(f"(x-transformers not importable: {e}; skipping the comparison)")
@@ -211,10 +272,15 @@ def main(argv: list[str] | None = None) -> int:
                 flops = dape_conv_flops(size, k, with_bias)
                 ideal = flops / rate
                 extra = t - times[plain]
-                verdict = ("comparison, no target" if "(" in pe else
-                           f"target <= 2x: {'ok' if extra / ideal <= 2 else 'MISSED'}")
-                note = (f"extra {extra * 1e3:.1f} ms vs {plain}; conv FLOPs at matmul rate {ideal * 1e3:.1f} ms "
-                        f"-> {extra / ideal:.2f}x ({verdict})")
+                verdict = (
+                    "comparison, no target"
+                    if "(" in pe
+                    else f"target <= 2x: {'ok' if extra / ideal <= 2 else 'MISSED'}"
+                )
+                note = (
+                    f"extra {extra * 1e3:.1f} ms vs {plain}; conv FLOPs at matmul rate {ideal * 1e3:.1f} ms "
+                    f"-> {extra / ideal:.2f}x ({verdict})"
+                )
             print(f"{pe:26s} {t * 1e3:9.1f} {t / base:7.2f}  {note}")
         if xt_kinds:
             print(f"\n{'x-transformers':18s} {'ms/step':>9s} {'synthlab speed-up':>18s}")

@@ -30,8 +30,18 @@ CONFIGS: dict[str, tuple[dict, float]] = {
     "binfa": ({}, 1e5),  # defaults (~50 tokens)
     "nfa": ({}, 1e5),
 }
-BIT_CHE = {"even_pairs", "parity_check", "reverse_string", "duplicate_string", "missing_duplicate_string",
-           "odds_first", "binary_addition", "binary_multiplication", "compute_sqrt", "stack_manipulation"}
+BIT_CHE = {
+    "even_pairs",
+    "parity_check",
+    "reverse_string",
+    "duplicate_string",
+    "missing_duplicate_string",
+    "odds_first",
+    "binary_addition",
+    "binary_multiplication",
+    "compute_sqrt",
+    "stack_manipulation",
+}
 
 
 def che_configs() -> dict[str, tuple[dict, float]]:

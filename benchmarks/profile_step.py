@@ -33,8 +33,13 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 # names of profiler events that make the host wait for the device
-WAITS = ("aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy",
-         "cudaEventSynchronize")
+WAITS = (
+    "aten::_local_scalar_dense",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaMemcpy",
+    "cudaEventSynchronize",
+)
 
 
 class Window(L.Callback):
@@ -72,8 +77,10 @@ def profile_pe(pe: str, overrides: dict, warmup: int, steps: int, cuda: bool, tr
     host = sum(e.self_cpu_time_total for e in events) / steps / 1e3
     waits = {e.key: e.count / steps for e in events if e.key in WAITS and e.count}
     what = "calls a step that wait for the device" if cuda else "host reads a step (free on CPU: AdamW's own)"
-    print(f"host (CPU) time a step: {host:.2f} ms; {what}: "
-          + (", ".join(f"{k} {v:.2f}" for k, v in sorted(waits.items())) or "none"))
+    print(
+        f"host (CPU) time a step: {host:.2f} ms; {what}: "
+        + (", ".join(f"{k} {v:.2f}" for k, v in sorted(waits.items())) or "none")
+    )
     if trace_dir:
         os.makedirs(trace_dir, exist_ok=True)
         path = os.path.join(trace_dir, f"trace-{pe.replace(':', '_').replace('+', '_')}.json")

@@ -30,8 +30,24 @@ def run_sweep(sweep: str, preset: str, pe: str | None, workers: int, batch_seeds
     """Wall seconds and the number of cells recorded, for one fresh sweep."""
     with tempfile.TemporaryDirectory(prefix="synthlab-bench-") as tmp:
         out = Path(tmp) / "out"
-        cmd = [sys.executable, "-m", "synthlab.cli", "sweep", sweep, "--preset", preset, "--workers", str(workers),
-               "--out", str(out), "--quiet"] + (["--pe", pe] if pe else []) + (["--batch-seeds"] if batch_seeds else [])
+        cmd = (
+            [
+                sys.executable,
+                "-m",
+                "synthlab.cli",
+                "sweep",
+                sweep,
+                "--preset",
+                preset,
+                "--workers",
+                str(workers),
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+            + (["--pe", pe] if pe else [])
+            + (["--batch-seeds"] if batch_seeds else [])
+        )
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -47,8 +63,12 @@ def main() -> None:
     ap.add_argument("--preset", default="smoke")
     ap.add_argument("--pe", default=None, help="--pe list for the sweep (default: the sweep file's)")
     ap.add_argument("--workers", default="1,2", help="comma list of worker counts")
-    ap.add_argument("--batch-seeds", choices=("off", "on", "both"), default="off",
-                    help="sweep --batch-seeds: off, on, or both (each worker count twice)")
+    ap.add_argument(
+        "--batch-seeds",
+        choices=("off", "on", "both"),
+        default="off",
+        help="sweep --batch-seeds: off, on, or both (each worker count twice)",
+    )
     args = ap.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.batch_seeds]

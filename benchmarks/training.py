@@ -60,12 +60,16 @@ DEVICE = torch.device("cpu")  # --device
 # --size: the flip-flop settings of the quick preset (as it is) and of CoPE's paper size
 SIZES = {
     "quick": ({}, "flipflop: T 128, d 64, 2 layers, 4 heads, batch 32"),
-    "paper": ({"n_pairs": 256, "d_model": 256, "n_layers": 4, "n_heads": 4, "batch_size": 16, "warmup": 0},
-              "flipflop: T 512, d 256, 4 layers, 4 heads, batch 16"),
+    "paper": (
+        {"n_pairs": 256, "d_model": 256, "n_layers": 4, "n_heads": 4, "batch_size": 16, "warmup": 0},
+        "flipflop: T 512, d 256, 4 layers, 4 heads, batch 16",
+    ),
     # next to no arithmetic: the per-step host work of each loop (Python, Lightning, data), which
     # on a GPU is what a small model's step costs while the device waits for launches
-    "host": ({"n_pairs": 8, "d_model": 16, "n_layers": 1, "n_heads": 2, "batch_size": 4, "warmup": 0},
-             "flipflop: T 16, d 16, 1 layer, 2 heads, batch 4"),
+    "host": (
+        {"n_pairs": 8, "d_model": 16, "n_layers": 1, "n_heads": 2, "batch_size": 4, "warmup": 0},
+        "flipflop: T 16, d 16, 1 layer, 2 heads, batch 4",
+    ),
 }
 
 
@@ -98,7 +102,7 @@ def steady(times: list[float], skip: int) -> float:
     over the span from the warm-up's end to the last step (the two synchronized readings)."""
     if DEVICE.type == "cuda":
         return (times[-1] - times[skip]) / (len(times) - 1 - skip)
-    d = [b - a for a, b in zip(times[skip:], times[skip + 1:])]
+    d = [b - a for a, b in zip(times[skip:], times[skip + 1 :])]
     return statistics.median(d)
 
 
@@ -109,8 +113,15 @@ def make(task_name: str, pe: str, overrides: dict) -> tuple:
     torch.manual_seed(0)
     stream = TrainStream(task, 0, cfg.train.batch_size)
     T = stream.batch(0).ids.shape[1]
-    model = build_model(pe=pe, vocab_size=len(task.vocab) + 1, d_model=cfg.model.d_model, n_layers=cfg.model.n_layers,
-                        n_heads=cfg.model.n_heads, max_len=T, dropout=cfg.model.dropout)
+    model = build_model(
+        pe=pe,
+        vocab_size=len(task.vocab) + 1,
+        d_model=cfg.model.d_model,
+        n_layers=cfg.model.n_layers,
+        n_heads=cfg.model.n_heads,
+        max_len=T,
+        dropout=cfg.model.dropout,
+    )
     return cfg, task, model
 
 
@@ -122,8 +133,13 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
     model.to(DEVICE).train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}],
-                            lr=tc.lr, betas=(0.9, 0.999), eps=1e-8, fused=DEVICE.type == "cuda" or None)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}],
+        lr=tc.lr,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        fused=DEVICE.type == "cuda" or None,
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc.steps, tc.warmup, tc.schedule))
     net = torch.compile(model, mode=tc.compile_mode) if tc.compile else model
     bf16 = tc.precision == "bf16-mixed"
@@ -131,8 +147,13 @@ def plain_loop(task_name: str, pe: str, overrides: dict, steps: int) -> list[flo
     # on a GPU the usual loader: two worker processes building batches ahead, pinned (as synthlab's)
     cuda = DEVICE.type == "cuda"
     workers = 2 * int(cuda) if tc.data_workers is None else tc.data_workers
-    loader = torch.utils.data.DataLoader(TrainBatches(stream, steps), batch_size=None, num_workers=workers,
-                                         pin_memory=cuda, prefetch_factor=4 if workers else None)
+    loader = torch.utils.data.DataLoader(
+        TrainBatches(stream, steps),
+        batch_size=None,
+        num_workers=workers,
+        pin_memory=cuda,
+        prefetch_factor=4 if workers else None,
+    )
     for s, (ids, targets) in enumerate(loader):
         ids, targets = ids.to(DEVICE, non_blocking=True), targets.to(DEVICE, non_blocking=True)
         with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=bf16):
@@ -186,17 +207,24 @@ def mfu_table(steps: int) -> None:
     peak_big = matmul_rate([(2048, 2048, 2048)], reps=5)
     peak_model = matmul_rate([(tokens, d, 3 * d), (tokens, d, 4 * d), (tokens, 4 * d, d), (tokens, d, d)])
     peak = max(peak_big, peak_model)
-    print(f"\nfloat32 matmul rate: {peak_big / 1e9:.1f} GFLOP/s (2048^2), {peak_model / 1e9:.1f} GFLOP/s (model shapes); "
-          f"reference = {peak / 1e9:.1f} GFLOP/s")
+    print(
+        f"\nfloat32 matmul rate: {peak_big / 1e9:.1f} GFLOP/s (2048^2), {peak_model / 1e9:.1f} GFLOP/s (model shapes); "
+        f"reference = {peak / 1e9:.1f} GFLOP/s"
+    )
     print(f"{'pe':6s} {'params':>9s} {'ms/step':>9s} {'GFLOP/step':>11s} {'GFLOP/s':>8s} {'MFU':>6s}")
     for pe in ("nope", "rope", "alibi"):
         over = {"n_pairs": T // 2, "d_model": d, "n_layers": layers, "n_heads": heads, "batch_size": B, "warmup": 0}
         times = synthlab_path("flipflop", pe, over, steps)
         dt = steady(times, skip=min(10, steps // 3))
         _, task, model = make("flipflop", pe, over)
-        n_matmul = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "wte" not in n and "wpe" not in n)
+        n_matmul = sum(
+            p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "wte" not in n and "wpe" not in n
+        )
         flops = tokens * (6 * n_matmul + 12 * layers * T * d)
-        print(f"{pe:6s} {n_matmul:9d} {dt * 1e3:9.1f} {flops / 1e9:11.2f} {flops / dt / 1e9:8.1f} {100 * flops / dt / peak:5.1f}%")
+        print(
+            f"{pe:6s} {n_matmul:9d} {dt * 1e3:9.1f} {flops / 1e9:11.2f} {flops / dt / 1e9:8.1f} "
+            f"{100 * flops / dt / peak:5.1f}%"
+        )
 
 
 def main() -> None:
@@ -206,24 +234,38 @@ def main() -> None:
     ap.add_argument("--skip-mfu", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time or process CPU time")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                    help="where both loops train (synthlab's Trainer picks the GPU when one is visible: for a CPU "
-                         "measurement on a GPU machine set CUDA_VISIBLE_DEVICES=)")
+    ap.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where both loops train (synthlab's Trainer picks the GPU when one is visible: for a CPU "
+        "measurement on a GPU machine set CUDA_VISIBLE_DEVICES=)",
+    )
     ap.add_argument("--size", choices=tuple(SIZES), default="quick")
     ap.add_argument("--encodings", default="rope,nope,alibi", help="comma list (the first is the ratio's reference)")
     ap.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32", help="train.precision, both loops")
     ap.add_argument("--compile", action="store_true", help="train.compile: torch.compile in both loops")
-    ap.add_argument("--data-workers", type=int, default=None,
-                    help="train.data_workers for both loops (default: synthlab's, 2 on a GPU, 0 on CPU)")
-    ap.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
-                    help="train.compile_mode (with --compile): reduce-overhead = CUDA graphs on a GPU")
+    ap.add_argument(
+        "--data-workers",
+        type=int,
+        default=None,
+        help="train.data_workers for both loops (default: synthlab's, 2 on a GPU, 0 on CPU)",
+    )
+    ap.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        default="default",
+        help="train.compile_mode (with --compile): reduce-overhead = CUDA graphs on a GPU",
+    )
     args = ap.parse_args()
     global CLOCK, DEVICE
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device is visible")
     if args.device == "cpu" and torch.cuda.is_available():
-        ap.error("--device cpu with a visible GPU: synthlab's Trainer would train on the GPU; set CUDA_VISIBLE_DEVICES=")
+        ap.error(
+            "--device cpu with a visible GPU: synthlab's Trainer would train on the GPU; set CUDA_VISIBLE_DEVICES="
+        )
     DEVICE = torch.device(args.device)
     if DEVICE.type == "cuda":
         args.skip_mfu = True  # the MFU part compares with this CPU's matmul rate
@@ -239,10 +281,17 @@ def main() -> None:
         print(machine.vector_paths())  # the vector set torch's kernels use, and any cap on it
         print(native.describe())  # the instruction set and -march the CPU kernels were built for
     overrides, label = SIZES[args.size]
-    overrides = {**overrides, "train.precision": args.precision, "train.compile": args.compile,
-                 "train.compile_mode": args.compile_mode if args.compile else "default",
-                 "train.data_workers": args.data_workers}
-    print(f"\n{args.size} size ({label}), {args.precision}{f', compiled ({args.compile_mode})' if args.compile else ''}, steady-state ms/step")
+    overrides = {
+        **overrides,
+        "train.precision": args.precision,
+        "train.compile": args.compile,
+        "train.compile_mode": args.compile_mode if args.compile else "default",
+        "train.data_workers": args.data_workers,
+    }
+    print(
+        f"\n{args.size} size ({label}), "
+        f"{args.precision}{f', compiled ({args.compile_mode})' if args.compile else ''}, steady-state ms/step"
+    )
     print(f"{'pe':16s} {'plain':>8s} {'synthlab':>9s} {'ratio':>6s} {'vs ' + args.encodings.split(',')[0]:>9s}")
     global SKIP
     SKIP = skip = min(20, args.steps // 3)

@@ -26,23 +26,30 @@ def _adopt(entry_point: str, cls: object) -> None:
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise TypeError(f"the entry point names {cls!r}, not a synthlab.generators.Task subclass")
     if getattr(cls, "name", None) != entry_point:
-        raise ValueError(f"the entry point is named {entry_point!r} but the task's name is {getattr(cls, 'name', None)!r}")
+        raise ValueError(
+            f"the entry point is named {entry_point!r} but the task's name is {getattr(cls, 'name', None)!r}"
+        )
     cls().describe()
     if entry_point in TASKS.builtins or TASKS.get(entry_point) is not cls:  # else its module registered it (@register)
         register(cls)
 
 
 #: name -> task class: the built-ins, then (on first read) the plugins
-TASKS: PluginRegistry[type[Task]] = PluginRegistry("synthlab.tasks", "task", {
-    **flipflop.TASKS,
-    **selective_copy.TASKS,
-    **counting.TASKS,
-    **arithmetic.TASKS,
-    **binfa.TASKS,
-    **che.TASKS,
-    **mqar.TASKS,
-    **passkey.TASKS,
-}, adopt=_adopt)
+TASKS: PluginRegistry[type[Task]] = PluginRegistry(
+    "synthlab.tasks",
+    "task",
+    {
+        **flipflop.TASKS,
+        **selective_copy.TASKS,
+        **counting.TASKS,
+        **arithmetic.TASKS,
+        **binfa.TASKS,
+        **che.TASKS,
+        **mqar.TASKS,
+        **passkey.TASKS,
+    },
+    adopt=_adopt,
+)
 
 
 def get_task(name: str, **params: Any) -> Task:

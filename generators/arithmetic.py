@@ -25,12 +25,13 @@ def _train_mix(value: Any) -> str:
     n_ops in :meth:`Arithmetic.validate`)."""
     what = "task 'arithmetic': parameter 'train_mix'"
     if isinstance(value, (list, tuple)):
-        if not value or not all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-                                for x in value):
-            raise ValueError(f"{what} must be \"uniform\" or weights per operator count 1..n_ops, got {value!r}")
+        if not value or not all(
+            isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) for x in value
+        ):
+            raise ValueError(f'{what} must be "uniform" or weights per operator count 1..n_ops, got {value!r}')
         value = ",".join(repr(float(x)) for x in value)
     if not isinstance(value, str):
-        raise ValueError(f"{what} must be \"uniform\" or weights per operator count 1..n_ops, got {value!r}")
+        raise ValueError(f'{what} must be "uniform" or weights per operator count 1..n_ops, got {value!r}')
     text = value.strip()
     if text.lower() == UNIFORM:
         return UNIFORM
@@ -38,8 +39,10 @@ def _train_mix(value: Any) -> str:
     try:
         w = np.array([float(x) for x in parts])
     except ValueError:
-        raise ValueError(f"{what} must be \"uniform\" or comma-separated weights per operator count 1..n_ops "
-                         f"(e.g. \"1,2,3\"), got {value!r}") from None
+        raise ValueError(
+            f'{what} must be "uniform" or comma-separated weights per operator count 1..n_ops '
+            f'(e.g. "1,2,3"), got {value!r}'
+        ) from None
     if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
         raise ValueError(f"{what}: weights must be finite, >= 0 and not all 0, got {value!r}")
     return ",".join(parts)
@@ -103,26 +106,38 @@ class Arithmetic(Task):
         "n_ops": Param(6, int, "most operators in train; test has exactly n_ops", positive),
         "min_ops": Param(1, int, "fewest operators in train / test-mix (paper mixes 1..n_ops)", positive),
         "ood_ops_max": Param(8, int, "ood-ops-k splits for k = n_ops+1..ood_ops_max (0: none)", _ood_max),
-        "train_mix": Param(UNIFORM, _train_mix, "operator counts of train / test-mix: \"uniform\" over "
-                           "min_ops..n_ops, or weights per count 1..n_ops, comma-separated (the reference's: "
-                           "scripts/arithmetic_mix.py)"),
+        "train_mix": Param(
+            UNIFORM,
+            _train_mix,
+            'operator counts of train / test-mix: "uniform" over '
+            "min_ops..n_ops, or weights per count 1..n_ops, comma-separated (the reference's: "
+            "scripts/arithmetic_mix.py)",
+        ),
     }
 
     def validate(self) -> None:
         p = self.params
         if p["min_ops"] > p["n_ops"]:
-            raise ValueError(f"task 'arithmetic': parameter 'min_ops' must be <= n_ops={p['n_ops']}, got {p['min_ops']}")
+            raise ValueError(
+                f"task 'arithmetic': parameter 'min_ops' must be <= n_ops={p['n_ops']}, got {p['min_ops']}"
+            )
         if p["ood_ops_max"] and p["ood_ops_max"] <= p["n_ops"]:
-            raise ValueError(f"task 'arithmetic': parameter 'ood_ops_max' must be 0 (none) or > n_ops={p['n_ops']}, "
-                             f"got {p['ood_ops_max']}")
+            raise ValueError(
+                f"task 'arithmetic': parameter 'ood_ops_max' must be 0 (none) or > n_ops={p['n_ops']}, "
+                f"got {p['ood_ops_max']}"
+            )
         if p["train_mix"] != UNIFORM:
             w = mix_weights(p["train_mix"], len(p["train_mix"].split(",")))
             if len(w) != p["n_ops"]:
-                raise ValueError(f"task 'arithmetic': parameter 'train_mix' must give {p['n_ops']} weights (operator "
-                                 f"counts 1..n_ops={p['n_ops']}), got {len(w)}: {p['train_mix']!r}")
-            if w[:p["min_ops"] - 1].any():
-                raise ValueError(f"task 'arithmetic': parameter 'train_mix' must give weight 0 to operator counts "
-                                 f"below min_ops={p['min_ops']}, got {p['train_mix']!r}")
+                raise ValueError(
+                    f"task 'arithmetic': parameter 'train_mix' must give {p['n_ops']} weights (operator "
+                    f"counts 1..n_ops={p['n_ops']}), got {len(w)}: {p['train_mix']!r}"
+                )
+            if w[: p["min_ops"] - 1].any():
+                raise ValueError(
+                    f"task 'arithmetic': parameter 'train_mix' must give weight 0 to operator counts "
+                    f"below min_ops={p['min_ops']}, got {p['train_mix']!r}"
+                )
         counts = self._mix_counts()
         self._mix_cdf = np.cumsum(mix_weights(p["train_mix"], p["n_ops"])[counts - 1])  # (len(counts),)
 
@@ -163,7 +178,7 @@ class Arithmetic(Task):
 
     def op_count(self, sample: Sample) -> int:
         """n, the operators of the prompt ``E_n`` (one per chain step)."""
-        return sum(t in OPS for t in sample.tokens[:self.prompt_length(sample)])
+        return sum(t in OPS for t in sample.tokens[: self.prompt_length(sample)])
 
     # ids: numbers 0..p-1, then + - * / ( ) = <bos> <eos>
     def _ids(self, p: dict[str, Any]) -> dict[str, int]:
@@ -238,7 +253,7 @@ class Arithmetic(Task):
             nxt = expr[pos + 1] if pos + 1 < len(expr) else None
             bracket = prev == div or (op_id in (plus, minus) and (prev in (times, minus) or nxt in (times, div)))
             new = [lp, a, op_id, b, rp] if bracket else [a, op_id, b]
-            expr = expr[:pos] + new + expr[pos + 1:]
+            expr = expr[:pos] + new + expr[pos + 1 :]
             chain.append(expr)
         eq = tid["="]
         seq = [tid[BOS]]
@@ -260,7 +275,9 @@ class Arithmetic(Task):
         of a million draws with it)."""
         m = self.params["modulus"]
         if n < 1 or count < 0:
-            raise ValueError(f"task 'arithmetic': chains need n >= 1 operators and count >= 0, got n={n}, count={count}")
+            raise ValueError(
+                f"task 'arithmetic': chains need n >= 1 operators and count >= 0, got n={n}, count={count}"
+            )
         tid = self._ids(self.params)
         plus, minus, times, div, lp, rp = (tid[t] for t in ("+", "-", "*", "/", "(", ")"))
         inv = np.array([0] + [pow(i, m - 2, m) for i in range(1, m)], dtype=np.int64)  # inverse in F_m (0: unused)
@@ -284,16 +301,24 @@ class Arithmetic(Task):
                 op[bad] = rng.integers(0, 4, size=int(bad.sum()))
             free_b = rng.integers(0, m, size=count)  # b of a * b = 0 with a = 0
             free_nz = rng.integers(1, m, size=count)  # b of 0 / b = 0
-            b = np.select([op == 0, op == 1, (op == 2) & (a != 0), op == 2, x != 0],
-                          [(x - a) % m, (a - x) % m, x * inv[a] % m, free_b, a * inv[x] % m], free_nz)
+            b = np.select(
+                [op == 0, op == 1, (op == 2) & (a != 0), op == 2, x != 0],
+                [(x - a) % m, (a - x) % m, x * inv[a] % m, free_b, a * inv[x] % m],
+                free_nz,
+            )
             op_id = plus + op
             prev = np.where(pos > 0, expr[rows, np.maximum(pos - 1, 0)], -1)
             nxt = np.where(pos + 1 < length, expr[rows, np.minimum(pos + 1, W - 1)], -1)
-            bracket = (prev == div) | (((op_id == plus) | (op_id == minus))
-                                       & ((prev == times) | (prev == minus) | (nxt == times) | (nxt == div)))
+            bracket = (prev == div) | (
+                ((op_id == plus) | (op_id == minus))
+                & ((prev == times) | (prev == minus) | (nxt == times) | (nxt == div))
+            )
             width = np.where(bracket, 5, 3)
-            new = np.where(bracket[:, None], np.stack([np.full(count, lp), a, op_id, b, np.full(count, rp)], axis=1),
-                           np.stack([a, op_id, b, np.full(count, -1), np.full(count, -1)], axis=1))  # (count, 5)
+            new = np.where(
+                bracket[:, None],
+                np.stack([np.full(count, lp), a, op_id, b, np.full(count, rp)], axis=1),
+                np.stack([a, op_id, b, np.full(count, -1), np.full(count, -1)], axis=1),
+            )  # (count, 5)
             t = np.arange(W + 4)[None, :]
             off = t - pos[:, None]
             old = np.where(off < 0, t, t - width[:, None] + 1)  # source position in the old expression
@@ -358,8 +383,10 @@ class Arithmetic(Task):
             raise ValueError("arithmetic chain must end with a single number")
         for hi, lo in zip(exprs, exprs[1:]):
             if not _one_step(hi, lo, m):
-                raise ValueError(f"arithmetic step does not evaluate exactly one operator: {' '.join(hi)} -> {' '.join(lo)}")
-        return toks[toks.index("=") + 1:]
+                raise ValueError(
+                    f"arithmetic step does not evaluate exactly one operator: {' '.join(hi)} -> {' '.join(lo)}"
+                )
+        return toks[toks.index("=") + 1 :]
 
 
 def _one_step(hi: list[str], lo: list[str], m: int) -> bool:
@@ -371,8 +398,8 @@ def _one_step(hi: list[str], lo: list[str], m: int) -> bool:
         if len(hi) - width + 1 != len(lo):
             continue
         for i in range(len(hi) - width + 1):
-            win = hi[i:i + width]
-            if hi[:i] != lo[:i] or hi[i + width:] != lo[i + 1:]:
+            win = hi[i : i + width]
+            if hi[:i] != lo[:i] or hi[i + width :] != lo[i + 1 :]:
                 continue
             core = win[1:4] if width == 5 else win
             if width == 5 and (win[0] != "(" or win[4] != ")"):

@@ -135,8 +135,8 @@ class Sample:
     """One example. ``logits[scored[k]]`` must predict ``target_ids[k]``.
 
     For next-token tasks ``target_ids[k] == ids[scored[k] + 1]``, except MQAR (its values are
-    labels only, as in Zoology); for placeholder tasks (CHE) the targets are not part of ``ids``. ``loss_positions``/``loss_targets`` say where the
-    training loss goes (defaults: the scored positions).
+    labels only, as in Zoology); for placeholder tasks (CHE) the targets are not part of ``ids``.
+    ``loss_positions``/``loss_targets`` say where the training loss goes (defaults: the scored positions).
     """
 
     task: str
@@ -269,8 +269,10 @@ class Task(ABC):
                 if name.endswith("seed"):
                     check_seed(value, f"task {self.name!r}: parameter {name!r}")
                 elif abs(value) > MAX_SIZE:
-                    raise ValueError(f"task {self.name!r}: parameter {name!r} must be at most {MAX_SIZE:,} "
-                                     f"(a larger size cannot be generated), got {value!r}")
+                    raise ValueError(
+                        f"task {self.name!r}: parameter {name!r} must be at most {MAX_SIZE:,} "
+                        f"(a larger size cannot be generated), got {value!r}"
+                    )
             if spec.check is not None and value is not None:
                 problem = spec.check(value)
                 if problem:
@@ -285,8 +287,7 @@ class Task(ABC):
 
     @property
     @abstractmethod
-    def vocab(self) -> list[str]:
-        ...
+    def vocab(self) -> list[str]: ...
 
     @property
     def separators(self) -> tuple[str, ...]:
@@ -294,12 +295,10 @@ class Task(ABC):
 
     @property
     @abstractmethod
-    def splits(self) -> tuple[str, ...]:
-        ...
+    def splits(self) -> tuple[str, ...]: ...
 
     @abstractmethod
-    def split_params(self, split: str) -> dict[str, Any]:
-        ...
+    def split_params(self, split: str) -> dict[str, Any]: ...
 
     @abstractmethod
     def generate(self, rng: np.random.Generator, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -318,7 +317,9 @@ class Task(ABC):
         ``REDRAW_AFTER`` rejections). Default: ``p`` unchanged, nothing drawn."""
         return p
 
-    def loss_positions(self, ids: np.ndarray, scored: np.ndarray, target_ids: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    def loss_positions(
+        self, ids: np.ndarray, scored: np.ndarray, target_ids: np.ndarray, p: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Where the training loss goes, and its targets. Default: the scored positions."""
         return scored, target_ids
 
@@ -349,7 +350,9 @@ class Task(ABC):
         if overrides:
             for k, v in overrides.items():
                 if k not in p:
-                    raise ValueError(f"task {self.name!r}: {k!r} cannot be overridden per sample (allowed: {', '.join(sorted(p))})")
+                    raise ValueError(
+                        f"task {self.name!r}: {k!r} cannot be overridden per sample (allowed: {', '.join(sorted(p))})"
+                    )
                 p[k] = v
         return p
 
@@ -362,7 +365,14 @@ class Task(ABC):
             return input_hash_bucket(ids, self.HASH_BUCKETS) == 0
         return True
 
-    def sample_one(self, split: str, seed: int, index: int, overrides: dict[str, Any] | None = None, p: dict[str, Any] | None = None) -> Sample:
+    def sample_one(
+        self,
+        split: str,
+        seed: int,
+        index: int,
+        overrides: dict[str, Any] | None = None,
+        p: dict[str, Any] | None = None,
+    ) -> Sample:
         if p is None:
             p = self.resolved_split_params(split, overrides)
         rng = example_rng(seed, split, index, overrides)
@@ -377,10 +387,17 @@ class Task(ABC):
             raise ValueError(f"task {self.name!r}: split {split!r} has too few distinct samples to hold out a test set")
         loss_pos, loss_tgt = self.loss_positions(ids, scored, target_ids, p)
         return Sample(
-            task=self.name, split=split, seed=int(seed), index=int(index), params=_jsonable(p), vocab=self.vocab,
-            ids=np.asarray(ids, dtype=np.int64), scored=np.asarray(scored, dtype=np.int64),
+            task=self.name,
+            split=split,
+            seed=int(seed),
+            index=int(index),
+            params=_jsonable(p),
+            vocab=self.vocab,
+            ids=np.asarray(ids, dtype=np.int64),
+            scored=np.asarray(scored, dtype=np.int64),
             target_ids=np.asarray(target_ids, dtype=np.int64),
-            loss_positions=np.asarray(loss_pos, dtype=np.int64), loss_targets=np.asarray(loss_tgt, dtype=np.int64),
+            loss_positions=np.asarray(loss_pos, dtype=np.int64),
+            loss_targets=np.asarray(loss_tgt, dtype=np.int64),
         )
 
     def sample(self, split: str, n: int, seed: int = 0, start: int = 0, **overrides: Any) -> list[Sample]:

@@ -71,8 +71,10 @@ class _AutomatonTask(Task):
     def validate(self) -> None:
         p = self.params
         if p["ood_max_segments"] <= p["max_segments"]:
-            raise ValueError(f"task {self.name!r}: parameter 'ood_max_segments' must be > max_segments="
-                             f"{p['max_segments']}, got {p['ood_max_segments']}")
+            raise ValueError(
+                f"task {self.name!r}: parameter 'ood_max_segments' must be > max_segments="
+                f"{p['max_segments']}, got {p['ood_max_segments']}"
+            )
         if p["automaton_seed"] < 0:
             raise ValueError(f"task {self.name!r}: parameter 'automaton_seed' must be >= 0, got {p['automaton_seed']}")
         self._check_structure()
@@ -97,7 +99,8 @@ class _AutomatonTask(Task):
             f"task {self.name!r}: parameter 'density'={p['density']} (automaton_seed={p['automaton_seed']}) gives no "
             f"automaton in {self.MAX_DRAWS} draws whose language has >= {self.MIN_CLASS_RATE:.0%} of each label "
             f"(train and ood-segments) and >= {self.MIN_SEGMENT_RATE:.0%} of each at every segment count "
-            f"1..{p['ood_max_segments']}; try density near 0.25 or another automaton_seed")
+            f"1..{p['ood_max_segments']}; try density near 0.25 or another automaton_seed"
+        )
 
     def _check_structure(self) -> None:
         """Cross-parameter checks of the automaton's shape (each subclass has its own)."""
@@ -156,8 +159,9 @@ class _AutomatonTask(Task):
     #: (segment count, label) pairs per sample before giving up
     MAX_CELLS = 50
 
-    def _draw_strings(self, rng: np.random.Generator, p: dict[str, Any], c: int,
-                      n_seg: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def _draw_strings(
+        self, rng: np.random.Generator, p: dict[str, Any], c: int, n_seg: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``c`` strings as symbols (c, S, W) with -1 padding (after a segment's end, and whole
         segments after a string's end), and their segment counts (c,): each U{seg_min..seg_max},
         or all ``n_seg`` when given. W = seg_len rounded up to a power of two, S = the longest
@@ -206,8 +210,11 @@ class _AutomatonTask(Task):
         order = np.argsort(~valid, axis=1, kind="stable")  # tokens first, in order
         B, b = len(self._ext2), self._block
         T = -(-int(valid.sum(axis=1).max()) // b) * b  # rounded up to whole blocks
-        flat = np.take_along_axis(flat, order[:, :T], axis=1) if T <= flat.shape[1] else np.concatenate(
-            [np.take_along_axis(flat, order, axis=1), np.full((c, T - flat.shape[1]), -1)], axis=1)
+        flat = (
+            np.take_along_axis(flat, order[:, :T], axis=1)
+            if T <= flat.shape[1]
+            else np.concatenate([np.take_along_axis(flat, order, axis=1), np.full((c, T - flat.shape[1]), -1)], axis=1)
+        )
         flat = np.where(flat >= 0, flat, B - 1).reshape(c, T // b, b)  # -1 -> identity index
         M = self._table[flat @ B ** np.arange(b - 1, -1, -1)]  # (c, T / b, Q, Q)
         while M.shape[1] > 1:
@@ -229,8 +236,12 @@ class _AutomatonTask(Task):
         ``n`` random strings of max_segments segments, the state set pushed token by token
         (one small matrix product per position for all strings) and read after each ``#``
         (the first j segments of a random string are a random j-segment string)."""
-        p = {"seg_min": max_segments, "seg_max": max_segments, "seg_len": self.params["seg_len"],
-             "n_symbols": self.params["n_symbols"]}
+        p = {
+            "seg_min": max_segments,
+            "seg_max": max_segments,
+            "seg_len": self.params["seg_len"],
+            "n_symbols": self.params["n_symbols"],
+        }
         sym, _ = self._draw_strings(rng, p, n)  # (n, S, W), -1 padding
         B, Q = self._ext2.shape[:2]
         step = self._ext2.transpose(1, 0, 2).reshape(Q, B * Q)  # v @ step -> v @ M_b for every b
@@ -246,8 +257,14 @@ class _AutomatonTask(Task):
             accepted[:, j] = v @ self._acc > 0
         return accepted.mean(axis=0)
 
-    def sample_one(self, split: str, seed: int, index: int, overrides: dict[str, Any] | None = None,
-                   p: dict[str, Any] | None = None) -> Sample:
+    def sample_one(
+        self,
+        split: str,
+        seed: int,
+        index: int,
+        overrides: dict[str, Any] | None = None,
+        p: dict[str, Any] | None = None,
+    ) -> Sample:
         # generate() reads the split: it keeps only candidates of the split's hash bucket, so
         # that the hash partition cannot reweight the labels of a segment count (see generate)
         token = _SPLIT.set(split)
@@ -294,9 +311,11 @@ class _AutomatonTask(Task):
                     if split is None or self._accept(ids, split):
                         return ids, scored, ids[scored + 1]
                 c = min(2 * c, self.MAX_CANDIDATES)
-        raise ValueError(f"task {self.name!r}: split {split!r} has too few distinct strings of each label at its segment "
-                         f"counts {p['seg_min']}..{p['seg_max']} (automaton_seed={self.params['automaton_seed']}); "
-                         "try larger seg_len or n_symbols, or another automaton_seed")
+        raise ValueError(
+            f"task {self.name!r}: split {split!r} has too few distinct strings of each label at its segment "
+            f"counts {p['seg_min']}..{p['seg_max']} (automaton_seed={self.params['automaton_seed']}); "
+            "try larger seg_len or n_symbols, or another automaton_seed"
+        )
 
     def _assemble(self, p: dict[str, Any], sym: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids, scored) of one string given as (n, W) symbols with -1 padding and its labels:
@@ -340,8 +359,8 @@ class _AutomatonTask(Task):
             prob = np.empty(K)
             i = 0
             for length in range(1, L + 1):  # every segment of `length` symbols: P = 1/L * s^-length
-                seg[i:i + s**length, :length] = _digits(s**length, s, length)
-                prob[i:i + s**length] = s ** -float(length) / L
+                seg[i : i + s**length, :length] = _digits(s**length, s, length)
+                prob[i : i + s**length] = s ** -float(length) / L
                 i += s**length
             combo = _digits(total, K, n)  # (K^n, n): the segments of each string
             sym, pr = seg[combo], prob[combo].prod(axis=1)  # (K^n, n, W), (K^n,)
@@ -365,8 +384,11 @@ class _AutomatonTask(Task):
         names = symbol_names(self.params["n_symbols"])
         index = {t: i for i, t in enumerate(names)}
         index[SEP] = len(names)
-        succ = {(q, a): set(np.flatnonzero(self.delta[a, q]).tolist())
-                for a in range(self.delta.shape[0]) for q in range(self.delta.shape[1])}
+        succ = {
+            (q, a): set(np.flatnonzero(self.delta[a, q]).tolist())
+            for a in range(self.delta.shape[0])
+            for q in range(self.delta.shape[1])
+        }
         final = set(np.flatnonzero(self.accept).tolist())
         active = {self.start}
         labels = []
@@ -412,8 +434,10 @@ class BiNFA(_AutomatonTask):
 
     def _check_structure(self) -> None:
         if self.params["n_sets"] < 2:
-            raise ValueError(f"task 'binfa': parameter 'n_sets' must be >= 2 (F is a proper subset of the start "
-                             f"states), got {self.params['n_sets']}")
+            raise ValueError(
+                f"task 'binfa': parameter 'n_sets' must be >= 2 (F is a proper subset of the start "
+                f"states), got {self.params['n_sets']}"
+            )
 
     def _build(self, rng: np.random.Generator):
         k, m, s, dens = (self.params[x] for x in ("n_sets", "set_size", "n_symbols", "density"))
@@ -423,7 +447,7 @@ class BiNFA(_AutomatonTask):
         for a in range(s):
             for q in range(Q):
                 i = q // m
-                delta[a, q, i * m:(i + 1) * m] = _random_subset(rng, m, dens)
+                delta[a, q, i * m : (i + 1) * m] = _random_subset(rng, m, dens)
         for q in range(Q):
             delta[s, q, starts[rng.random(k) < dens]] = True  # may be empty: the run dies
         accept = np.zeros(Q, dtype=bool)
@@ -453,8 +477,10 @@ class FlatNFA(_AutomatonTask):
 
     def _check_structure(self) -> None:
         if self.params["n_sets"] * self.params["set_size"] < 2:
-            raise ValueError("task 'nfa': parameters 'n_sets' * 'set_size' must be >= 2 states, got "
-                             f"{self.params['n_sets'] * self.params['set_size']}")
+            raise ValueError(
+                "task 'nfa': parameters 'n_sets' * 'set_size' must be >= 2 states, got "
+                f"{self.params['n_sets'] * self.params['set_size']}"
+            )
 
     def _build(self, rng: np.random.Generator):
         k, m, s, dens = (self.params[x] for x in ("n_sets", "set_size", "n_symbols", "density"))

@@ -56,7 +56,9 @@ class Counting(Task):
     def validate(self) -> None:
         p = self.params
         if p["n_vars"] > 26:
-            raise ValueError(f"task 'counting': parameter 'n_vars' must be <= 26 (variable names a..z), got {p['n_vars']}")
+            raise ValueError(
+                f"task 'counting': parameter 'n_vars' must be <= 26 (variable names a..z), got {p['n_vars']}"
+            )
         if p["max_steps"] < 3:
             raise ValueError(f"task 'counting': parameter 'max_steps' must be >= 3, got {p['max_steps']}")
 
@@ -137,8 +139,8 @@ class Counting(Task):
                 values[var] += 1
                 cv[c] = var
             take = np.flatnonzero(keep[:stop])[: n - filled]
-            kinds[filled: filled + len(take)] = ck[take]
-            vars_[filled: filled + len(take)] = cv[take]
+            kinds[filled : filled + len(take)] = ck[take]
+            vars_[filled : filled + len(take)] = cv[take]
             filled += len(take)
         return kinds, vars_, values
 
@@ -150,8 +152,15 @@ class Counting(Task):
         # each statement as 4 token slots, -1 = unused: set "v = 0 ;", incr "v ++ ;", pass "pass ;"
         slots = np.full((len(kinds), 4), -1, dtype=np.int64)  # (n, 4)
         is_set, is_inc, is_pass = kinds == SET_S, kinds == INC_S, kinds == PASS_S
-        slots[is_set] = np.stack([var0 + vars_[is_set], np.full(is_set.sum(), 1), np.full(is_set.sum(), val0),
-                                  np.zeros(is_set.sum(), dtype=np.int64)], axis=1)
+        slots[is_set] = np.stack(
+            [
+                var0 + vars_[is_set],
+                np.full(is_set.sum(), 1),
+                np.full(is_set.sum(), val0),
+                np.zeros(is_set.sum(), dtype=np.int64),
+            ],
+            axis=1,
+        )
         slots[is_inc, 0] = var0 + vars_[is_inc]
         slots[is_inc, 1] = 2
         slots[is_inc, 2] = 0
@@ -181,7 +190,7 @@ class Counting(Task):
                 assert toks[k + 2] == SEMI
                 k += 3
             else:
-                raise ValueError(f"counting: bad statement at token {k}: {toks[k:k + 4]}")
+                raise ValueError(f"counting: bad statement at token {k}: {toks[k : k + 4]}")
         return [str(values[toks[k + 1]])]
 
 

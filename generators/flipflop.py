@@ -36,19 +36,26 @@ class FlipFlop(Task):
         "p_sparse": Param(0.98, float, "P(ignore) in ood-sparse", open_probability),
         "p_dense": Param(0.1, float, "P(ignore) in ood-dense", open_probability),
         "ood_len_pairs": Param(0, int, "if > 0, an ood-length split with this many pairs (p_i as train)"),
-        "loss": Param("all", str, "'all' (whole-sequence LM loss, paper) or 'reads'",
-                      lambda v: None if v in ("all", "reads") else "must be 'all' or 'reads'"),
+        "loss": Param(
+            "all",
+            str,
+            "'all' (whole-sequence LM loss, paper) or 'reads'",
+            lambda v: None if v in ("all", "reads") else "must be 'all' or 'reads'",
+        ),
     }
 
     def validate(self) -> None:
         if self.params["n_pairs"] < 2:
-            raise ValueError("task 'flipflop': parameter 'n_pairs' must be >= 2 (a write and a read), "
-                             f"got {self.params['n_pairs']}")
+            raise ValueError(
+                f"task 'flipflop': parameter 'n_pairs' must be >= 2 (a write and a read), got {self.params['n_pairs']}"
+            )
         if self.params["ood_len_pairs"] not in (0,) and self.params["ood_len_pairs"] < 2:
             raise ValueError("task 'flipflop': parameter 'ood_len_pairs' must be 0 (off) or >= 2")
         if self.params["ood_len_pairs"] == self.params["n_pairs"]:
-            raise ValueError("task 'flipflop': parameter 'ood_len_pairs' must differ from n_pairs "
-                             f"({self.params['n_pairs']}), got {self.params['ood_len_pairs']}")
+            raise ValueError(
+                "task 'flipflop': parameter 'ood_len_pairs' must differ from n_pairs "
+                f"({self.params['n_pairs']}), got {self.params['ood_len_pairs']}"
+            )
 
     @property
     def vocab(self) -> list[str]:

@@ -65,7 +65,9 @@ class MQAR(Task):
         "length": Param(256, int, "sequence length in train / test", positive),
         "n_kv": Param(16, int, "key-value pairs in train / test", positive),
         "power_a": Param(0.01, float, "power-law exponent of the query placement", _power),
-        "ood_lengths": Param("512,1024", str, "ood-length lengths (comma-separated); pairs scale with length", _lengths),
+        "ood_lengths": Param(
+            "512,1024", str, "ood-length lengths (comma-separated); pairs scale with length", _lengths
+        ),
     }
 
     def validate(self) -> None:
@@ -75,11 +77,15 @@ class MQAR(Task):
             raise ValueError(f"task 'mqar': parameter 'vocab_size' must be >= 4, got {p['vocab_size']}")
         for L, n in [(p["length"], p["n_kv"])] + [(g["length"], g["n_kv"]) for g in self._groups()]:
             if n > n_keys:
-                raise ValueError(f"task 'mqar': parameter 'n_kv' must be <= vocab_size/2 - 1 = {n_keys} distinct keys, "
-                                 f"got {n} (length {L})")
+                raise ValueError(
+                    f"task 'mqar': parameter 'n_kv' must be <= vocab_size/2 - 1 = {n_keys} distinct keys, "
+                    f"got {n} (length {L})"
+                )
             if L < 4 * n:
-                raise ValueError(f"task 'mqar': parameter 'length' must be >= 4 * n_kv = {4 * n} "
-                                 f"(pairs + one query slot per key), got {L}")
+                raise ValueError(
+                    f"task 'mqar': parameter 'length' must be >= 4 * n_kv = {4 * n} "
+                    f"(pairs + one query slot per key), got {L}"
+                )
         if any(g["length"] == p["length"] for g in self._groups()):
             raise ValueError(f"task 'mqar': parameter 'ood_lengths' must not contain length={p['length']}")
 
@@ -94,7 +100,9 @@ class MQAR(Task):
     def vocab(self) -> list[str]:
         if getattr(self, "_vocab", None) is None:  # built once: 8192 strings per sample would dominate
             half = self.params["vocab_size"] // 2
-            self._vocab = [FILLER] + [f"k{i}" for i in range(1, half)] + [f"v{i}" for i in range(half, self.params["vocab_size"])]
+            self._vocab = (
+                [FILLER] + [f"k{i}" for i in range(1, half)] + [f"v{i}" for i in range(half, self.params["vocab_size"])]
+            )
         return self._vocab
 
     @property
@@ -115,7 +123,9 @@ class MQAR(Task):
         V, L, n, a = p["vocab_size"], p["length"], p["n_kv"], p["power_a"]
         half = V // 2
         if L < 4 * n or n > half - 1:
-            raise ValueError(f"task 'mqar': length {L} / n_kv {n} impossible (need length >= 4 n_kv, n_kv < vocab_size/2)")
+            raise ValueError(
+                f"task 'mqar': length {L} / n_kv {n} impossible (need length >= 4 n_kv, n_kv < vocab_size/2)"
+            )
         keys = 1 + rng.choice(half - 1, size=n, replace=False)  # (n,)
         values = half + rng.choice(V - half, size=n, replace=False)  # (n,)
         space = (L - 2 * n) // 2
@@ -124,8 +134,8 @@ class MQAR(Task):
         score = (a - 1.0) * np.log(np.arange(1, space + 1)) + rng.gumbel(size=space)  # (space,)
         gaps = np.argsort(-score, kind="stable")[:n]  # (n,) the i-th key is asked at gaps[i]
         ids = np.zeros(L, dtype=np.int64)  # 0 = filler, also the slot after every query key
-        ids[0:2 * n:2] = keys
-        ids[1:2 * n:2] = values
+        ids[0 : 2 * n : 2] = keys
+        ids[1 : 2 * n : 2] = values
         q = 2 * n + 2 * gaps  # (n,) query positions
         ids[q] = keys
         order = np.argsort(q)
@@ -137,7 +147,7 @@ class MQAR(Task):
         toks = sample.tokens
         n = sum(1 for t in toks if t.startswith("k")) // 2
         table = {toks[i]: toks[i + 1] for i in range(0, 2 * n, 2)}
-        return [table[t] for t in toks[2 * n:] if t in table]
+        return [table[t] for t in toks[2 * n :] if t in table]
 
 
 TASKS = {"mqar": MQAR}

@@ -47,11 +47,14 @@ class Passkey(Task):
         p = self.params
         need = 2 * p["k_digits"] + 2
         if p["length"] < need:
-            raise ValueError(f"task 'passkey': parameter 'k_digits'={p['k_digits']} too large for length={p['length']} "
-                             f"(length must be >= 2 k_digits + 2 = {need})")
+            raise ValueError(
+                f"task 'passkey': parameter 'k_digits'={p['k_digits']} too large for length={p['length']} "
+                f"(length must be >= 2 k_digits + 2 = {need})"
+            )
         if p["target_length"] <= p["length"]:
-            raise ValueError(f"task 'passkey': parameter 'target_length' must be > length={p['length']}, "
-                             f"got {p['target_length']}")
+            raise ValueError(
+                f"task 'passkey': parameter 'target_length' must be > length={p['length']}, got {p['target_length']}"
+            )
 
     @property
     def vocab(self) -> list[str]:
@@ -93,17 +96,17 @@ class Passkey(Task):
         filler = np.tile(PATTERN, reps)[:n_fill]
         ids[:depth] = filler[:depth]
         ids[depth] = VOCAB.index(KEY)
-        ids[depth + 1: depth + 1 + k] = key
-        ids[depth + 1 + k: L - k - 1] = filler[depth:]
+        ids[depth + 1 : depth + 1 + k] = key
+        ids[depth + 1 + k : L - k - 1] = filler[depth:]
         ids[L - k - 1] = VOCAB.index(QUERY)
-        ids[L - k:] = key
+        ids[L - k :] = key
         scored = np.arange(L - k - 1, L - 1, dtype=np.int64)
         return ids, scored, key.astype(np.int64)
 
     def solve(self, sample: Sample) -> list[str]:
         toks = sample.tokens
         out = []
-        for t in toks[toks.index(KEY) + 1:]:
+        for t in toks[toks.index(KEY) + 1 :]:
             if t not in DIGITS:
                 break
             out.append(t)

@@ -58,9 +58,14 @@ class PluginRegistry(MutableMapping[str, V]):
     distribution a plugin row came from (None for built-in and run-time rows).
     """
 
-    def __init__(self, group: str, what: str, builtins: dict[str, V],
-                 adopt: Callable[[str, object], None],
-                 discover: Callable[[str], Iterable[EntryPoint]] | None = None) -> None:
+    def __init__(
+        self,
+        group: str,
+        what: str,
+        builtins: dict[str, V],
+        adopt: Callable[[str, object], None],
+        discover: Callable[[str], Iterable[EntryPoint]] | None = None,
+    ) -> None:
         self.group = group
         self.what = what  # "task" / "encoding", for the warning line
         self._rows: dict[str, V] = dict(builtins)
@@ -91,16 +96,23 @@ class PluginRegistry(MutableMapping[str, V]):
         try:
             found = list(self._discover(self.group))
         except Exception as e:  # unreadable package metadata: no plugins, synthlab still works
-            print(f"synthlab: warning: {self.what} plugins not loaded: cannot read entry points "
-                  f"{self.group!r} ({_one_line(e)})", file=sys.stderr, flush=True)
+            print(
+                f"synthlab: warning: {self.what} plugins not loaded: cannot read entry points "
+                f"{self.group!r} ({_one_line(e)})",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         for ep in found:
             dist = distribution_label(ep)
             try:
                 self._adopt(ep.name, ep.load())
             except Exception as e:  # a plugin's import may raise anything; it must not stop synthlab
-                print(f"synthlab: warning: {self.what} plugin {ep.name!r} ({dist}, {ep.value}) skipped: "
-                      f"{_one_line(e)}", file=sys.stderr, flush=True)
+                print(
+                    f"synthlab: warning: {self.what} plugin {ep.name!r} ({dist}, {ep.value}) skipped: {_one_line(e)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             self._origins[ep.name] = dist
 

@@ -50,8 +50,10 @@ class SelectiveCopy(Task):
         p = self.params
         for k in ("n_blank_dense", "n_blank_sparse"):
             if p[k] == p["n_blank"]:
-                raise ValueError(f"task 'selective_copy': parameter {k!r} must differ from n_blank="
-                                 f"{p['n_blank']} (an OOD split needs another blank count), got {p[k]}")
+                raise ValueError(
+                    f"task 'selective_copy': parameter {k!r} must differ from n_blank="
+                    f"{p['n_blank']} (an OOD split needs another blank count), got {p[k]}"
+                )
 
     @property
     def vocab(self) -> list[str]:
@@ -80,7 +82,7 @@ class SelectiveCopy(Task):
         ids = np.full(2 * n + b + 1, blank_id, dtype=np.int64)  # (T,)
         ids[slots] = data
         ids[n + b] = sep_id
-        ids[n + b + 1:] = data
+        ids[n + b + 1 :] = data
         scored = np.arange(n + b, 2 * n + b, dtype=np.int64)
         return ids, scored, data
 

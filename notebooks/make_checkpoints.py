@@ -77,8 +77,9 @@ def train_one(name: str) -> dict:
     CHECKPOINTS_DIR.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=CHECKPOINTS_DIR, prefix=".work-") as tmp:
-        record = synthlab.train(task, pe, preset=PRESET, seed=SEED, out=tmp, overrides={**overrides, **ONE_THREAD},
-                                 logger="none")  # the loss curve is in metrics.jsonl; no logs/ to ship
+        record = synthlab.train(
+            task, pe, preset=PRESET, seed=SEED, out=tmp, overrides={**overrides, **ONE_THREAD}, logger="none"
+        )  # the loss curve is in metrics.jsonl; no logs/ to ship
         if record.get("status") != "ok":
             raise RuntimeError(f"{name}: the run failed: {record.get('error') or record.get('status')}")
         target = CHECKPOINTS_DIR / name
@@ -86,8 +87,10 @@ def train_one(name: str) -> dict:
             shutil.rmtree(target)
         shutil.move(str(Path(tmp) / record["run_id"]), target)
     record["checkpoint"] = name
-    print(f"{name}: {time.perf_counter() - t0:.0f} s, "
-          f"{(target / 'model.safetensors').stat().st_size / 1024:.0f} KB", flush=True)
+    print(
+        f"{name}: {time.perf_counter() - t0:.0f} s, {(target / 'model.safetensors').stat().st_size / 1024:.0f} KB",
+        flush=True,
+    )
     return record
 
 

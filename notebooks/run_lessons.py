@@ -47,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path.name}: {seconds:.0f} s", flush=True)
         except Exception as e:  # noqa: BLE001 - report every lesson, then fail
             failed += 1
-            print(f"{path.name}: FAILED: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{path.name}: FAILED: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}",
+                file=sys.stderr,
+                flush=True,
+            )
     return 1 if failed else 0
 
 

@@ -46,7 +46,7 @@ def _rows(ids: np.ndarray, width: int, dtype: type) -> np.ndarray:
     """Each chain (a row of ids, -1 padded to ``width``) as one fixed-size byte string, for
     np.unique (sorting them compares whole rows)."""
     out = np.full((len(ids), width), -1, dtype=dtype)
-    out[:, :ids.shape[1]] = ids
+    out[:, : ids.shape[1]] = ids
     return np.ascontiguousarray(out).view(np.dtype((np.void, out.itemsize * width))).ravel()
 
 
@@ -78,8 +78,10 @@ def reference_counts(modulus: int, n_ops: int, size: int, seed: int = 2023, batc
                 k = min(batch, 2 * (need - len(seen)) + 100)
                 seen = np.unique(np.concatenate([seen, _rows(task.chains(rng, n, k), width, dtype)]))
             else:
-                raise ValueError(f"F_{modulus} has too few distinct {n_ops}-operator chains to fill a set of {size:,} "
-                                 f"(found {len(seen):,} of the {need:,} needed); choose a smaller size")
+                raise ValueError(
+                    f"F_{modulus} has too few distinct {n_ops}-operator chains to fill a set of {size:,} "
+                    f"(found {len(seen):,} of the {need:,} needed); choose a smaller size"
+                )
             counts.append(need)
         else:
             counts.append(len(seen))
@@ -97,8 +99,9 @@ def _count(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--modulus", type=_count, default=11, help="prime p: numbers 0..p-1 (the reference's 11)")
     parser.add_argument("--n-ops", type=_count, default=6, help="L: most operators (the reference's --length)")
     parser.add_argument("--size", type=_count, default=1_000_000, help="chains in the set (the reference's 1e6)")
@@ -112,11 +115,14 @@ def main(argv: list[str] | None = None) -> None:
         counts = reference_counts(args.modulus, args.n_ops, args.size, args.seed)
     except ValueError as e:
         parser.error(str(e))
-    print(f"# python scripts/arithmetic_mix.py --modulus {args.modulus} --n-ops {args.n_ops} --size {args.size} "
-          f"--seed {args.seed}")
+    print(
+        f"# python scripts/arithmetic_mix.py --modulus {args.modulus} --n-ops {args.n_ops} --size {args.size} "
+        f"--seed {args.seed}"
+    )
     print(f"# distinct chains per operator count 1..{args.n_ops}: {' '.join(map(str, counts))} (sum {sum(counts):,})")
-    shares = (np.format_float_positional(c / args.size, precision=6, unique=False, fractional=False, trim="-")
-              for c in counts)  # 6 significant digits, no exponent
+    shares = (
+        np.format_float_positional(c / args.size, precision=6, unique=False, fractional=False, trim="-") for c in counts
+    )  # 6 significant digits, no exponent
     print('train_mix = "' + ",".join(shares) + '"')
 
 

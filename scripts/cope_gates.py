@@ -80,9 +80,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"{rd}: pe {run.model.pe}, npos {g.npos}, {g.reads} reads ({a.split})")
         for layer in range(g.write.shape[0]):
-            print(f"  layer {layer}: " + "  ".join(
-                f"h{h} w {g.write[layer, h]:.2f} o {g.other[layer, h]:.2f} clamp {100 * g.clamped[layer, h]:.0f}%"
-                for h in range(g.write.shape[1])))
+            print(
+                f"  layer {layer}: "
+                + "  ".join(
+                    f"h{h} w {g.write[layer, h]:.2f} o {g.other[layer, h]:.2f} clamp {100 * g.clamped[layer, h]:.0f}%"
+                    for h in range(g.write.shape[1])
+                )
+            )
     return 0
 
 

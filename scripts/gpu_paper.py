@@ -39,8 +39,15 @@ def done(results: Path, pe: str, preset: str) -> bool:
 def train(pe: str, out: str, preset: str) -> None:
     import synthlab
 
-    recs = synthlab.train_seeds("flipflop", pe, SEEDS, preset=preset, overrides={"train.eval_every": None},
-                                out=Path(out) / "runs", results=Path(out) / "results.jsonl")
+    recs = synthlab.train_seeds(
+        "flipflop",
+        pe,
+        SEEDS,
+        preset=preset,
+        overrides={"train.eval_every": None},
+        out=Path(out) / "runs",
+        results=Path(out) / "results.jsonl",
+    )
     for r in recs:
         errs = {s: round(100 * (1 - m["token_acc"]), 2) for s, m in r["metrics"].items()}
         print(pe, "seed", r["train"]["seed"], r["status"], r.get("error", ""), "read error %", errs, flush=True)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite from nothing (`make test`, what CI runs through .ci/run): install what is
-# missing with the test and docs extras (scripts/setup.sh), lint (ruff and mypy, configured in
-# pyproject.toml), build the docs site with warnings as errors (mkdocs.yml), the unit tier with
-# the declared minimum versions (scripts/min_versions.sh), start the local
+# missing with the test and docs extras (scripts/setup.sh), lint and format check (ruff), type
+# check (mypy; both configured in pyproject.toml), build the docs site with warnings as errors
+# (mkdocs.yml), the unit tier with the declared minimum versions (scripts/min_versions.sh), start the local
 # PostgreSQL server for the distributed-sweep test and the one-node SLURM cluster for the SLURM
 # launcher's tests when they can be had, then README's test command (slow tests included; the
 # 30 slowest are listed).
@@ -16,6 +16,7 @@ bash scripts/setup.sh test,docs,postgres,slurm
 . .venv/bin/activate
 
 ruff check .
+ruff format --check .
 # the type check ([tool.mypy] in pyproject.toml) and the docs site, warnings as errors (mkdocs.yml)
 mypy
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet  # without the theme's end-of-life banner

@@ -101,8 +101,15 @@ def register_usage(cubin: bytes) -> tuple[int | None, int | None]:
     return int(found.group(1)), int(found.group(2))
 
 
-def compile_kernel(kernel, arch: int, signature: dict[str, str], constexprs: dict, num_warps: int,
-                   aligned: tuple[str, ...] = (), num_stages: int | None = None) -> Resources:
+def compile_kernel(
+    kernel,
+    arch: int,
+    signature: dict[str, str],
+    constexprs: dict,
+    num_warps: int,
+    aligned: tuple[str, ...] = (),
+    num_stages: int | None = None,
+) -> Resources:
     """Compile ``kernel`` (a ``triton.jit`` function) for NVIDIA sm_``arch`` (90: H100, 80: A100)
     without a GPU and measure it.
 
@@ -128,16 +135,25 @@ def compile_kernel(kernel, arch: int, signature: dict[str, str], constexprs: dic
     full_signature = {n: signature.get(n, "constexpr") for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     start = time.perf_counter()
-    compiled = triton.compile(ASTSource(fn=kernel, signature=full_signature, constexprs=dict(constexprs), attrs=attrs),
-                              target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=num_warps,
-                                           **({} if num_stages is None else {"num_stages": num_stages})))
+    compiled = triton.compile(
+        ASTSource(fn=kernel, signature=full_signature, constexprs=dict(constexprs), attrs=attrs),
+        target=GPUTarget("cuda", arch, 32),
+        options=dict(num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages})),
+    )
     seconds = time.perf_counter() - start
     cubin = compiled.asm["cubin"]
     registers, stack = register_usage(cubin)
-    return Resources(kernel=kernel.__name__, arch=arch, num_warps=num_warps, shared_bytes=compiled.metadata.shared,
-                     registers=registers, stack_bytes=stack, compile_seconds=seconds, cubin=cubin,
-                     ptx=compiled.asm["ptx"])
+    return Resources(
+        kernel=kernel.__name__,
+        arch=arch,
+        num_warps=num_warps,
+        shared_bytes=compiled.metadata.shared,
+        registers=registers,
+        stack_bytes=stack,
+        compile_seconds=seconds,
+        cubin=cubin,
+        ptx=compiled.asm["ptx"],
+    )
 
 
 # ---- CoPE's launches ----
@@ -165,11 +181,13 @@ class LaunchConfig:
     def tiles(self) -> str:
         c = self.constexprs
         return f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['D_PAD']}" + (
-            f" npos_pad {c['NPOS_PAD']} chunk {c['NPOS_CHUNK']}" if "NPOS_PAD" in c else "")
+            f" npos_pad {c['NPOS_PAD']} chunk {c['NPOS_CHUNK']}" if "NPOS_PAD" in c else ""
+        )
 
     def compile(self, arch: int) -> Resources:
-        return compile_kernel(self.kernel, arch, self.signature, self.constexprs, self.num_warps, self.aligned,
-                              self.num_stages)
+        return compile_kernel(
+            self.kernel, arch, self.signature, self.constexprs, self.num_warps, self.aligned, self.num_stages
+        )
 
 
 def _launch(kernel, d_h, npos, constexprs, num_warps, num_stages=None) -> LaunchConfig:
@@ -200,18 +218,29 @@ def cope_launch_configs(d_h: int, npos: int, has_table: bool, precision: str) ->
     args = (d_h, npos)
     return [
         _launch(ct._cope_fwd_kernel, *args, dict(common, BLOCK_M=tiles["fwd_m"]), tiles["fwd_warps"]),
-        _launch(ct._cope_bwd_query_kernel, *args, dict(common, BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad,
-                                                       NPOS_CHUNK=ct.npos_chunk_of(tiles, npos_pad)),
-                tiles["bwd_query_warps"], tiles["bwd_stages"]),
-        _launch(ct._cope_bwd_key_kernel, *args, dict(common, BLOCK_M=tiles["bwd_key_m"]), tiles["bwd_key_warps"],
-                tiles["bwd_stages"]),
+        _launch(
+            ct._cope_bwd_query_kernel,
+            *args,
+            dict(common, BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, NPOS_CHUNK=ct.npos_chunk_of(tiles, npos_pad)),
+            tiles["bwd_query_warps"],
+            tiles["bwd_stages"],
+        ),
+        _launch(
+            ct._cope_bwd_key_kernel,
+            *args,
+            dict(common, BLOCK_M=tiles["bwd_key_m"]),
+            tiles["bwd_key_warps"],
+            tiles["bwd_stages"],
+        ),
     ]
 
 
 # ---- DAPE's launches ----
 
-def dape_launch_configs(H: int, D: int, k: int, has_bias: bool, causal: bool, softmax: bool,
-                        precision: str) -> list[LaunchConfig]:
+
+def dape_launch_configs(
+    H: int, D: int, k: int, has_bias: bool, causal: bool, softmax: bool, precision: str
+) -> list[LaunchConfig]:
     """The two kernels' launches (forward, backward) as ``dape_triton._DAPETritonKernel`` makes
     them on CUDA for H heads, hidden width D, k taps, with or without a bias (and its gradient),
     causal or encoder mode, P or A as the output. Every tensor aligned, D where a multiple of 16,
@@ -223,14 +252,27 @@ def dape_launch_configs(H: int, D: int, k: int, has_bias: bool, causal: bool, so
 
     C = 2 * H if has_bias else H
     tiles, pads = dt.block_sizes(torch.device("cuda")), dt._padded(H, C, D, k)
-    common = dict(H=H, C=C, K=k, HAS_BIAS=has_bias, CAUSAL=causal, BLOCK_M=tiles["block_m"],
-                  BLOCK_N=tiles["block_n"], D_PAD=pads["D_PAD"], CK_PAD=pads["CK_PAD"], PRECISION=precision)
+    common = dict(
+        H=H,
+        C=C,
+        K=k,
+        HAS_BIAS=has_bias,
+        CAUSAL=causal,
+        BLOCK_M=tiles["block_m"],
+        BLOCK_N=tiles["block_n"],
+        D_PAD=pads["D_PAD"],
+        CK_PAD=pads["CK_PAD"],
+        PRECISION=precision,
+    )
     scalars = {"T", "D", "bias_bstride", "taps"}
     configs = []
     for kernel, constexprs in (
-            (dt._dape_fwd_kernel, dict(common, H_PAD=pads["H_PAD"])),
-            (dt._dape_bwd_kernel, dict(common, SOFTMAX=softmax, NEED_GBIAS=has_bias, C_PAD=pads["C_PAD"],
-                                       HK_PAD=pads["HK_PAD"]))):
+        (dt._dape_fwd_kernel, dict(common, H_PAD=pads["H_PAD"])),
+        (
+            dt._dape_bwd_kernel,
+            dict(common, SOFTMAX=softmax, NEED_GBIAS=has_bias, C_PAD=pads["C_PAD"], HK_PAD=pads["HK_PAD"]),
+        ),
+    ):
         runtime = [p.name for p in kernel.params if not p.is_constexpr]
         signature = {n: "i32" if n in scalars else "*fp32" for n in runtime}
         aligned = tuple(n for n in runtime if signature[n].startswith("*") or (n == "D" and D % 16 == 0))

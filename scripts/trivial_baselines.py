@@ -39,7 +39,7 @@ def baselines(task, lengths: list[int], samples: int, seed: int) -> dict[str, fl
         # scored outputs per sample: equal per length but for the tasks scored up to a terminator
         T = np.full((len(rows), max(len(r) for r in rows)), -1)  # (samples, outputs), -1 = not scored
         for i, r in enumerate(rows):
-            T[i, :len(r)] = r
+            T[i, : len(r)] = r
         fit, score = T[:half], T[half:]
         scored = score >= 0
         values, counts = np.unique(fit[fit >= 0], return_counts=True)
@@ -47,8 +47,11 @@ def baselines(task, lengths: list[int], samples: int, seed: int) -> dict[str, fl
         per_pos = np.array([np.bincount(col[col >= 0]).argmax() if (col >= 0).any() else -2 for col in fit.T])
         position.append(float((score == per_pos)[scored].mean()))
     n_classes = len([t for t in task.OUTPUTS if t != task.OUTPUT_PAD])
-    return {"chance": 100.0 / n_classes, "constant": 100.0 * float(np.mean(constant)),
-            "position": 100.0 * float(np.mean(position))}
+    return {
+        "chance": 100.0 / n_classes,
+        "constant": 100.0 * float(np.mean(constant)),
+        "position": 100.0 * float(np.mean(position)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,13 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     print("| task | chance | constant | position | lengths |")
     print("|---|---|---|---|---|")
     for name in names:
-        params = {k.removeprefix("task."): v for k, v in preset_settings(name, args.preset).items() if k.startswith("task.")}
+        params = {
+            k.removeprefix("task."): v for k, v in preset_settings(name, args.preset).items() if k.startswith("task.")
+        }
         task = TASKS[name](**params)
         p = task.params
         lengths = list(range(p["test_min_length"], p["test_max_length"] + 1, args.every))
         b = baselines(task, lengths, args.samples, args.seed)
-        print(f"| {name} | {b['chance']:.1f} | {b['constant']:.1f} | {b['position']:.1f} | "
-              f"{lengths[0]}..{lengths[-1]} |", flush=True)
+        print(
+            f"| {name} | {b['chance']:.1f} | {b['constant']:.1f} | {b['position']:.1f} | {lengths[0]}..{lengths[-1]} |",
+            flush=True,
+        )
     return 0
 
 

@@ -25,8 +25,9 @@ class CheckoutFolderFinder:
         if folder is None:
             return None
         location = os.path.join(self.root, folder)
-        return importlib.util.spec_from_file_location(fullname, os.path.join(location, "__init__.py"),
-                                                      submodule_search_locations=[location])
+        return importlib.util.spec_from_file_location(
+            fullname, os.path.join(location, "__init__.py"), submodule_search_locations=[location]
+        )
 
 
 def checkout_root() -> str | None:

@@ -25,7 +25,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="synthlab",
-        description="Synthetic tasks x positional encodings: generate data, train small Transformers, sweep, draw grids.",
+        description=(
+            "Synthetic tasks x positional encodings: generate data, train small Transformers, sweep, draw grids."
+        ),
         epilog="example: synthlab sweep flipflop --pe cope,rope",
     )
     from synthlab import __version__

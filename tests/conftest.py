@@ -70,8 +70,14 @@ def interpreted_child():
     def run(test_file: str, timeout: int = 900) -> None:
         here = Path(test_file).resolve()
         env = {**os.environ, "TRITON_INTERPRET": "1"}
-        proc = subprocess.run([sys.executable, "-m", "pytest", str(here), "-q", "-p", "no:cacheprovider", "-x"],
-                              cwd=here.parents[2], env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", str(here), "-q", "-p", "no:cacheprovider", "-x"],
+            cwd=here.parents[2],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         out = proc.stdout + proc.stderr
         summary = out.strip().splitlines()[-1] if out.strip() else ""
         passed = re.search(r"(\d+) passed", summary)
@@ -95,8 +101,10 @@ def _interpreter_broken_by_numpy() -> str | None:
     import triton
 
     if _version(triton.__version__) < (3, 7) and _version(numpy.__version__) >= (2, 4):
-        return (f"triton {triton.__version__}'s interpreter cannot run with numpy {numpy.__version__} "
-                f"(fixed in triton 3.7; numpy < 2.4 also works)")
+        return (
+            f"triton {triton.__version__}'s interpreter cannot run with numpy {numpy.__version__} "
+            f"(fixed in triton 3.7; numpy < 2.4 also works)"
+        )
     return None
 
 

@@ -51,14 +51,16 @@ HELD_OUT_MIN_INPUTS = 1024
 def _at_least(minimum: int):
     def check(v: Any) -> str | None:
         return None if v >= minimum else f"must be >= {minimum}"
+
     return check
 
 
 def che_params(min_length: int) -> dict[str, Param]:
     """The four parameters every CHE task has (``length`` None: drawn per split)."""
     return {
-        "length": Param(None, int, "fix N for every split (default: drawn from the split's range)",
-                        _at_least(min_length)),
+        "length": Param(
+            None, int, "fix N for every split (default: drawn from the split's range)", _at_least(min_length)
+        ),
         "train_max_length": Param(40, int, "train N ~ U{min_length..train_max_length}", _at_least(min_length)),
         "test_min_length": Param(41, int, "first OOD length", positive),
         "test_max_length": Param(500, int, "last OOD length", positive),
@@ -66,6 +68,7 @@ def che_params(min_length: int) -> dict[str, Param]:
 
 
 # -- little helpers shared by the tasks ---------------------------------------------------
+
 
 def bits_to_int(bits: np.ndarray, little_endian: bool = True) -> int:
     """The integer whose binary digits are ``bits`` (0/1 array)."""
@@ -138,11 +141,15 @@ class CheTask(Task):
     def validate(self) -> None:
         p = self.params
         if p["test_min_length"] <= p["train_max_length"]:
-            raise ValueError(f"task {self.name!r}: parameter 'test_min_length' must be > train_max_length "
-                             f"({p['train_max_length']}) so OOD lengths are unseen, got {p['test_min_length']}")
+            raise ValueError(
+                f"task {self.name!r}: parameter 'test_min_length' must be > train_max_length "
+                f"({p['train_max_length']}) so OOD lengths are unseen, got {p['test_min_length']}"
+            )
         if p["test_max_length"] < p["test_min_length"]:
-            raise ValueError(f"task {self.name!r}: parameter 'test_max_length' must be >= test_min_length "
-                             f"({p['test_min_length']}), got {p['test_max_length']}")
+            raise ValueError(
+                f"task {self.name!r}: parameter 'test_max_length' must be >= test_min_length "
+                f"({p['test_min_length']}), got {p['test_max_length']}"
+            )
         self.test_lo = self._first_held_out_length()
         self._held_out_min_tokens = self.input_length(self.test_lo)
         self._placeholder = self._ID[PLACEHOLDER]
@@ -183,18 +190,22 @@ class CheTask(Task):
 
     def resolved_split_params(self, split: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         if overrides:
-            overrides = {k: (None if v is None else _check_type(k, v, self.PARAMS["length"]))
-                         for k, v in overrides.items()}
+            overrides = {
+                k: (None if v is None else _check_type(k, v, self.PARAMS["length"])) for k, v in overrides.items()
+            }
         p = super().resolved_split_params(split, overrides)
         lo = self.test_lo if split == "test" else self.MIN_LENGTH
         why = "the shortest held-out test length" if split == "test" else f"{self.name} needs it"
         for key in ("length", "min_length"):
             if p[key] is not None and p[key] < lo:
-                raise ValueError(f"task {self.name!r}: parameter {key!r} must be >= {lo} in split {split!r} "
-                                 f"({why}), got {p[key]}")
+                raise ValueError(
+                    f"task {self.name!r}: parameter {key!r} must be >= {lo} in split {split!r} ({why}), got {p[key]}"
+                )
         if p["max_length"] < p["min_length"]:
-            raise ValueError(f"task {self.name!r}: parameter 'max_length' must be >= min_length "
-                             f"({p['min_length']}), got {p['max_length']}")
+            raise ValueError(
+                f"task {self.name!r}: parameter 'max_length' must be >= min_length "
+                f"({p['min_length']}), got {p['max_length']}"
+            )
         return p
 
     def eval_groups(self, split: str) -> list[dict[str, Any]] | None:
@@ -261,5 +272,7 @@ def count_bracket_expressions(length: int, n_ops: int, modulus: int = 5) -> int:
     E -> d | -d | (d) | (-d) | (E op E) (unambiguous, so = number of derivations)."""
     if length <= 4:
         return modulus
-    return n_ops * sum(count_bracket_expressions(left, n_ops, modulus) * count_bracket_expressions(length - 3 - left, n_ops, modulus)
-                       for left in range(1, length - 3))
+    return n_ops * sum(
+        count_bracket_expressions(left, n_ops, modulus) * count_bracket_expressions(length - 3 - left, n_ops, modulus)
+        for left in range(1, length - 3)
+    )

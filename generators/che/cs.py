@@ -61,7 +61,7 @@ class MissingDuplicateString(CheTask):
         w = rng.integers(0, 2, size=h)  # (h,)
         inp = np.empty(n, dtype=np.int64)
         inp[:h] = w
-        inp[h:2 * h] = w
+        inp[h : 2 * h] = w
         if n % 2:
             inp[-1] = self._ID["."]
         i = int(rng.integers(0, 2 * h))
@@ -153,7 +153,7 @@ class _BinaryOp(CheTask):
         if op not in s:  # binary_addition N <= 2: a single number, its own sum
             return _le_string(_le_value(s)) + [EOS]
         i = s.index(op)
-        return _le_string(self.combine(_le_value(s[:i]), _le_value(s[i + 1:]))) + [EOS]
+        return _le_string(self.combine(_le_value(s[:i]), _le_value(s[i + 1 :]))) + [EOS]
 
 
 class BinaryAddition(_BinaryOp):
@@ -250,5 +250,15 @@ class BucketSort(CheTask):
         return sorted(s)
 
 
-TASKS = {c.name: c for c in (DuplicateString, MissingDuplicateString, OddsFirst, BinaryAddition,
-                             BinaryMultiplication, ComputeSqrt, BucketSort)}
+TASKS = {
+    c.name: c
+    for c in (
+        DuplicateString,
+        MissingDuplicateString,
+        OddsFirst,
+        BinaryAddition,
+        BinaryMultiplication,
+        ComputeSqrt,
+        BucketSort,
+    )
+}

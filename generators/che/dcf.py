@@ -65,7 +65,7 @@ class StackManipulation(CheTask):
     def solve(self, sample: Sample) -> list[str]:
         s, _ = self.split_sample(sample)
         stack = [t for t in s if t in ("0", "1")]  # the stack comes first, actions after
-        for a in s[len(stack):]:
+        for a in s[len(stack) :]:
             if a == "POP":
                 if stack:
                     stack.pop()

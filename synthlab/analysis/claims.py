@@ -100,8 +100,13 @@ def measure(table, cell: dict[str, Any], metric: str, show: str) -> CellStat:
     if not len(vals):
         return CellStat(math.nan, math.nan, 0, failed=failed)
     sd = float(vals.std(ddof=1)) if len(vals) > 1 else math.nan
-    return CellStat(float(vals.mean()), sd, len(vals), failed=failed,
-                    values=dict(zip(map(str, seeds["seed_unit"]), map(float, vals))))
+    return CellStat(
+        float(vals.mean()),
+        sd,
+        len(vals),
+        failed=failed,
+        values=dict(zip(map(str, seeds["seed_unit"]), map(float, vals))),
+    )
 
 
 def _goodness(x: float, show: str) -> float:
@@ -118,8 +123,11 @@ def compare(claim: Claim, stats: list[CellStat], show: str, interval: bool = Tru
         assert bound is not None, "a one-cell claim has at_least or at_most"
         return inference.one_arm(list(s.values.values()), bound, at_least=at_least, interval=interval)
     b, w = stats
-    return inference.compare({k: _goodness(v, show) for k, v in b.values.items()},
-                             {k: _goodness(v, show) for k, v in w.values.items()}, interval=interval)
+    return inference.compare(
+        {k: _goodness(v, show) for k, v in b.values.items()},
+        {k: _goodness(v, show) for k, v in w.values.items()},
+        interval=interval,
+    )
 
 
 def not_judged(claim: Claim, stats: list[CellStat], preset: str, departs: str = "") -> tuple[str, str] | None:
@@ -212,11 +220,14 @@ def _judge_family(vs: list[Verdict], sweep_name: str, out: str | None, alpha: fl
             v.reason = "the interval holds 0"
         v.seeds_needed = inference.seeds_needed(c, family=len(tested), alpha=alpha)
         if v.seeds_needed is not None and sweep_name:
-            v.command = (f"synthlab sweep {sweep_name} --preset {v.preset} --seeds {v.seeds_needed}"
-                         + (f" --out {out}" if out else ""))
+            v.command = f"synthlab sweep {sweep_name} --preset {v.preset} --seeds {v.seeds_needed}" + (
+                f" --out {out}" if out else ""
+            )
 
 
-def verdicts(records: list[dict[str, Any]], spec, out: str | None = None, alpha: float = inference.ALPHA) -> list[Verdict]:
+def verdicts(
+    records: list[dict[str, Any]], spec, out: str | None = None, alpha: float = inference.ALPHA
+) -> list[Verdict]:
     """Every claim of the sweep file, judged per preset found among the records (``out``: the
     sweep's folder, named in the command that adds seeds; ``alpha``: the level)."""
     claims = getattr(spec, "claims", [])
@@ -256,8 +267,9 @@ def decided(v: Verdict) -> bool:
     return v.verdict in (SUPPORTED, CONTRADICTED)
 
 
-def sequential_verdicts(records: list[dict[str, Any]], spec, plan: list[int], reached: int,
-                        out: str | None = None) -> list[Verdict]:
+def sequential_verdicts(
+    records: list[dict[str, Any]], spec, plan: list[int], reached: int, out: str | None = None
+) -> list[Verdict]:
     """``--until-decided``: the claims judged at each planned look (the runs of seeds 0 to n - 1,
     at that look's share of the error, :func:`synthlab.analysis.inference.look_levels`), each kept as it
     stood at the first look that decided it, or as the last look the sweep has ``reached`` (its
@@ -284,8 +296,15 @@ def claim_id(claim) -> str:
     return f"{claim.source}: {claim.text}"
 
 
-def reads(spec, preset: str, task: str, pe_name: str, axes: dict[str, Any], seed: int | None = None,
-          seeds_per_claim: dict[str, int] | None = None) -> bool:
+def reads(
+    spec,
+    preset: str,
+    task: str,
+    pe_name: str,
+    axes: dict[str, Any],
+    seed: int | None = None,
+    seeds_per_claim: dict[str, int] | None = None,
+) -> bool:
     """Whether a claim of ``preset`` reads the grid cell of ``task`` / ``pe_name`` (the
     encoding as records name it) / ``axes`` (its other axis values): every key a claim side
     gives that the cell has must agree; a key the grid does not vary (a preset setting) never
@@ -327,6 +346,7 @@ def judge_claims(results, sweep=None) -> list[Verdict]:
 # the claims table
 # --------------------------------------------------------------------------------------------
 
+
 def p_text(p: float) -> str:
     """A p-value as the tables print it (two digits; "-" when there is none)."""
     if math.isnan(p):
@@ -343,8 +363,10 @@ def evidence(v: Verdict) -> str:
     if c.unpaired_left_out:
         n += f", {c.unpaired_left_out} unpaired left out"
     mc = "" if c.exact else f", Monte Carlo {inference.EXACT_LIMIT}"
-    return (f"{c.estimate:+.1f} {c.interval()}; {c.test}{mc}, {n}; p {p_text(c.p)}, Holm {p_text(v.p_adjusted)}"
-            f" (of {v.family})")
+    return (
+        f"{c.estimate:+.1f} {c.interval()}; {c.test}{mc}, {n}; p {p_text(c.p)}, Holm {p_text(v.p_adjusted)}"
+        f" (of {v.family})"
+    )
 
 
 def verdict_text(v: Verdict) -> str:
@@ -356,22 +378,26 @@ def verdict_text(v: Verdict) -> str:
     return text
 
 
-HEADER = ("**The papers beside us** ({show} %, synthlab mean ± sd over n seeds; difference = the claimed "
-          "side's lead in points, positive the claimed way, with its 95 % interval; the test named, "
-          "Holm-adjusted p over the claims judged together; supported / contradicted at adjusted "
-          "p < 0.05: docs/results.md \"How a claim is decided\")")
+HEADER = (
+    "**The papers beside us** ({show} %, synthlab mean ± sd over n seeds; difference = the claimed "
+    "side's lead in points, positive the claimed way, with its 95 % interval; the test named, "
+    "Holm-adjusted p over the claims judged together; supported / contradicted at adjusted "
+    'p < 0.05: docs/results.md "How a claim is decided")'
+)
 
 
 def markdown(vs: list[Verdict], show: str) -> str:
     """The claims table: claim, what it is, paper, synthlab (mean ± sd, n), evidence, verdict."""
     if not vs:
         return ""
-    lines = ["| claim | kind | source | preset | paper | synthlab | difference [95 % CI]; test; p | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| claim | kind | source | preset | paper | synthlab | difference [95 % CI]; test; p | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for v in vs:
         cells = v.claim.cells()
         if v.claim.cell is not None:
-            bound = (f">= {v.claim.at_least:g}" if v.claim.at_least is not None else f"<= {v.claim.at_most:g}")
+            bound = f">= {v.claim.at_least:g}" if v.claim.at_least is not None else f"<= {v.claim.at_most:g}"
             ours = f"{_cell_label(cells[0])} {v.stats[0].label()} (claim {bound})"
         else:
             ours = " vs ".join(f"{_cell_label(c)} {s.label()}" for c, s in zip(cells, v.stats))
@@ -379,8 +405,10 @@ def markdown(vs: list[Verdict], show: str) -> str:
         settings = "; ".join(dict.fromkeys(p.setting for p in v.paper if p is not None and p.setting))
         if settings:
             paper += f" ({settings})"
-        lines.append(f"| {v.claim.text} | {v.kind_label()} | {v.claim.source} | {v.preset_label()} | {paper} | "
-                     f"{ours} | {evidence(v)} | {verdict_text(v)} |")
+        lines.append(
+            f"| {v.claim.text} | {v.kind_label()} | {v.claim.source} | {v.preset_label()} | {paper} | "
+            f"{ours} | {evidence(v)} | {verdict_text(v)} |"
+        )
     smoke = f"*{SMOKE_NOTE}*\n\n" if any(str(v.preset) == "smoke" for v in vs) else ""
     return smoke + HEADER.format(show=show) + "\n\n" + "\n".join(lines) + "\n"
 
@@ -390,20 +418,39 @@ def rows(vs: list[Verdict]) -> list[dict[str, Any]]:
     out = []
     for v in vs:
         c = v.comparison
-        row: dict[str, Any] = {"claim": v.claim.text, "kind": v.claim.kind, "source": v.claim.source,
-                               "preset": v.preset, "departs": v.departs, "verdict": v.verdict, "reason": v.reason,
-                               "difference": c.estimate if c else math.nan, "ci_low": c.low if c else math.nan,
-                               "ci_high": c.high if c else math.nan, "test": c.test if c else "",
-                               "n": "/".join(map(str, c.n)) if c else "", "p": c.p if c else math.nan,
-                               "p_holm": v.p_adjusted, "family": v.family,
-                               "seeds_needed": v.seeds_needed if v.seeds_needed is not None else math.nan,
-                               "command": v.command}
-        for role, cell, s, p in zip(("better", "worse") if v.claim.cell is None else ("cell",), v.claim.cells(),
-                                    v.stats, v.paper):
-            row.update({f"{role}": _cell_label(cell), f"{role}_mean": s.mean, f"{role}_sd": s.sd, f"{role}_n": s.n,
-                        f"{role}_failed": s.failed,
-                        f"{role}_paper": p.value if p else math.nan,
-                        f"{role}_paper_spread": p.spread if p and p.spread is not None else math.nan})
+        row: dict[str, Any] = {
+            "claim": v.claim.text,
+            "kind": v.claim.kind,
+            "source": v.claim.source,
+            "preset": v.preset,
+            "departs": v.departs,
+            "verdict": v.verdict,
+            "reason": v.reason,
+            "difference": c.estimate if c else math.nan,
+            "ci_low": c.low if c else math.nan,
+            "ci_high": c.high if c else math.nan,
+            "test": c.test if c else "",
+            "n": "/".join(map(str, c.n)) if c else "",
+            "p": c.p if c else math.nan,
+            "p_holm": v.p_adjusted,
+            "family": v.family,
+            "seeds_needed": v.seeds_needed if v.seeds_needed is not None else math.nan,
+            "command": v.command,
+        }
+        for role, cell, s, p in zip(
+            ("better", "worse") if v.claim.cell is None else ("cell",), v.claim.cells(), v.stats, v.paper
+        ):
+            row.update(
+                {
+                    f"{role}": _cell_label(cell),
+                    f"{role}_mean": s.mean,
+                    f"{role}_sd": s.sd,
+                    f"{role}_n": s.n,
+                    f"{role}_failed": s.failed,
+                    f"{role}_paper": p.value if p else math.nan,
+                    f"{role}_paper_spread": p.spread if p and p.spread is not None else math.nan,
+                }
+            )
         out.append(row)
     return out
 
@@ -420,5 +467,10 @@ def save(vs: list[Verdict], show: str, out_dir, stem: str = "papers") -> dict[st
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     text = markdown(vs, show)
-    return write_files({"md": (out_dir / f"{stem}.md", lambda path: path.write_text(text, encoding="utf-8")),
-                        "csv": (out_dir / f"{stem}.csv", csv_writer(pd.DataFrame(rows(vs))))}, "claims table")
+    return write_files(
+        {
+            "md": (out_dir / f"{stem}.md", lambda path: path.write_text(text, encoding="utf-8")),
+            "csv": (out_dir / f"{stem}.csv", csv_writer(pd.DataFrame(rows(vs)))),
+        },
+        "claims table",
+    )

@@ -55,7 +55,7 @@ def curve_table(records: list[dict[str, Any]], where: str = "results") -> Any | 
 
 def _point(p: Any, name: str) -> dict[str, Any]:
     if not isinstance(p, dict) or not isinstance(p.get("split"), str):
-        raise ValueError(f"{name} has no split (a point is {{\"step\": int, \"split\": str, <metrics>}})")
+        raise ValueError(f'{name} has no split (a point is {{"step": int, "split": str, <metrics>}})')
     step = p.get("step")
     if isinstance(step, bool) or not isinstance(step, int):
         raise ValueError(f"{name}: step {step!r} is not an integer")
@@ -69,8 +69,12 @@ def _point(p: Any, name: str) -> dict[str, Any]:
     return out
 
 
-def draw_curves(results: str | os.PathLike | Iterable[str | os.PathLike], metric: str | None = None,
-                split: str | None = None, out: str | os.PathLike | None = None) -> dict[str, str]:
+def draw_curves(
+    results: str | os.PathLike | Iterable[str | os.PathLike],
+    metric: str | None = None,
+    split: str | None = None,
+    out: str | os.PathLike | None = None,
+) -> dict[str, str]:
     """Draw the learning curves of ``results`` (files or OUT directories, as
     :func:`synthlab.results`): ``metric`` (default: the task's headline metric from its sweep
     file, else the first one recorded), every split with curves or only ``split``; written to
@@ -103,17 +107,27 @@ def draw_curves(results: str | os.PathLike | Iterable[str | os.PathLike], metric
     drawn = table[table["split"] == split] if split is not None else table
     drawn = drawn[[*_COLUMNS, metric]].dropna(subset=[metric]).reset_index(drop=True)
     if drawn.empty:
-        raise UsageError(f"--metric {metric!r} has no values in the learning curves"
-                         + (f" of split {split!r}" if split is not None else ""))
+        raise UsageError(
+            f"--metric {metric!r} has no values in the learning curves"
+            + (f" of split {split!r}" if split is not None else "")
+        )
     drawn = drawn.assign(**{PANEL: panel_labels(drawn)})
     out_dir = Path(out) if out is not None else files[0].parent / "grids"
     check_output_dir(out_dir, "--out")
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", f"curves-{metric}" + (f"-{split}" if split is not None else ""))
     tasks = list(dict.fromkeys(drawn["task"].astype(str)))
     fraction = bool(drawn[metric].between(0.0, 1.0).all())  # accuracies, error rates: the grids' fixed scale
-    fig = draw_lines(one_per_seed(drawn, "step", metric), "step", metric, xlabel="training step", ylabel=metric,
-                     title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''}: learning curves ({metric})",
-                     ylim=(-0.02, 1.02) if fraction else None)
+    fig = draw_lines(
+        one_per_seed(drawn, "step", metric),
+        "step",
+        metric,
+        xlabel="training step",
+        ylabel=metric,
+        title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''}: learning curves ({metric})",
+        ylim=(-0.02, 1.02) if fraction else None,
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
-    return write_files({"png": (out_dir / f"{stem}.png", png_writer(fig)),
-                        "csv": (out_dir / f"{stem}.csv", csv_writer(drawn))}, "--out")
+    return write_files(
+        {"png": (out_dir / f"{stem}.png", png_writer(fig)), "csv": (out_dir / f"{stem}.csv", csv_writer(drawn))},
+        "--out",
+    )

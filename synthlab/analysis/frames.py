@@ -18,26 +18,59 @@ from synthlab.run.records import latest_records, read_results
 
 # (column, where in the record): the run's own fields, in this order
 RUN_FIELDS = (
-    ("run_id", ("run_id",)), ("study", ("study",)), ("trial", ("trial",)), ("cell", ("cell",)),
-    ("task", ("task",)), ("task_revision", ("task_revision",)), ("pe", ("pe",)), ("pe_revision", ("pe_revision",)),
-    ("positions", ("positions",)), ("rope_scaling", ("rope_scaling",)),
-    ("preset", ("preset",)), ("seed", ("train", "seed")), ("d_model", ("model", "d_model")),
-    ("n_layers", ("model", "n_layers")), ("n_heads", ("model", "n_heads")), ("params", ("model", "params")),
-    ("steps", ("train", "steps")), ("batch_size", ("train", "batch_size")), ("lr", ("train", "lr")),
-    ("train_len", ("train", "train_len")), ("threads", ("train", "threads")),
-    ("deterministic", ("train", "deterministic")), ("precision", ("train", "precision")),
-    ("compile", ("train", "compile")), ("compile_mode", ("train", "compile_mode")), ("status", ("status",)),
+    ("run_id", ("run_id",)),
+    ("study", ("study",)),
+    ("trial", ("trial",)),
+    ("cell", ("cell",)),
+    ("task", ("task",)),
+    ("task_revision", ("task_revision",)),
+    ("pe", ("pe",)),
+    ("pe_revision", ("pe_revision",)),
+    ("positions", ("positions",)),
+    ("rope_scaling", ("rope_scaling",)),
+    ("preset", ("preset",)),
+    ("seed", ("train", "seed")),
+    ("d_model", ("model", "d_model")),
+    ("n_layers", ("model", "n_layers")),
+    ("n_heads", ("model", "n_heads")),
+    ("params", ("model", "params")),
+    ("steps", ("train", "steps")),
+    ("batch_size", ("train", "batch_size")),
+    ("lr", ("train", "lr")),
+    ("train_len", ("train", "train_len")),
+    ("threads", ("train", "threads")),
+    ("deterministic", ("train", "deterministic")),
+    ("precision", ("train", "precision")),
+    ("compile", ("train", "compile")),
+    ("compile_mode", ("train", "compile_mode")),
+    ("status", ("status",)),
     ("error", ("error",)),
 )
 RUN_COLUMNS = tuple(c for c, _ in RUN_FIELDS) + ("split",)
 TAIL_COLUMNS = ("wall_s", "device", "synthlab", "git", "schema", "run_dir")
 # columns whose values are whole numbers (nullable: a failed run may not know them)
-INT_COLUMNS = ("trial", "task_revision", "pe_revision", "seed", "d_model", "n_layers", "n_heads", "params", "steps", "batch_size", "train_len",
-               "threads", "schema")
+INT_COLUMNS = (
+    "trial",
+    "task_revision",
+    "pe_revision",
+    "seed",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "params",
+    "steps",
+    "batch_size",
+    "train_len",
+    "threads",
+    "schema",
+)
 FLOAT_COLUMNS = ("lr", "wall_s")
 # record fields that become the columns above, prefixed columns, or rows elsewhere
-_NOT_EXTRA = {f[0] for _, f in RUN_FIELDS} | set(TAIL_COLUMNS) | {
-    "metrics", "by_length", "curve", "task_params", "pe_params", "overrides"}
+_NOT_EXTRA = (
+    {f[0] for _, f in RUN_FIELDS}
+    | set(TAIL_COLUMNS)
+    | {"metrics", "by_length", "curve", "task_params", "pe_params", "overrides"}
+)
 RESULTS_FILES = ("results.jsonl", "study-results.jsonl")  # what an OUT directory holds, preferred first
 
 
@@ -54,8 +87,10 @@ def result_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
         if p.is_dir():
             found = [p / name for name in RESULTS_FILES if os.path.lexists(p / name)]  # a FIFO there: said below
             if not found:
-                raise UsageError(f"results {str(item)!r} is a directory without {' or '.join(RESULTS_FILES)} "
-                                 "(expected a results file or the --out directory of synthlab train / sweep)")
+                raise UsageError(
+                    f"results {str(item)!r} is a directory without {' or '.join(RESULTS_FILES)} "
+                    "(expected a results file or the --out directory of synthlab train / sweep)"
+                )
             p = found[0]
         check_input_file(p, "results file")
         out.append(p)
@@ -115,7 +150,9 @@ def frame(records: list[dict[str, Any]], dirs: dict[str, str] | None = None):
         base = {col: _get(r, where) for col, where in RUN_FIELDS}
         tail = {col: r.get(col) for col in TAIL_COLUMNS if col != "run_dir"}
         run_id = r.get("run_id")
-        tail["run_dir"] = dirs.get(run_id) if isinstance(run_id, str) else None  # not a record field: where the run's files are
+        tail["run_dir"] = (
+            dirs.get(run_id) if isinstance(run_id, str) else None
+        )  # not a record field: where the run's files are
         extra = _prefixed(r)
         metrics = r["metrics"] if isinstance(r.get("metrics"), dict) else {}
         splits = [(s, m) for s, m in metrics.items() if isinstance(m, dict)] or [(None, {})]
@@ -133,8 +170,13 @@ def frame(records: list[dict[str, Any]], dirs: dict[str, str] | None = None):
     columns = [*RUN_COLUMNS, *named.values(), *TAIL_COLUMNS, *(c for c in extra_order if c not in taken)]
     data: dict[str, list[Any]] = {c: [] for c in columns}
     for row in rows:
-        values = {**row["extra"], **row["base"], "split": row["split"], **row["tail"],
-                  **{named[k]: v for k, v in row["metrics"].items()}}
+        values = {
+            **row["extra"],
+            **row["base"],
+            "split": row["split"],
+            **row["tail"],
+            **{named[k]: v for k, v in row["metrics"].items()},
+        }
         for c in columns:
             data[c].append(values.get(c))
     metric_columns = set(named.values())
@@ -195,8 +237,11 @@ def _column(name: str, values: list[Any], metric: bool):
 
     present = [v for v in values if v is not None]
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
-    if metric or (present and numbers and name not in INT_COLUMNS
-                  and not all(isinstance(v, int) for v in present)) or (not present and name in FLOAT_COLUMNS):
+    if (
+        metric
+        or (present and numbers and name not in INT_COLUMNS and not all(isinstance(v, int) for v in present))
+        or (not present and name in FLOAT_COLUMNS)
+    ):
         return pd.array([float("nan") if v is None else float(v) for v in values], dtype="float64")
     if present and numbers and all(isinstance(v, int) or float(v).is_integer() for v in present):
         return pd.array([None if v is None else int(v) for v in values], dtype="Int64")

@@ -33,7 +33,18 @@ from synthlab.plan.papers import canonical
 from synthlab.plan.sweepfile import installed_sweeps, is_error, parse_sweep
 from synthlab.run.records import read_results
 
-__all__ = ["KINDS", "Grid", "grid", "load_results", "make_grid", "pooled_axes", "sweep_grids", "sweep_spec_for", "read_results", "tidy"]
+__all__ = [
+    "KINDS",
+    "Grid",
+    "grid",
+    "load_results",
+    "make_grid",
+    "pooled_axes",
+    "sweep_grids",
+    "sweep_spec_for",
+    "read_results",
+    "tidy",
+]
 
 KINDS = ("capacity", "ood")
 
@@ -105,18 +116,23 @@ class Grid:
         return out
 
     def markdown(self) -> str:
-        what = (f"the best of n runs over seeds x {', '.join(self.best_of)}" if self.best_of
-                else "mean ± std over n seeds")
-        head = (f"**{self.title}** ({self.show} %, {what}; blank = not run{self._failed_note('; ')}"
-                + ("; paper: the source paper's number" if self.paper else "") + ")\n\n")
+        what = (
+            f"the best of n runs over seeds x {', '.join(self.best_of)}" if self.best_of else "mean ± std over n seeds"
+        )
+        head = (
+            f"**{self.title}** ({self.show} %, {what}; blank = not run{self._failed_note('; ')}"
+            + ("; paper: the source paper's number" if self.paper else "")
+            + ")\n\n"
+        )
         if any(cell.get("preset") == "smoke" for cell in self.settings.values()):
             head = f"*{SMOKE_NOTE}*\n\n" + head
         cols = [str(c) for c in self.mean.columns]
         corner = self.y if self.x == "split" else f"{self.y} / {self.x}"  # rows / columns
         lines = ["| " + " | ".join([corner, *cols]) + " |", "|" + "---|" * (len(cols) + 1)]
         for yi, row in zip(self.mean.index, self.labels()):
-            lines.append("| " + " | ".join([str(yi), *(c.replace("\npaper", " · paper").replace("\n", " ")
-                                                      for c in row)]) + " |")
+            lines.append(
+                "| " + " | ".join([str(yi), *(c.replace("\npaper", " · paper").replace("\n", " ") for c in row)]) + " |"
+            )
         return head + "\n".join(lines) + "\n"
 
     def _failed_note(self, sep: str) -> str:
@@ -132,11 +148,19 @@ class Grid:
         for yi in self.mean.index:
             for xi in self.mean.columns:
                 p = self.paper.get((yi, xi))
-                rows.append({self.y: yi, self.x: xi, "mean": self.mean.at[yi, xi], "std": self.std.at[yi, xi],
-                             "n": int(self.n.at[yi, xi]), "n_failed": int(self.n_failed.at[yi, xi]),
-                             "paper": p.value if p is not None else math.nan,
-                             "paper_spread": p.spread if p is not None and p.spread is not None else math.nan,
-                             "paper_source": p.source if p is not None else ""})
+                rows.append(
+                    {
+                        self.y: yi,
+                        self.x: xi,
+                        "mean": self.mean.at[yi, xi],
+                        "std": self.std.at[yi, xi],
+                        "n": int(self.n.at[yi, xi]),
+                        "n_failed": int(self.n_failed.at[yi, xi]),
+                        "paper": p.value if p is not None else math.nan,
+                        "paper_spread": p.spread if p is not None and p.spread is not None else math.nan,
+                        "paper_source": p.source if p is not None else "",
+                    }
+                )
         return pd.DataFrame(rows)
 
     def save(self, png: str | os.PathLike) -> dict[str, str]:
@@ -147,8 +171,10 @@ class Grid:
 
         png = Path(png)
         side = png.with_name(f"{png.stem}-by-length.png")
-        texts = {"csv": (png.with_suffix(".csv"), self.long().to_csv(index=False)),
-                 "md": (png.with_suffix(".md"), self.markdown())}
+        texts = {
+            "csv": (png.with_suffix(".csv"), self.long().to_csv(index=False)),
+            "md": (png.with_suffix(".md"), self.markdown()),
+        }
         if self.lengths is not None:
             texts["by_length_csv"] = (side.with_suffix(".csv"), self.lengths.to_csv(index=False))
         pngs = {"png": png, **({"by_length_png": side} if self.lengths is not None else {})}
@@ -176,9 +202,19 @@ class Grid:
         if ax is None:
             ax = Figure(figsize=(max(4.0, 1.1 * w + 2.5), max(2.5, 0.6 * h + 1.5))).subplots()
         fig = ax.figure
-        sns.heatmap(data, vmin=0.0, vmax=100.0, cmap="viridis_r" if self.show == "error" else "viridis",
-                    annot=np.array(self.labels(), dtype=object), fmt="", annot_kws={"fontsize": 8},
-                    linewidths=0.5, linecolor="white", cbar_kws={"label": f"{self.show} (%)"}, ax=ax)
+        sns.heatmap(
+            data,
+            vmin=0.0,
+            vmax=100.0,
+            cmap="viridis_r" if self.show == "error" else "viridis",
+            annot=np.array(self.labels(), dtype=object),
+            fmt="",
+            annot_kws={"fontsize": 8},
+            linewidths=0.5,
+            linecolor="white",
+            cbar_kws={"label": f"{self.show} (%)"},
+            ax=ax,
+        )
         self._mark_failed(ax)
         ax.set_xlabel(self.x)
         ax.set_ylabel(self.y)
@@ -203,10 +239,17 @@ class Grid:
             for j, (xi, text) in enumerate(zip(self.mean.columns, row)):
                 if math.isfinite(self.mean.at[yi, xi]) or not self.n_failed.at[yi, xi]:
                     continue
-                ax.add_patch(Rectangle((j, i), 1, 1, facecolor="#f4f4f4", hatch="//", edgecolor="#d9a0a0",
-                                       linewidth=0))
-                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8, color="#b22222",
-                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor="#f4f4f4", hatch="//", edgecolor="#d9a0a0", linewidth=0))
+                ax.text(
+                    j + 0.5,
+                    i + 0.5,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="#b22222",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5},
+                )
 
 
 def _paper_matches(p: Any, have: dict[str, Any]) -> bool:
@@ -231,9 +274,17 @@ def _order(values: Iterable[Any]) -> list[Any]:
 
 def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Metric, display and splits from the installed sweep file of the records' task."""
-    out: dict[str, Any] = {"metric": "token_acc", "show": "accuracy", "in_dist": "test", "ood": None,
-                           "ood_x": "split", "ood_y": "pe", "capacity_x": "d_model", "capacity_y": "pe",
-                           "spec": None}
+    out: dict[str, Any] = {
+        "metric": "token_acc",
+        "show": "accuracy",
+        "in_dist": "test",
+        "ood": None,
+        "ood_x": "split",
+        "ood_y": "pe",
+        "capacity_x": "d_model",
+        "capacity_y": "pe",
+        "spec": None,
+    }
     tasks = {r.get("task") for r in records}
     studies = {str(r.get("study") or "") for r in records}
     try:
@@ -245,9 +296,17 @@ def _defaults_for(records: list[dict[str, Any]]) -> dict[str, Any]:
             text = installed[name]
             spec = parse_sweep(text, f"sweeps/{name}.toml", name=name)
             if tasks and tasks <= set(spec.tasks):
-                out.update(metric=spec.metric, show=spec.show, in_dist=spec.in_dist, ood=spec.ood or None,
-                           ood_x=spec.ood_x, ood_y=spec.ood_y, capacity_x=spec.capacity_x, capacity_y=spec.capacity_y,
-                           spec=spec)
+                out.update(
+                    metric=spec.metric,
+                    show=spec.show,
+                    in_dist=spec.in_dist,
+                    ood=spec.ood or None,
+                    ood_x=spec.ood_x,
+                    ood_y=spec.ood_y,
+                    capacity_x=spec.capacity_x,
+                    capacity_y=spec.capacity_y,
+                    spec=spec,
+                )
                 break
     except ValueError:
         pass
@@ -259,8 +318,17 @@ def sweep_spec_for(records: list[dict[str, Any]]):
     return _defaults_for(records)["spec"]
 
 
-def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show: str = "accuracy",
-              split: str | list[str] | None = None, title: str = "", best_of: tuple[str, ...] = ()) -> Grid:
+def make_grid(
+    table,
+    kind: str,
+    x: str,
+    y: str,
+    metric: str = "token_acc",
+    show: str = "accuracy",
+    split: str | list[str] | None = None,
+    title: str = "",
+    best_of: tuple[str, ...] = (),
+) -> Grid:
     """Pivot a tidy table (see :func:`tidy`) into a :class:`Grid`.
 
     ``best_of`` (e.g. ``("lr",)``): the cell is the best single run over the seeds and these
@@ -284,7 +352,9 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
             df[field] = composite(df, parts)
         if field not in ("split", "length") and field not in df.columns:
             allowed = sorted(c for c in df.columns if c not in ("record", "error", "status"))
-            raise ValueError(f"grid field {field!r} is not in the results (allowed: split, length, {', '.join(allowed)})")
+            raise ValueError(
+                f"grid field {field!r} is not in the results (allowed: split, length, {', '.join(allowed)})"
+            )
     if metric not in df.columns:
         df[metric] = math.nan
     tuned = {b.rsplit(".", 1)[-1] for b in best_of}  # "lr" or "train.lr": a best-of cell picks among them
@@ -314,7 +384,7 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
     if x == "split" or y == "split":
         col_split = split if isinstance(split, list) else _order(ok["split"])
     key_y = _order(list(ok[y]) + ([] if y in ("split", "length") else list(failed[y])))
-    key_x = (col_split if x == "split" else _order(list(ok[x]) + ([] if x == "length" else list(failed[x]))))
+    key_x = col_split if x == "split" else _order(list(ok[x]) + ([] if x == "length" else list(failed[x])))
     if y == "split":
         key_y = col_split
     if not key_x and len(failed):  # every run failed before any column was known: one column
@@ -322,8 +392,9 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
     mean = pd.DataFrame(np.nan, index=key_y, columns=key_x)
     std, n, nf = mean.copy(), pd.DataFrame(0, index=key_y, columns=key_x), pd.DataFrame(0, index=key_y, columns=key_x)
     # one value per seed per cell (n counts seeds: tables.per_seed); a best-of cell picks among runs
-    per_run = (ok.groupby([y, x, "record"], dropna=True)["_v"].mean().reset_index() if best_of
-               else per_seed(ok, [y, x], "_v"))
+    per_run = (
+        ok.groupby([y, x, "record"], dropna=True)["_v"].mean().reset_index() if best_of else per_seed(ok, [y, x], "_v")
+    )
     for (yi, xi), grp in per_run.groupby([y, x]):
         v = grp["_v"].dropna().to_numpy()
         if yi in mean.index and xi in mean.columns and len(v):
@@ -349,20 +420,37 @@ def make_grid(table, kind: str, x: str, y: str, metric: str = "token_acc", show:
     rows, cols = _whole_numbers(mean.index), _whole_numbers(mean.columns)
     mean, std, n, nf = (f.rename(index=rows, columns=cols) for f in (mean, std, n, nf))
     settings = {(rows.get(yi, yi), cols.get(xi, xi)): have for (yi, xi), have in settings.items()}
-    return Grid(kind=kind, x=x, y=y, metric=value_col, show=show, mean=mean, std=std, n=n, n_failed=nf, title=title,
-                best_of=tuple(best_of), runs=int(df["record"].nunique()), runs_failed=int(failed["record"].nunique()),
-                settings=settings)
+    return Grid(
+        kind=kind,
+        x=x,
+        y=y,
+        metric=value_col,
+        show=show,
+        mean=mean,
+        std=std,
+        n=n,
+        n_failed=nf,
+        title=title,
+        best_of=tuple(best_of),
+        runs=int(df["record"].nunique()),
+        runs_failed=int(failed["record"].nunique()),
+        settings=settings,
+    )
 
 
 def _no_lengths(df, split: Any) -> str:
     """Why a grid over lengths has nothing to draw."""
     with_lengths = sorted({str(v) for v in df.loc[df["length"].notna(), "split"].dropna()})
     if with_lengths:
-        return (f"these results have no per-length metrics on split {split!r} (per-length splits: "
-                f"{', '.join(with_lengths)})")
+        return (
+            f"these results have no per-length metrics on split {split!r} (per-length splits: "
+            f"{', '.join(with_lengths)})"
+        )
     tasks = ", ".join(sorted({str(t) for t in df["task"].dropna()}))
-    return (f"these results have no per-length metrics ({tasks}: evaluated per split, by_length is null); "
-            "draw them with --x split")
+    return (
+        f"these results have no per-length metrics ({tasks}: evaluated per split, by_length is null); "
+        "draw them with --x split"
+    )
 
 
 def _whole_numbers(labels) -> dict[float, int]:
@@ -374,9 +462,15 @@ def _whole_numbers(labels) -> dict[float, int]:
     return {}
 
 
-def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x: str | None = None,
-         y: str | None = None, out: str | os.PathLike | None = None, metric: str | None = None,
-         show: str | None = None) -> Grid:
+def grid(
+    results: str | os.PathLike | list[dict[str, Any]],
+    kind: str = "ood",
+    x: str | None = None,
+    y: str | None = None,
+    out: str | os.PathLike | None = None,
+    metric: str | None = None,
+    show: str | None = None,
+) -> Grid:
     """The ``kind`` grid of a results file (or list of records); with ``out`` (a .png path) also
     write PNG + CSV + Markdown, and for an OOD grid of records with per-length results the
     by-length line plot beside them (:meth:`Grid.save`). Defaults (metric, splits, axes) come
@@ -414,8 +508,16 @@ def grid(results: str | os.PathLike | list[dict[str, Any]], kind: str = "ood", x
             split = (d["ood"] or [d["in_dist"]])[0]
         title = f"OOD: {_what(metric, show)}" + (f" on {split}" if isinstance(split, str) else "")
     tasks = sorted({str(r.get("task")) for r in records})
-    g = make_grid(table, kind, x, y, metric=metric, show=show, split=split,
-                  title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''} {title}")
+    g = make_grid(
+        table,
+        kind,
+        x,
+        y,
+        metric=metric,
+        show=show,
+        split=split,
+        title=f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''} {title}",
+    )
     if d["spec"] is not None and metric == d["spec"].metric and show == d["spec"].show:
         g.mark_papers(d["spec"].papers)
     if kind == "ood":
@@ -446,8 +548,13 @@ def _what(metric: str, show: str) -> str:
     return metric if (show == "error") == is_error(metric) else f"{show} = 1 - {metric}"
 
 
-def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike | None,
-                best_of: tuple[str, ...] = (), stem: str = "") -> list[Grid]:
+def sweep_grids(
+    records: list[dict[str, Any]],
+    spec,
+    out_dir: str | os.PathLike | None,
+    best_of: tuple[str, ...] = (),
+    stem: str = "",
+) -> list[Grid]:
     """The grids a sweep file asks for: capacity when its x axis varies, ood when it has OOD
     splits; saved as ``out_dir/<kind>.png`` (+ .csv, .md; ``out_dir`` None: not saved, the
     tables only). With ``best_of`` (a tuned sweep's parameters) each cell is the best run over
@@ -462,9 +569,17 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike 
     grids: list[Grid] = []
     cap_x = spec.capacity_x
     if cap_x in table.columns and table[cap_x].nunique(dropna=True) > 1:
-        g = make_grid(table, "capacity", cap_x, spec.capacity_y, spec.metric, spec.show, split=spec.in_dist,
-                      title=f"{title}: capacity ({_what(spec.metric, spec.show)} on {spec.in_dist}{best_title})",
-                      best_of=best_of)
+        g = make_grid(
+            table,
+            "capacity",
+            cap_x,
+            spec.capacity_y,
+            spec.metric,
+            spec.show,
+            split=spec.in_dist,
+            title=f"{title}: capacity ({_what(spec.metric, spec.show)} on {spec.in_dist}{best_title})",
+            best_of=best_of,
+        )
         g.mark_papers(spec.papers)
         if out_dir is not None:
             g.save(out_dir / f"capacity{suffix}.png")
@@ -478,9 +593,18 @@ def sweep_grids(records: list[dict[str, Any]], spec, out_dir: str | os.PathLike 
             split = spec.ood[0] if spec.ood else spec.in_dist
         x, y = spec.ood_x, spec.ood_y
         if x in table.columns or x in ("split", "length"):
-            g = make_grid(table, "ood", x, y, spec.metric, spec.show, split=split,
-                          title=f"{title}: OOD ({_what(spec.metric, spec.show)}"
-                                f"{'' if isinstance(split, list) else ' on ' + split}{best_title})", best_of=best_of)
+            g = make_grid(
+                table,
+                "ood",
+                x,
+                y,
+                spec.metric,
+                spec.show,
+                split=split,
+                title=f"{title}: OOD ({_what(spec.metric, spec.show)}"
+                f"{'' if isinstance(split, list) else ' on ' + split}{best_title})",
+                best_of=best_of,
+            )
             g.mark_papers(spec.papers)
             g.lengths = by_length(table, best_of)
             if out_dir is not None:

@@ -19,7 +19,7 @@ import numpy as np
 
 ALPHA = 0.05
 POWER = 0.8
-EXACT_LIMIT = 2 ** 12  # arrangements enumerated exactly; beyond, this many random ones (seeded)
+EXACT_LIMIT = 2**12  # arrangements enumerated exactly; beyond, this many random ones (seeded)
 RNG_SEED = 0
 MAX_SEEDS_NEEDED = 200  # beyond this, seeds_needed says None (an effect too small for seeds to settle)
 
@@ -49,6 +49,7 @@ class Comparison:
     def interval(self, digits: int = 1) -> str:
         def f(x: float) -> str:
             return "-inf" if x == -math.inf else "inf" if x == math.inf else f"{x:+.{digits}f}"
+
         return f"[{f(self.low)}, {f(self.high)}]"
 
 
@@ -56,8 +57,9 @@ class Comparison:
 # the tests
 # --------------------------------------------------------------------------------------------
 
+
 def _arrangements_one(n: int) -> int:
-    return 2 ** n
+    return 2**n
 
 
 def _arrangements_two(n1: int, n2: int) -> int:
@@ -67,8 +69,8 @@ def _arrangements_two(n1: int, n2: int) -> int:
 @functools.lru_cache(maxsize=64)
 def _sign_matrix(n: int) -> np.ndarray:
     """Sign vectors of a sign-flip test: all 2^n up to EXACT_LIMIT, else EXACT_LIMIT seeded draws."""
-    if 2 ** n <= EXACT_LIMIT:
-        codes = np.arange(2 ** n)[:, None] >> np.arange(n)[None, :]
+    if 2**n <= EXACT_LIMIT:
+        codes = np.arange(2**n)[:, None] >> np.arange(n)[None, :]
         return 1.0 - 2.0 * (codes & 1)
     return np.random.default_rng(RNG_SEED).choice([-1.0, 1.0], size=(EXACT_LIMIT, n))
 
@@ -115,7 +117,7 @@ def _sign_flip(d: np.ndarray) -> _LinearTest:
     """The sign-flip test of mean(d) = delta: a sign vector s gives mean(s * (d - delta)) =
     (s . d - delta * sum(s)) / n."""
     s = _sign_matrix(d.size)
-    return _LinearTest(s @ d / d.size, s.sum(axis=1) / d.size, float(d.mean()), 2 ** d.size <= EXACT_LIMIT)
+    return _LinearTest(s @ d / d.size, s.sum(axis=1) / d.size, float(d.mean()), 2**d.size <= EXACT_LIMIT)
 
 
 def _two_sample(a: np.ndarray, b: np.ndarray) -> _LinearTest:
@@ -126,8 +128,9 @@ def _two_sample(a: np.ndarray, b: np.ndarray) -> _LinearTest:
     m = _label_matrix(n1, n2)
     w = m / n1 - (1 - m) / n2  # the statistic's weights per arrangement
     first = np.concatenate([np.ones(n1), np.zeros(n2)])
-    return _LinearTest(w @ np.concatenate([a, b]), w @ first, float(a.mean() - b.mean()),
-                       math.comb(n1 + n2, n1) <= EXACT_LIMIT)
+    return _LinearTest(
+        w @ np.concatenate([a, b]), w @ first, float(a.mean() - b.mean()), math.comb(n1 + n2, n1) <= EXACT_LIMIT
+    )
 
 
 def _invert(test: _LinearTest, estimate: float, lo_end: float, hi_end: float, alpha: float) -> tuple[float, float]:
@@ -154,8 +157,13 @@ def _invert(test: _LinearTest, estimate: float, lo_end: float, hi_end: float, al
     return out[0], out[1]
 
 
-def paired(better: Sequence[float] | np.ndarray, worse: Sequence[float] | np.ndarray, *, interval: bool = True,
-           alpha: float = ALPHA) -> Comparison:
+def paired(
+    better: Sequence[float] | np.ndarray,
+    worse: Sequence[float] | np.ndarray,
+    *,
+    interval: bool = True,
+    alpha: float = ALPHA,
+) -> Comparison:
     """Paired comparison of two arms' per-seed goodness (same order: one seed per position)."""
     d = np.asarray(better, dtype=float) - np.asarray(worse, dtype=float)
     if d.size == 0:
@@ -168,12 +176,12 @@ def paired(better: Sequence[float] | np.ndarray, worse: Sequence[float] | np.nda
         p = test.p()
         lo, hi = _invert(test, est, float(d.min()), float(d.max()), alpha) if interval else (math.nan, math.nan)
     sd = float(d.std(ddof=1)) if d.size > 1 else math.nan
-    return Comparison(est, lo, hi, p, PAIRED, (d.size, d.size), exact=_arrangements_one(d.size) <= EXACT_LIMIT,
-                      sd=sd)
+    return Comparison(est, lo, hi, p, PAIRED, (d.size, d.size), exact=_arrangements_one(d.size) <= EXACT_LIMIT, sd=sd)
 
 
-def unpaired(better: Sequence[float], worse: Sequence[float], *, interval: bool = True,
-             alpha: float = ALPHA) -> Comparison:
+def unpaired(
+    better: Sequence[float], worse: Sequence[float], *, interval: bool = True, alpha: float = ALPHA
+) -> Comparison:
     """Unpaired comparison of two arms' per-seed goodness (difference of means)."""
     a, b = np.asarray(better, dtype=float), np.asarray(worse, dtype=float)
     if a.size == 0 or b.size == 0:
@@ -184,18 +192,28 @@ def unpaired(better: Sequence[float], worse: Sequence[float], *, interval: bool 
     else:
         test = _two_sample(a, b)
         p = test.p()
-        lo, hi = (_invert(test, est, float(a.min() - b.max()), float(a.max() - b.min()), alpha)
-                  if interval else (math.nan, math.nan))
+        lo, hi = (
+            _invert(test, est, float(a.min() - b.max()), float(a.max() - b.min()), alpha)
+            if interval
+            else (math.nan, math.nan)
+        )
     pooled = math.nan
     if a.size + b.size > 2:
-        pooled = math.sqrt(((a.size - 1) * (a.var(ddof=1) if a.size > 1 else 0.0)
-                            + (b.size - 1) * (b.var(ddof=1) if b.size > 1 else 0.0)) / (a.size + b.size - 2))
-    return Comparison(est, lo, hi, p, UNPAIRED, (a.size, b.size),
-                      exact=_arrangements_two(a.size, b.size) <= EXACT_LIMIT, sd=pooled)
+        pooled = math.sqrt(
+            (
+                (a.size - 1) * (a.var(ddof=1) if a.size > 1 else 0.0)
+                + (b.size - 1) * (b.var(ddof=1) if b.size > 1 else 0.0)
+            )
+            / (a.size + b.size - 2)
+        )
+    return Comparison(
+        est, lo, hi, p, UNPAIRED, (a.size, b.size), exact=_arrangements_two(a.size, b.size) <= EXACT_LIMIT, sd=pooled
+    )
 
 
-def one_arm(values: Sequence[float], bound: float, *, at_least: bool, interval: bool = True,
-            alpha: float = ALPHA) -> Comparison:
+def one_arm(
+    values: Sequence[float], bound: float, *, at_least: bool, interval: bool = True, alpha: float = ALPHA
+) -> Comparison:
     """One arm against a bound: the mean's distance past it, positive the claimed way
     (above for ``at_least``, below for ``at_most``)."""
     x = np.asarray(values, dtype=float)
@@ -220,6 +238,7 @@ def compare(better: dict[str, float], worse: dict[str, float], *, interval: bool
 # --------------------------------------------------------------------------------------------
 # several claims at once, and the verdict
 # --------------------------------------------------------------------------------------------
+
 
 def holm(ps: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment of the p-values of one family of claims (NaN: not tested,
@@ -298,8 +317,10 @@ def looks(max_seeds: int = DEFAULT_MAX_SEEDS) -> list[int]:
     """The planned seed counts below ``max_seeds``, which is always the last look."""
     floor = min_seeds(PAIRED)
     if isinstance(max_seeds, bool) or not isinstance(max_seeds, int) or max_seeds < floor:
-        raise ValueError(f"--max-seeds must be an integer of at least {floor} (fewer seeds a side never decide "
-                         f"a claim), got {max_seeds!r}")
+        raise ValueError(
+            f"--max-seeds must be an integer of at least {floor} (fewer seeds a side never decide "
+            f"a claim), got {max_seeds!r}"
+        )
     return [n for n in PLANNED_LOOKS if n < max_seeds] + [max_seeds]
 
 

@@ -45,8 +45,10 @@ def by_length(table, best_of: tuple[str, ...] = ()) -> Any | None:
     if rows.empty:
         return None
     out = rows.assign(**{LINE: line_labels(rows)})
-    out = out.assign(length=out["length"].map(lambda v: int(v) if float(v).is_integer() else v),
-                     accuracy=out["token_acc"].astype(float))
+    out = out.assign(
+        length=out["length"].map(lambda v: int(v) if float(v).is_integer() else v),
+        accuracy=out["token_acc"].astype(float),
+    )
     out = out[["task", "split", "length", LINE, "seed", "run_id", "accuracy"]].reset_index(drop=True)
     return out.assign(**{PANEL: panel_labels(out)})
 
@@ -59,8 +61,9 @@ def draw_by_length(lengths, show: str = "accuracy") -> Any:
     data = one_per_seed(data, "length", "value")
     tasks = list(dict.fromkeys(lengths["task"].astype(str)))
     title = f"{', '.join(tasks[:3])}{'...' if len(tasks) > 3 else ''}: {show} per test length"
-    return draw_lines(data, "length", "value", title=title, xlabel="test length", ylabel=f"{show} (%)",
-                      ylim=(-2.0, 102.0))
+    return draw_lines(
+        data, "length", "value", title=title, xlabel="test length", ylabel=f"{show} (%)", ylim=(-2.0, 102.0)
+    )
 
 
 def one_per_seed(data, x: str, y: str):
@@ -69,8 +72,9 @@ def one_per_seed(data, x: str, y: str):
     return data.groupby([PANEL, LINE, x, "seed"], sort=False, dropna=False, as_index=False)[y].mean()
 
 
-def draw_lines(data, x: str, y: str, *, title: str, xlabel: str, ylabel: str,
-               ylim: tuple[float, float] | None = None) -> Any:
+def draw_lines(
+    data, x: str, y: str, *, title: str, xlabel: str, ylabel: str, ylim: tuple[float, float] | None = None
+) -> Any:
     """A Figure with one seaborn lineplot per :data:`PANEL` value (a line per :data:`LINE`
     value, mean ± sd of ``y`` over the rows at each ``x``), one legend for all panels."""
     import seaborn as sns
@@ -87,8 +91,19 @@ def draw_lines(data, x: str, y: str, *, title: str, xlabel: str, ylabel: str,
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, panel in zip(axes, panels):
         part = data[data[PANEL] == panel]
-        sns.lineplot(data=part, x=x, y=y, hue=LINE, hue_order=lines, palette=palette, errorbar="sd",
-                     marker="o", markersize=4, legend=False, ax=ax)
+        sns.lineplot(
+            data=part,
+            x=x,
+            y=y,
+            hue=LINE,
+            hue_order=lines,
+            palette=palette,
+            errorbar="sd",
+            marker="o",
+            markersize=4,
+            legend=False,
+            ax=ax,
+        )
         ax.set_title(panel, fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -96,10 +111,15 @@ def draw_lines(data, x: str, y: str, *, title: str, xlabel: str, ylabel: str,
             ax.set_ylim(*ylim)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # lengths and steps are whole numbers
         ax.grid(alpha=0.3)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     handles = [Line2D([], [], color=palette[name], marker="o", markersize=4, label=name) for name in lines]
-    fig.legend(handles=handles, title=LINE + " (mean ± sd over seeds)", loc="outside right center", fontsize=8,
-               title_fontsize=8)
+    fig.legend(
+        handles=handles,
+        title=LINE + " (mean ± sd over seeds)",
+        loc="outside right center",
+        fontsize=8,
+        title_fontsize=8,
+    )
     fig.suptitle(title, fontsize=10)
     return fig

@@ -19,24 +19,54 @@ from synthlab.run.records import read_results
 
 # what a record's run was, besides its seed: the candidates for a grid axis, and what the runs
 # a paper's cell pools must agree on
-SETTING_COLUMNS = ("task", "pe", "positions", "rope_scaling", "d_model", "n_layers", "n_heads", "steps", "batch_size",
-                   "lr", "task_revision", "pe_revision")
+SETTING_COLUMNS = (
+    "task",
+    "pe",
+    "positions",
+    "rope_scaling",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "steps",
+    "batch_size",
+    "lr",
+    "task_revision",
+    "pe_revision",
+)
 # prefixed columns that are settings too: task parameters, and a sweep cell's other --set keys
 SETTING_PREFIXES = ("task.", "model.", "train.")
 
 
 # a sweep cell's --set keys that the columns above already hold, and those that change no result
 # (how a run is executed); every other model. / train. key of a cell is a column of its own
-_COVERED = ("model.d_model", "model.n_layers", "model.n_heads", "train.steps", "train.batch_size", "train.lr",
-            "train.seed")
-RUN_OPTIONS = ("train.threads", "train.data_workers", "train.eval_batch_size", "train.eval_every", "train.compile",
-                "train.compile_mode", "train.deterministic", "train.checkpoint_every", "train.checkpoint_minutes",
-                "train.check_memory")
+_COVERED = (
+    "model.d_model",
+    "model.n_layers",
+    "model.n_heads",
+    "train.steps",
+    "train.batch_size",
+    "train.lr",
+    "train.seed",
+)
+RUN_OPTIONS = (
+    "train.threads",
+    "train.data_workers",
+    "train.eval_batch_size",
+    "train.eval_every",
+    "train.compile",
+    "train.compile_mode",
+    "train.deterministic",
+    "train.checkpoint_every",
+    "train.checkpoint_minutes",
+    "train.check_memory",
+)
 
 
 # settings a record holds besides the columns above (records older than them lack them: unknown)
-RECORD_SETTINGS = {"model": ("dropout", "causal", "tie_embeddings"),
-                   "train": ("warmup", "schedule", "weight_decay", "grad_clip", "n_train", "eval_samples")}
+RECORD_SETTINGS = {
+    "model": ("dropout", "causal", "tie_embeddings"),
+    "train": ("warmup", "schedule", "weight_decay", "grad_clip", "n_train", "eval_samples"),
+}
 
 # printed above a grid or claims table of smoke runs: they train a few steps, to check the plumbing
 SMOKE_NOTE = "smoke preset: a plumbing check, not a result"
@@ -99,15 +129,30 @@ def _base_row(r: dict[str, Any], i: int) -> dict[str, Any]:
     model = r.get("model") or {}
     train = r.get("train") or {}
     row: dict[str, Any] = {
-        "record": i, "study": r.get("study"), "trial": r.get("trial"), "run_id": r.get("run_id"),
-        "status": r.get("status"), "error": r.get("error"), "task": r.get("task"), "pe": r.get("pe"),
-        "positions": _scheme(r, "positions"), "rope_scaling": _scheme(r, "rope_scaling"), "seed": train.get("seed"),
+        "record": i,
+        "study": r.get("study"),
+        "trial": r.get("trial"),
+        "run_id": r.get("run_id"),
+        "status": r.get("status"),
+        "error": r.get("error"),
+        "task": r.get("task"),
+        "pe": r.get("pe"),
+        "positions": _scheme(r, "positions"),
+        "rope_scaling": _scheme(r, "rope_scaling"),
+        "seed": train.get("seed"),
         # a generator's revision (records from before it was recorded: 1, the first); the
         # encodings' (unknown before it was recorded: pools with any)
-        "task_revision": r.get("task_revision", 1), "pe_revision": r.get("pe_revision"),
-        "d_model": model.get("d_model"), "n_layers": model.get("n_layers"), "n_heads": model.get("n_heads"),
-        "params": model.get("params"), "steps": train.get("steps"), "batch_size": train.get("batch_size"),
-        "lr": train.get("lr"), "train_len": train.get("train_len"), "wall_s": r.get("wall_s"),
+        "task_revision": r.get("task_revision", 1),
+        "pe_revision": r.get("pe_revision"),
+        "d_model": model.get("d_model"),
+        "n_layers": model.get("n_layers"),
+        "n_heads": model.get("n_heads"),
+        "params": model.get("params"),
+        "steps": train.get("steps"),
+        "batch_size": train.get("batch_size"),
+        "lr": train.get("lr"),
+        "train_len": train.get("train_len"),
+        "wall_s": r.get("wall_s"),
         "dape_k": _or_nan(r["dape_k"] if "dape_k" in r else _legacy_dape_k(r)),
         "pose_chunks": _or_nan(r["pose_chunks"] if "pose_chunks" in r else _legacy_pose_chunks(r)),
     }
@@ -222,8 +267,9 @@ def per_seed(rows, keys: list[str], col: str):
     if runs.empty:
         return pd.DataFrame(columns=[*keys, "seed_unit", col])
     seeds = rows.drop_duplicates("record").set_index("record")["seed"]
-    runs["seed_unit"] = [f"seed {_fmt(_num(seeds.get(r)))}" if math.isfinite(_num(seeds.get(r))) else f"run {r}"
-                         for r in runs["record"]]
+    runs["seed_unit"] = [
+        f"seed {_fmt(_num(seeds.get(r)))}" if math.isfinite(_num(seeds.get(r))) else f"run {r}" for r in runs["record"]
+    ]
     return runs.groupby([*keys, "seed_unit"], dropna=True, sort=False)[col].mean().reset_index()
 
 
@@ -341,7 +387,8 @@ def preset_differences(r: dict[str, Any], spec: SweepSpec | None) -> tuple[str, 
 
 
 def same(a: Any, b: Any) -> bool:
-    """A cell key's (or a preset's) value against a table (or a record's) value: numbers by value (64 == 64.0), else text."""
+    """A cell key's (or a preset's) value against a table (or a record's) value: numbers by value
+    (64 == 64.0), else text."""
     if a is None or (isinstance(a, float) and math.isnan(a)):
         return False
     if isinstance(b, (int, float)) and not isinstance(b, bool):
@@ -400,8 +447,11 @@ def cell_settings(ok, failed, x: str, y: str, split: Any, index: list[Any], colu
     kernel, the PoSE chunk number, the task parameters, the preset and how the runs depart from
     it) and the split / length the
     cell reads: what a paper cell is matched against (Grid.mark_papers)."""
-    cols = [c for c in ok.columns if c in SETTING_COLUMNS or c.startswith("task.")
-            or c in ("dape_k", "pose_chunks", "preset", "departs")]
+    cols = [
+        c
+        for c in ok.columns
+        if c in SETTING_COLUMNS or c.startswith("task.") or c in ("dape_k", "pose_chunks", "preset", "departs")
+    ]
     axes = {x, y} & {"split", "length"}
     groups: dict[tuple[Any, Any], list] = {}
     for (yi, xi), grp in ok.groupby([y, x], dropna=True):
@@ -412,7 +462,7 @@ def cell_settings(ok, failed, x: str, y: str, split: Any, index: list[Any], colu
     else:  # a failed run has no split or length: it belongs to its whole row (column)
         other = y if x in axes else x
         for oi, grp in failed.groupby(other, dropna=True):
-            for key in ([(oi, xi) for xi in columns] if other == y else [(yi, oi) for yi in index]):
+            for key in [(oi, xi) for xi in columns] if other == y else [(yi, oi) for yi in index]:
                 groups.setdefault(key, []).append(grp)
     import pandas as pd
 

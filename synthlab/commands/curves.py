@@ -19,10 +19,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "  synthlab curves runs/ff --metric token_acc --split ood-sparse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("results", metavar="RESULTS", nargs="+",
-                   help="results JSONL file(s) or OUT directories (from synthlab train or sweep)")
-    p.add_argument("--metric", metavar="M",
-                   help="the metric to draw (default: the task's headline metric, else the first recorded)")
+    p.add_argument(
+        "results",
+        metavar="RESULTS",
+        nargs="+",
+        help="results JSONL file(s) or OUT directories (from synthlab train or sweep)",
+    )
+    p.add_argument(
+        "--metric",
+        metavar="M",
+        help="the metric to draw (default: the task's headline metric, else the first recorded)",
+    )
     p.add_argument("--split", metavar="S", help="draw this split only (default: every split with curves)")
     p.add_argument("--out", metavar="DIR", help="directory for the PNG and CSV (default: OUT/grids)")
 

@@ -24,12 +24,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "  synthlab export m1/results.jsonl m2/results.jsonl --format csv -o all.csv",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("results", metavar="RESULTS", nargs="+",
-                   help="results JSONL file(s) or OUT directories (from synthlab train or sweep)")
-    p.add_argument("--format", choices=FORMATS, default=None,
-                   help="csv or parquet (default: the one -o's suffix names, else csv)")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="file to write (default: beside the first RESULTS: results.csv / results.parquet)")
+    p.add_argument(
+        "results",
+        metavar="RESULTS",
+        nargs="+",
+        help="results JSONL file(s) or OUT directories (from synthlab train or sweep)",
+    )
+    p.add_argument(
+        "--format", choices=FORMATS, default=None, help="csv or parquet (default: the one -o's suffix names, else csv)"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="file to write (default: beside the first RESULTS: results.csv / results.parquet)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

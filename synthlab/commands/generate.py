@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="write samples of a task as JSON lines or Parquet",
         description="Write samples start..start+n-1 of one split of a task as JSON lines "
         "(stdout by default) or as a Parquet file (-o; the same fields, params as JSON text; needs "
-        "pip install 'synthlab-pe[parquet]'). The same seed gives the same bytes (JSON lines) and the same table (Parquet).",
+        "pip install 'synthlab-pe[parquet]'). The same seed gives the same bytes (JSON lines) and the same table "
+        "(Parquet).",
         epilog="examples:\n"
         "  synthlab generate flipflop --split ood-sparse -n 1000 --seed 3 --set n_pairs=64 -o ff.jsonl\n"
         "  synthlab generate flipflop -n 10000 -o ff-train.parquet",
@@ -42,8 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start", type=int, default=0, help="index of the first sample, below 2^63 (default: 0)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default: 0)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="task parameter (repeatable)")
-    p.add_argument("--format", choices=FORMATS, default=None,
-                   help="jsonl or parquet (default: parquet for an -o name ending in .parquet, else jsonl)")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="jsonl or parquet (default: parquet for an -o name ending in .parquet, else jsonl)",
+    )
     p.add_argument("-o", "--output", help="output file (default: stdout; parquet needs -o)")
 
 
@@ -108,9 +113,19 @@ def _write_parquet(task, args, path: Path) -> None:
     import pyarrow.parquet as pq
 
     strings, ints = pa.list_(pa.string()), pa.list_(pa.int64())
-    schema = pa.schema([("task", pa.string()), ("split", pa.string()), ("seed", pa.int64()), ("index", pa.int64()),
-                        ("params", pa.string()), ("tokens", strings), ("ids", ints), ("scored", ints),
-                        ("targets", strings)])
+    schema = pa.schema(
+        [
+            ("task", pa.string()),
+            ("split", pa.string()),
+            ("seed", pa.int64()),
+            ("index", pa.int64()),
+            ("params", pa.string()),
+            ("tokens", strings),
+            ("ids", ints),
+            ("scored", ints),
+            ("targets", strings),
+        ]
+    )
     # a Python file, not pyarrow's own: its errors (no such directory, a full disk) are OSErrors
     # with an errno that `naming` turns into one line about -o, not pyarrow's text about the .part file
     with open(path, "wb") as f, pq.ParquetWriter(f, schema) as writer:

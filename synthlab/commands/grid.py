@@ -20,11 +20,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "unknown tasks are refused).",
         epilog="example: synthlab grid synthlab-runs/flipflop-quick/results.jsonl --kind ood -o ff-ood.png",
     )
-    p.add_argument("results", metavar="RESULTS",
-                   help="results JSONL, or the OUT directory of synthlab train / sweep (its results.jsonl)")
+    p.add_argument(
+        "results",
+        metavar="RESULTS",
+        help="results JSONL, or the OUT directory of synthlab train / sweep (its results.jsonl)",
+    )
     p.add_argument("--kind", choices=("capacity", "ood"), default="ood", help="which grid (default: ood)")
-    p.add_argument("--x", help="column field (split, length, d_model, n_heads, pe, task, seed, ...; default: the "
-                   "ood_x / capacity_x of the sweep file that lists the records' task, else split / d_model)")
+    p.add_argument(
+        "--x",
+        help="column field (split, length, d_model, n_heads, pe, task, seed, ...; default: the "
+        "ood_x / capacity_x of the sweep file that lists the records' task, else split / d_model)",
+    )
     p.add_argument("--y", help="row field (default: that sweep file's ood_y / capacity_y, else pe)")
     p.add_argument("-o", "--output", help="PNG path (default: grid-<kind>.png beside RESULTS)")
 

@@ -18,8 +18,14 @@ _OPTIONS = {
     "bias": ("layer", "head", "max_distance"),
     "glitches": ("split", "n"),
 }
-_FLAGS = {"sample": "--sample", "split": "--split", "layer": "--layer", "head": "--head",
-          "max_distance": "--max-distance", "n": "-n"}
+_FLAGS = {
+    "sample": "--sample",
+    "split": "--split",
+    "layer": "--layer",
+    "head": "--head",
+    "max_distance": "--max-distance",
+    "n": "-n",
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,17 +48,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("kind", choices=KINDS, metavar="KIND", help=f"the picture: {', '.join(KINDS)}")
-    p.add_argument("target", metavar="RUN_OR_PE",
-                   help="a run directory (OUT/<run_id>/); for bias also a pe spec, e.g. alibi")
-    p.add_argument("--sample", type=int, metavar="N",
-                   help="attention, positions: sample index in the split (default: 0)")
-    p.add_argument("--split", metavar="S",
-                   help="attention, positions: the split (default: test); glitches (default: ood-sparse)")
-    p.add_argument("--layer", type=int, action="append", metavar="L",
-                   help="layer to draw, from 0 (repeatable; default: all)")
-    p.add_argument("--head", type=int, action="append", metavar="H",
-                   help="head to draw, from 0 (repeatable; default: all)")
-    p.add_argument("--max-distance", type=int, metavar="D", help=f"bias: largest distance drawn, at most {MAX_DISTANCE} (default: 64)")
+    p.add_argument(
+        "target", metavar="RUN_OR_PE", help="a run directory (OUT/<run_id>/); for bias also a pe spec, e.g. alibi"
+    )
+    p.add_argument(
+        "--sample", type=int, metavar="N", help="attention, positions: sample index in the split (default: 0)"
+    )
+    p.add_argument(
+        "--split", metavar="S", help="attention, positions: the split (default: test); glitches (default: ood-sparse)"
+    )
+    p.add_argument(
+        "--layer", type=int, action="append", metavar="L", help="layer to draw, from 0 (repeatable; default: all)"
+    )
+    p.add_argument(
+        "--head", type=int, action="append", metavar="H", help="head to draw, from 0 (repeatable; default: all)"
+    )
+    p.add_argument(
+        "--max-distance",
+        type=int,
+        metavar="D",
+        help=f"bias: largest distance drawn, at most {MAX_DISTANCE} (default: 64)",
+    )
     p.add_argument("-n", type=int, metavar="N", help="glitches: samples of the split (default: the run's eval_samples)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.png", help="PNG file to write")
 

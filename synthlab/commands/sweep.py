@@ -32,60 +32,103 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "  optuna-dashboard synthlab-runs/flipflop-quick/study.journal  # in another terminal",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("sweep", metavar="TASK_OR_FILE",
-                   help="an installed sweep (flipflop, flipflop_lm, selective_copy, counting, arithmetic, binfa, che, pose, "
-                   "mqar), a CHE task name (che.toml restricted to it), or a .toml file")
+    p.add_argument(
+        "sweep",
+        metavar="TASK_OR_FILE",
+        help="an installed sweep (flipflop, flipflop_lm, selective_copy, counting, arithmetic, binfa, che, pose, "
+        "mqar), a CHE task name (che.toml restricted to it), or a .toml file",
+    )
     p.add_argument("--pe", help="comma-separated encodings; replaces the sweep's encodings axis")
     p.add_argument("--preset", choices=("smoke", "quick", "paper"), help="settings preset (default: the sweep file's)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="a setting for every cell, on top of the preset (repeatable): train.eval_every=100, "
-                   "steps=500; not an axis of the sweep. The default study name carries it")
-    p.add_argument("--seeds", metavar="N|A-B|A,B,...",
-                   help="the seeds: a count N (0 to N-1), an inclusive range A-B or a list A,B,C; replaces the "
-                   "sweep's seed axis, not part of the default study name: more seeds later on the same study "
-                   "run only the new seeds' cells")
-    p.add_argument("--until-decided", action="store_true",
-                   help="add seeds in planned looks (8, 12, 16, 20 ... seeds a side) until every claim of the sweep "
-                   "file judged here is supported or contradicted, or --max-seeds; each look tests at its share of "
-                   "the 5 %% error (alpha spending), so stopping early does not inflate it (docs/results.md)")
-    p.add_argument("--max-seeds", type=int, metavar="N",
-                   help="the last look of --until-decided (default 20; at least 6)")
-    p.add_argument("--claims-only", action="store_true",
-                   help="run only the grid cells the sweep file's claims for this preset read: the claims decided, "
-                   "the rest of the heatmaps left blank (a later run without it fills them)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting for every cell, on top of the preset (repeatable): train.eval_every=100, "
+        "steps=500; not an axis of the sweep. The default study name carries it",
+    )
+    p.add_argument(
+        "--seeds",
+        metavar="N|A-B|A,B,...",
+        help="the seeds: a count N (0 to N-1), an inclusive range A-B or a list A,B,C; replaces the "
+        "sweep's seed axis, not part of the default study name: more seeds later on the same study "
+        "run only the new seeds' cells",
+    )
+    p.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="add seeds in planned looks (8, 12, 16, 20 ... seeds a side) until every claim of the sweep "
+        "file judged here is supported or contradicted, or --max-seeds; each look tests at its share of "
+        "the 5 %% error (alpha spending), so stopping early does not inflate it (docs/results.md)",
+    )
+    p.add_argument(
+        "--max-seeds", type=int, metavar="N", help="the last look of --until-decided (default 20; at least 6)"
+    )
+    p.add_argument(
+        "--claims-only",
+        action="store_true",
+        help="run only the grid cells the sweep file's claims for this preset read: the claims decided, "
+        "the rest of the heatmaps left blank (a later run without it fills them)",
+    )
     p.add_argument("--trials", type=int, help="run at most N trials in this process, then stop")
-    p.add_argument("--storage", help="Optuna storage URL (sqlite:///F, postgresql://...) or a journal file path "
-                   "(default: OUT/study.journal)")
+    p.add_argument(
+        "--storage",
+        help="Optuna storage URL (sqlite:///F, postgresql://...) or a journal file path (default: OUT/study.journal)",
+    )
     p.add_argument("--study", help="study name (default: <sweep>-<preset>)")
     p.add_argument("--out", help="output directory (default: synthlab-runs/<study>)")
-    p.add_argument("--retry-failed", action="store_true",
-                   help="run the cells that failed before again (a failed cell otherwise counts as finished)")
-    p.add_argument("--workers", metavar="N|auto",
-                   help="worker processes on this machine sharing the grid (auto: one per CPU core with one "
-                   "thread each, or one per GPU, never more than the cells left; default auto, or 1 with "
-                   "--trials; SYNTHLAB_WORKERS sets another default)")
-    p.add_argument("--launcher", choices=("local", "slurm"),
-                   help="where the cells train: local (default: this machine, --workers) or slurm (a SLURM job "
-                   "array through submitit, one task per cell not finished; settings from --set launcher.partition=, "
-                   "launcher.time=, launcher.gpus_per_task=, launcher.cpus_per_task=, launcher.array_parallelism= or "
-                   "a [launcher] table of the sweep file; pip install 'synthlab-pe[slurm]'; docs/scaling.md)")
-    p.add_argument("--detach", action="store_true",
-                   help="with --launcher slurm: return once the cells are submitted; the same command run later "
-                   "gathers the results and draws the grids")
-    p.add_argument("--logger", metavar="NAME",
-                   help="each run's training logger: csv (default), tensorboard, wandb, mlflow or none "
-                   "(the last three need pip install 'synthlab-pe[NAME]')")
-    p.add_argument("--progress-every", type=float, default=HEARTBEAT_EVERY, metavar="SECONDS",
-                   help="seconds between two heartbeat lines of a running cell when stderr is not a terminal "
-                   f"(default {HEARTBEAT_EVERY:g})")
-    p.add_argument("--batch-seeds", action="store_true",
-                   help="train the seeds of a cell together as one stacked model (torch.func.vmap; each seed still "
-                        "its own run and record): fills a GPU that one small model leaves idle. Cells whose "
-                        "seeds cannot stack (lengths varying per batch, dropout, --positions, train.eval_every, "
-                        "train.compile) train one by one")
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run the cells that failed before again (a failed cell otherwise counts as finished)",
+    )
+    p.add_argument(
+        "--workers",
+        metavar="N|auto",
+        help="worker processes on this machine sharing the grid (auto: one per CPU core with one "
+        "thread each, or one per GPU, never more than the cells left; default auto, or 1 with "
+        "--trials; SYNTHLAB_WORKERS sets another default)",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        help="where the cells train: local (default: this machine, --workers) or slurm (a SLURM job "
+        "array through submitit, one task per cell not finished; settings from --set launcher.partition=, "
+        "launcher.time=, launcher.gpus_per_task=, launcher.cpus_per_task=, launcher.array_parallelism= or "
+        "a [launcher] table of the sweep file; pip install 'synthlab-pe[slurm]'; docs/scaling.md)",
+    )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="with --launcher slurm: return once the cells are submitted; the same command run later "
+        "gathers the results and draws the grids",
+    )
+    p.add_argument(
+        "--logger",
+        metavar="NAME",
+        help="each run's training logger: csv (default), tensorboard, wandb, mlflow or none "
+        "(the last three need pip install 'synthlab-pe[NAME]')",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=HEARTBEAT_EVERY,
+        metavar="SECONDS",
+        help="seconds between two heartbeat lines of a running cell when stderr is not a terminal "
+        f"(default {HEARTBEAT_EVERY:g})",
+    )
+    p.add_argument(
+        "--batch-seeds",
+        action="store_true",
+        help="train the seeds of a cell together as one stacked model (torch.func.vmap; each seed still "
+        "its own run and record): fills a GPU that one small model leaves idle. Cells whose "
+        "seeds cannot stack (lengths varying per batch, dropout, --positions, train.eval_every, "
+        "train.compile) train one by one",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output: nothing on stderr but errors")
-    p.add_argument("--yes", action="store_true",
-                   help=f"run a grid of more than {MAX_CELLS:,} cells (refused without it)")
+    p.add_argument(
+        "--yes", action="store_true", help=f"run a grid of more than {MAX_CELLS:,} cells (refused without it)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,8 +148,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         _check_size(args, seeds)
     if args.launcher == "slurm" and args.workers is not None:
-        raise ValueError("--workers: not with --launcher slurm (SLURM runs one task per cell; "
-                         "--set launcher.array_parallelism=N caps how many at once)")
+        raise ValueError(
+            "--workers: not with --launcher slurm (SLURM runs one task per cell; "
+            "--set launcher.array_parallelism=N caps how many at once)"
+        )
     workers = args.workers
     if args.launcher == "slurm":
         workers = "1"
@@ -116,12 +161,28 @@ def run(args: argparse.Namespace) -> int:
             parse_workers(workers)
         except ValueError:
             raise ValueError(f"{ENV_DEFAULT}={workers!r}: a positive integer or 'auto'") from None
-    records = sweep(args.sweep, pe=args.pe, preset=args.preset, trials=args.trials, storage=args.storage,
-                    study=args.study, out=args.out, quiet=args.quiet, retry_failed=args.retry_failed,
-                    workers=workers, logger=args.logger, progress_every=args.progress_every,
-                    settings=settings, batch_seeds=args.batch_seeds, seeds=seeds,
-                    until_decided=args.until_decided, max_seeds=args.max_seeds, claims_only=args.claims_only,
-                    launcher=args.launcher, detach=args.detach)
+    records = sweep(
+        args.sweep,
+        pe=args.pe,
+        preset=args.preset,
+        trials=args.trials,
+        storage=args.storage,
+        study=args.study,
+        out=args.out,
+        quiet=args.quiet,
+        retry_failed=args.retry_failed,
+        workers=workers,
+        logger=args.logger,
+        progress_every=args.progress_every,
+        settings=settings,
+        batch_seeds=args.batch_seeds,
+        seeds=seeds,
+        until_decided=args.until_decided,
+        max_seeds=args.max_seeds,
+        claims_only=args.claims_only,
+        launcher=args.launcher,
+        detach=args.detach,
+    )
     return 0 if records is not None else 1
 
 
@@ -155,5 +216,7 @@ def _check_size(args: argparse.Namespace, seeds: list[int] | None) -> None:
     pe = split_pe_list(args.pe) if args.pe is not None else None
     n = count_cells(spec, preset, pe, seeds)
     if n > MAX_CELLS and not args.yes:
-        raise ValueError(f"{args.sweep}: the grid has {n:,} cells at preset {preset!r}, over the {MAX_CELLS:,} "
-                         "a sweep runs without asking; pass --yes to run it anyway")
+        raise ValueError(
+            f"{args.sweep}: the grid has {n:,} cells at preset {preset!r}, over the {MAX_CELLS:,} "
+            "a sweep runs without asking; pass --yes to run it anyway"
+        )

@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for i in infos:
             params = " ".join(f"{k}={v}" for k, v in i["params"].items())
-            rows.append([i["name"], i["family"], ",".join(i["splits"]), params] + ([i["plugin"] or "-"] if plugins else []))
-        print(format_table(rows, ["task", "family", "splits", "parameters (defaults)"] + (["plugin"] if plugins else [])))
+            rows.append(
+                [i["name"], i["family"], ",".join(i["splits"]), params] + ([i["plugin"] or "-"] if plugins else [])
+            )
+        print(
+            format_table(rows, ["task", "family", "splits", "parameters (defaults)"] + (["plugin"] if plugins else []))
+        )
     return 0

@@ -36,7 +36,6 @@ MAX_STEPS = 10**9  # a step count needs no memory; past this it is a typo, not a
 MAX_PARAMS = 10**10
 
 
-
 def _ge(lo: float) -> Any:
     return lambda v: None if v >= lo else f"must be >= {lo}"
 
@@ -77,9 +76,13 @@ class ModelConfig:
     dropout: float = _f(0.0, _unit_interval_open_right, "dropout probability")
     tie_embeddings: bool = _f(False, None, "share input embedding and output head")
     causal: bool = _f(True, None, "causal decoder (True) or bidirectional encoder (False)")
-    max_len: int | None = _f(None, _opt(_range(1, 2**20)), "position table size; none = longest evaluated sequence "
-                             "(then, on tasks of varied lengths, train.eval_samples sizes the learned / relative / "
-                             "BiPE tables and so the random init of every weight drawn after them)")
+    max_len: int | None = _f(
+        None,
+        _opt(_range(1, 2**20)),
+        "position table size; none = longest evaluated sequence "
+        "(then, on tasks of varied lengths, train.eval_samples sizes the learned / relative / "
+        "BiPE tables and so the random init of every weight drawn after them)",
+    )
 
 
 @dataclass
@@ -91,32 +94,63 @@ class TrainConfig:
     lr: float = _f(1e-3, _gt(0.0), "peak learning rate")
     warmup: int = _f(0, _range(0, MAX_STEPS), "linear warmup steps")
     schedule: str = _f("linear", _in(*SCHEDULES), "decay after warmup")
-    weight_decay: float = _f(0.1, _ge(0.0), "AdamW weight decay on the parameters of 2+ dims: weight matrices, the "
-                             "token embedding and the learned position tables (learned APE, T5 / Shaw tables, CoPE's "
-                             "pos_emb, DAPE's and FIRE's MLP weights); none on biases, LayerNorm, Kerple's and FIRE's scalars")
+    weight_decay: float = _f(
+        0.1,
+        _ge(0.0),
+        "AdamW weight decay on the parameters of 2+ dims: weight matrices, the "
+        "token embedding and the learned position tables (learned APE, T5 / Shaw tables, CoPE's "
+        "pos_emb, DAPE's and FIRE's MLP weights); none on biases, LayerNorm, Kerple's and FIRE's scalars",
+    )
     grad_clip: float = _f(1.0, _ge(0.0), "max gradient norm (0 = off)")
     n_train: int | None = _f(None, _opt(_range(1, 10**7)), "fixed training set size; none = fresh samples every step")
     eval_samples: int = _f(500, _range(1, 10**6), "evaluation samples per split (per length group)")
-    data_workers: int | None = _f(None, _opt(_range(0, 64)), "processes building training batches ahead of the "
-                                  "steps (none = 2 on a GPU, 0 on CPU, whose cores train); the same batches either way")
+    data_workers: int | None = _f(
+        None,
+        _opt(_range(0, 64)),
+        "processes building training batches ahead of the "
+        "steps (none = 2 on a GPU, 0 on CPU, whose cores train); the same batches either way",
+    )
     eval_batch_size: int = _f(64, _range(1, 2**14), "evaluation batch size")
-    eval_every: int | None = _f(None, _opt(lambda v: None if v >= 1 else "must be >= 1 (none = off)"),
-                                "learning curve: evaluate the held-out splits every N steps and at the last "
-                                "(record['curve']); none = off. Changes no weight or metric")
+    eval_every: int | None = _f(
+        None,
+        _opt(lambda v: None if v >= 1 else "must be >= 1 (none = off)"),
+        "learning curve: evaluate the held-out splits every N steps and at the last "
+        "(record['curve']); none = off. Changes no weight or metric",
+    )
     seed: int = _f(0, _range(0, SEED_MAX), "run seed (data, init, positions)")
     threads: int = _f(0, _range(0, 4096), "CPU threads for this run (0 = torch's default); tiny models run faster on 1")
-    precision: str = _f("fp32", _in(*PRECISIONS), "fp32, or bf16-mixed (autocast: matmuls in bfloat16, weights and "
-                                                   "optimizer state in float32; evaluation under the same autocast)")
-    compile: bool = _f(False, None, "torch.compile the model for training (the first steps pay the compilation; "
-                                    "evaluation runs eagerly)")
-    compile_mode: str = _f("default", _in(*COMPILE_MODES), "torch.compile's mode with train.compile: default, "
-                                                           "reduce-overhead (CUDA graphs on a GPU: a step's launches "
-                                                           "replayed at once; as default on CPU), max-autotune[-no-cudagraphs]")
-    deterministic: bool = _f(False, None, "GPU: deterministic algorithms only (cuBLAS workspace, no atomics; slower). "
-                                          "CPU runs repeat exactly for a given thread count either way")
-    checkpoint_every: int = _f(1000, _ge(0), "save a resumable checkpoint every N steps under OUT/.checkpoints/ "
-                                             "(0 = off; never at the last step)")
-    checkpoint_minutes: float = _f(10.0, _ge(0.0), "also save one when this many minutes passed since the last (0 = off)")
+    precision: str = _f(
+        "fp32",
+        _in(*PRECISIONS),
+        "fp32, or bf16-mixed (autocast: matmuls in bfloat16, weights and "
+        "optimizer state in float32; evaluation under the same autocast)",
+    )
+    compile: bool = _f(
+        False,
+        None,
+        "torch.compile the model for training (the first steps pay the compilation; evaluation runs eagerly)",
+    )
+    compile_mode: str = _f(
+        "default",
+        _in(*COMPILE_MODES),
+        "torch.compile's mode with train.compile: default, "
+        "reduce-overhead (CUDA graphs on a GPU: a step's launches "
+        "replayed at once; as default on CPU), max-autotune[-no-cudagraphs]",
+    )
+    deterministic: bool = _f(
+        False,
+        None,
+        "GPU: deterministic algorithms only (cuBLAS workspace, no atomics; slower). "
+        "CPU runs repeat exactly for a given thread count either way",
+    )
+    checkpoint_every: int = _f(
+        1000,
+        _ge(0),
+        "save a resumable checkpoint every N steps under OUT/.checkpoints/ (0 = off; never at the last step)",
+    )
+    checkpoint_minutes: float = _f(
+        10.0, _ge(0.0), "also save one when this many minutes passed since the last (0 = off)"
+    )
     check_memory: bool = _f(True, None, "refuse a run whose estimated memory exceeds what this machine has available")
 
 
@@ -284,12 +318,14 @@ def _closest(key: str, task_param_names: list[str] | tuple[str, ...]) -> str:
     hint = did_you_mean(key, dotted)
     if not hint and "." not in key:
         hint = did_you_mean(key, bare)
-        close = hint[len(" (did you mean "):-len("?)")].split(" or ") if hint else []
+        close = hint[len(" (did you mean ") : -len("?)")].split(" or ") if hint else []
         hint = f" (did you mean {' or '.join(bare[c] for c in close)}?)" if close else ""
     return hint or " (the settings: `synthlab train --help`; task parameters: `synthlab tasks`)"
 
 
-def apply_overrides(cfg: RunConfig, overrides: dict[str, Any] | None, task_param_names: list[str] | tuple[str, ...]) -> RunConfig:
+def apply_overrides(
+    cfg: RunConfig, overrides: dict[str, Any] | None, task_param_names: list[str] | tuple[str, ...]
+) -> RunConfig:
     """A copy of ``cfg`` with ``overrides`` applied (typed; range checks are separate)."""
     cfg = copy.deepcopy(cfg)
     for key, value in (overrides or {}).items():
@@ -309,19 +345,24 @@ def validate_fields(cfg: RunConfig) -> None:
     check_fields(cfg.model, "model")
     check_fields(cfg.train, "train")
     if cfg.model.d_model % cfg.model.n_heads:
-        raise ValueError(f"model.d_model ({cfg.model.d_model}) must be divisible by model.n_heads ({cfg.model.n_heads})")
+        raise ValueError(
+            f"model.d_model ({cfg.model.d_model}) must be divisible by model.n_heads ({cfg.model.n_heads})"
+        )
     m = cfg.model
     if 12 * m.n_layers * m.d_model**2 > MAX_PARAMS:  # 12 L d^2: attention + MLP weights
-        raise ValueError(f"model.d_model={m.d_model} x model.n_layers={m.n_layers} is about "
-                         f"{12 * m.n_layers * m.d_model**2:.1e} parameters, over the limit of {MAX_PARAMS:.0e} "
-                         "(16 bytes each to train: more memory than any one machine has)")
+        raise ValueError(
+            f"model.d_model={m.d_model} x model.n_layers={m.n_layers} is about "
+            f"{12 * m.n_layers * m.d_model**2:.1e} parameters, over the limit of {MAX_PARAMS:.0e} "
+            "(16 bytes each to train: more memory than any one machine has)"
+        )
     if cfg.train.compile_mode != "default" and not cfg.train.compile:
         raise ValueError(f"train.compile_mode={cfg.train.compile_mode} needs train.compile=true")
     if cfg.train.warmup > cfg.train.steps:
         raise ValueError(f"train.warmup must be <= train.steps ({cfg.train.steps}), got {cfg.train.warmup}")
     if cfg.train.eval_every is not None and cfg.train.eval_every > cfg.train.steps:
-        raise ValueError(f"train.eval_every must be <= train.steps ({cfg.train.steps}; none = off), "
-                         f"got {cfg.train.eval_every}")
+        raise ValueError(
+            f"train.eval_every must be <= train.steps ({cfg.train.steps}; none = off), got {cfg.train.eval_every}"
+        )
     if cfg.rope_scaling is not None and cfg.rope_scaling not in ROPE_SCALINGS:
         raise ValueError(f"rope_scaling must be one of none, {', '.join(ROPE_SCALINGS)}; got {cfg.rope_scaling!r}")
     for name in ("dape_k", "pose_chunks"):

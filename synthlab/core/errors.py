@@ -42,7 +42,8 @@ def check_seed(seed: object, what: str = "seed") -> int:
     return check(seed, what)
 
 
-# sizes a command takes besides a run's settings (docs/interfaces.md "Errors and exit codes"): nothing larger can run here
+# sizes a command takes besides a run's settings (docs/interfaces.md "Errors and exit codes"):
+# nothing larger can run here
 MAX_SAMPLES = 1_000_000_000  # generate -n: a billion samples is days of writing and about a terabyte
 MAX_INDEX = 2**63 - 1  # a sample's index (generate --start + n, plot --sample): Parquet's int64 column
 MAX_DISTANCE = 4096  # plot bias --max-distance: the biases are heads x T x T floats (T = D + 1)

@@ -28,6 +28,7 @@ def proc_start(pid: int) -> str | None:
 def _zombie(pid: int) -> bool:
     """Whether ``pid`` has exited and waits for its parent to reap it (Linux: state Z or X in
     every thread; a process whose first thread exited while others run shows Z in its own stat)."""
+
     def state(path: str) -> str | None:
         try:
             with open(path, "rb") as f:
@@ -82,8 +83,13 @@ DEFAULT_BEAT = 30.0  # seconds between two heartbeats of a worker that does not 
 
 def worker_id(beat: float = DEFAULT_BEAT) -> dict[str, Any]:
     """This process as a trial names its worker; ``beat``: its seconds between heartbeats."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": proc_start(os.getpid()),
-            "space": pid_space(), "beat": float(beat)}
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start": proc_start(os.getpid()),
+        "space": pid_space(),
+        "beat": float(beat),
+    }
 
 
 def same_pid_space(w: dict[str, Any], me: dict[str, Any]) -> bool:

@@ -39,9 +39,19 @@ class PositionContext:
     ``activations``: the dict the hook points write into (:meth:`keep`), or None.
     """
 
-    def __init__(self, T: int, causal: bool, positions: torch.Tensor, default_positions: bool,
-                 segments: torch.Tensor | None, intra: torch.Tensor | None, cache: TensorCache, device: torch.device,
-                 dtype: torch.dtype, activations: dict[str, torch.Tensor] | None = None):
+    def __init__(
+        self,
+        T: int,
+        causal: bool,
+        positions: torch.Tensor,
+        default_positions: bool,
+        segments: torch.Tensor | None,
+        intra: torch.Tensor | None,
+        cache: TensorCache,
+        device: torch.device,
+        dtype: torch.dtype,
+        activations: dict[str, torch.Tensor] | None = None,
+    ):
         self.T, self.causal, self.device, self.dtype = T, causal, device, dtype
         self.activations = activations
         self._index = {"token": positions, "segment": segments, "intra": intra}
@@ -72,9 +82,11 @@ class PositionContext:
 
     def rel(self, index: str) -> torch.Tensor:
         """p_i - p_j, (T, T) or (B, T, T) long."""
+
         def make():
             p = self.pos(index)
             return p.unsqueeze(-1) - p.unsqueeze(-2)
+
         return self.memoize(("rel", index), index, make)
 
     def absrel(self, index: str) -> torch.Tensor:
@@ -104,9 +116,18 @@ def _sdpa_backend(q: torch.Tensor) -> Any:
 class Attention(nn.Module):
     """Self-attention with pluggable position components (built by the transformer)."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, causal: bool, n_layers: int,
-                 rotary: Rotary | None = None, biases: list[nn.Module] | None = None,
-                 cope: CoPE | None = None, dape: DAPE | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        causal: bool,
+        n_layers: int,
+        rotary: Rotary | None = None,
+        biases: list[nn.Module] | None = None,
+        cope: CoPE | None = None,
+        dape: DAPE | None = None,
+    ):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
@@ -176,8 +197,9 @@ class Attention(nn.Module):
         with _sdpa_backend(q):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
 
-    def _materialised(self, x: torch.Tensor, ctx: PositionContext, q_raw, q, k, v,
-                      weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _materialised(
+        self, x: torch.Tensor, ctx: PositionContext, q_raw, q, k, v, weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """softmax(S + the position terms) v with S = q k^T / sqrt(d_h) (B, H, T, T): (y, att)."""
         if self._cope_alone and not weights and not (self.training and self.dropout > 0):
             assert self.cope is not None, "a CoPE layer"  # its fused kernels make no (T, T) tensor at all
@@ -193,7 +215,9 @@ class Attention(nn.Module):
             if self.cope is not None:
                 term = self.cope(q_raw, S, x, ctx.future)
                 add = term if add is None else add + term
-            if self.dape is not None:  # softmax of the masked logits (the native kernel fuses mask and softmax backward)
+            if (
+                self.dape is not None
+            ):  # softmax of the masked logits (the native kernel fuses mask and softmax backward)
                 att = self.dape.attention(S, add, ctx.future if self.causal else None)  # (B, H, T, T)
             else:
                 A = S if add is None else S + add

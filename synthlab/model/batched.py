@@ -41,8 +41,13 @@ def plain(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def fold_vmap(apply: Callable[..., Any], info: Any, in_dims: Sequence[int | None], args: Sequence[Any],
-              roles: Sequence[str | None]) -> tuple[Any, Any]:
+def fold_vmap(
+    apply: Callable[..., Any],
+    info: Any,
+    in_dims: Sequence[int | None],
+    args: Sequence[Any],
+    roles: Sequence[str | None],
+) -> tuple[Any, Any]:
     """The ``vmap`` staticmethod of an autograd.Function whose kernel treats each element of its
     leading batch dimension independently: returns (outputs, out_dims).
 
@@ -60,7 +65,7 @@ def fold_vmap(apply: Callable[..., Any], info: Any, in_dims: Sequence[int | None
             return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
         return torch.stack(outs), 0
     lead, d0 = next((a, d) for a, d, r in zip(args, in_dims, roles) if r == "batch")
-    B = lead.shape[0] if d0 is None else (lead.shape[:d0] + lead.shape[d0 + 1:])[0]  # the kernel's batch per slice
+    B = lead.shape[0] if d0 is None else (lead.shape[:d0] + lead.shape[d0 + 1 :])[0]  # the kernel's batch per slice
 
     def fold(a: Any, d: int | None, r: str | None) -> Any:
         if r not in ("batch", "batch|1") or a is None or (d is None and r == "batch|1" and a.shape[0] == 1):

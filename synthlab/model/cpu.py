@@ -17,8 +17,9 @@ import sys
 _DONE = False
 
 
-def tune_cpu_allocator(mmap_threshold: int = 2**31 - 1, trim_threshold: int = 2**31 - 1,
-                       top_pad: int = 256 * 2**20) -> bool:
+def tune_cpu_allocator(
+    mmap_threshold: int = 2**31 - 1, trim_threshold: int = 2**31 - 1, top_pad: int = 256 * 2**20
+) -> bool:
     """Keep freed large blocks in the heap (glibc ``mallopt``). Idempotent; returns True when
     applied, False where unavailable (not Linux/glibc). Affects the whole process."""
     global _DONE
@@ -32,8 +33,9 @@ def tune_cpu_allocator(mmap_threshold: int = 2**31 - 1, trim_threshold: int = 2*
     except (OSError, AttributeError):
         return False
     M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
-    ok = all(mallopt(opt, val) == 1 for opt, val in ((M_MMAP_THRESHOLD, mmap_threshold),
-                                                      (M_TRIM_THRESHOLD, trim_threshold),
-                                                      (M_TOP_PAD, top_pad)))
+    ok = all(
+        mallopt(opt, val) == 1
+        for opt, val in ((M_MMAP_THRESHOLD, mmap_threshold), (M_TRIM_THRESHOLD, trim_threshold), (M_TOP_PAD, top_pad))
+    )
     _DONE = ok
     return ok

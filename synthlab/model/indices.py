@@ -188,7 +188,9 @@ class PoSE(PositionScheme):
 
     def sample_rows(self, B: int, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
         if T > self.target:
-            raise ValueError(f"pose: training window {T} exceeds target={self.target}; target must be >= the training length")
+            raise ValueError(
+                f"pose: training window {T} exceeds target={self.target}; target must be >= the training length"
+            )
         if self.chunks >= T:  # N = L_c: RandPos over the target range, per example
             return Randomized(self.target).sample_rows(B, T, generator)
         n, room = self.chunks, self.target - T
@@ -220,7 +222,9 @@ def parse_positions(spec: "str | PositionScheme | None", *, pose_chunks: int | N
     if spec is None or isinstance(spec, PositionScheme):
         return spec
     if not isinstance(spec, str):
-        raise ValueError(f"--positions must be a string like 'randomized:max=2048' or 'pose:chunks=2,target=1024', got {spec!r}")
+        raise ValueError(
+            f"--positions must be a string like 'randomized:max=2048' or 'pose:chunks=2,target=1024', got {spec!r}"
+        )
     text = spec.strip().lower()
     if text in ("", "none", "token"):
         return None

@@ -38,7 +38,9 @@ class DAPE(nn.Module):
 
     @classmethod
     def build(cls, cfg: BuildConfig) -> "DAPE":
-        return cls(cfg.n_heads, with_bias=cfg.scores_bias, hidden=cfg.params["hidden"], k=cfg.params["k"], causal=cfg.causal)
+        return cls(
+            cfg.n_heads, with_bias=cfg.scores_bias, hidden=cfg.params["hidden"], k=cfg.params["k"], causal=cfg.causal
+        )
 
     def __init__(self, n_heads: int, with_bias: bool, hidden: int = 32, k: int = 1, causal: bool = True):
         super().__init__()
@@ -56,8 +58,9 @@ class DAPE(nn.Module):
             return S + bias
         return S
 
-    def _operands(self, bias: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor,
-                                                          torch.Tensor, torch.Tensor]:
+    def _operands(
+        self, bias: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The dispatchers' operands after S: the bias where f reads one, the four weights."""
         if self.with_bias and bias is None:
             raise ValueError("dape was built for a bias but got none")
@@ -68,14 +71,16 @@ class DAPE(nn.Module):
     def forward(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
         """S (B, H, T, T), bias (1|B, H, T, T) or None, future (T, T) bool -> A (B, H, T, T),
         with the causal mask applied (-inf above the diagonal) in causal mode."""
-        return native_dape.dape_scores(S, *self._operands(bias), self.causal, future,
-                                       reference=lambda: self.forward_full(S, bias, None))
+        return native_dape.dape_scores(
+            S, *self._operands(bias), self.causal, future, reference=lambda: self.forward_full(S, bias, None)
+        )
 
     def attention(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
         """softmax(forward(S, bias, future)) over the keys: the attention weights (B, H, T, T),
         with the softmax's backward fused into the fused kernels'."""
-        return native_dape.dape_attention(S, *self._operands(bias), self.causal, future,
-                                          reference=lambda: self.forward_full(S, bias, None))
+        return native_dape.dape_attention(
+            S, *self._operands(bias), self.causal, future, reference=lambda: self.forward_full(S, bias, None)
+        )
 
     def forward_full(self, S: torch.Tensor, bias: torch.Tensor | None, future: torch.Tensor | None) -> torch.Tensor:
         """The reference, as App. L writes it: A = S + B + conv2(LeakyReLU(conv1(tril([S, B])))) on

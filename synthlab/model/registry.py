@@ -34,6 +34,7 @@ PE_REVISION = 3
 
 # ---- parameter checks -------------------------------------------------------------------
 
+
 class Check(NamedTuple):
     """A parameter's range check: ``ok(value)``, else ValueError 'pe parameter name:key=value <why>'."""
 
@@ -52,6 +53,7 @@ def one_of(*allowed: str) -> Check:
 
 
 # ---- rows ---------------------------------------------------------------------------------
+
 
 class Part(NamedTuple):
     """One module an encoding puts into the model."""
@@ -108,7 +110,9 @@ def _check_cope(p: dict[str, Any]) -> None:
     if p["alibi"] and p["layer_tables"]:
         raise ValueError("pe parameter layer_tables does not apply to cope-alibi (it has no position table)")
     if not p["alibi"] and p["m0"] != COMPONENTS["cope"].params["m0"]:
-        raise ValueError("pe parameter cope:m0 sets CoPE-ALiBi's slopes; write cope-alibi:m0=... (or cope:alibi=1,m0=...)")
+        raise ValueError(
+            "pe parameter cope:m0 sets CoPE-ALiBi's slopes; write cope-alibi:m0=... (or cope:alibi=1,m0=...)"
+        )
 
 
 _E = Encoding
@@ -117,43 +121,174 @@ _COPE = {"npos": INT_AT_LEAST_2, "m0": POSITIVE}
 _DAPE = {"k": ODD, "hidden": POSITIVE_INT}
 _BIPE_TABLE = Part("absolute", "intra", ".encoders.absolute:Learned")
 _ROWS = [
-    _E("nope", "none", "no positional information; the causal mask alone", "Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization in Transformers", index=None),
-    _E("sinusoidal", "absolute", "fixed sin/cos of the index added to the token embeddings", "Vaswani et al. 2017, Attention Is All You Need",
-       ".encoders.absolute:Sinusoidal", params={"base": 10000.0}, checks=_BASE),
-    _E("learned", "absolute", "learned table of max_len position embeddings (an index past it is an error)", "Gehring et al. 2017 / Radford et al. 2018 (GPT)",
-       ".encoders.absolute:Learned", max_len_hint="raise max_len"),
-    _E("rope", "rotary", "rotate q,k dim pairs by index * base^(-2k/d_h)", "Su et al. 2021, RoFormer",
-       ".encoders.rotary:Rotary", params={"base": 10000.0}, checks=_BASE),
-    _E("xpos", "rotary", "RoPE times zeta_k^((i-j)/scale_base), zeta_k = (2k+0.4d)/(1.4d); causal only", "Sun et al. 2023, A Length-Extrapolatable Transformer",
-       ".encoders.rotary:XPos", params={"base": 10000.0, "scale_base": 512.0}, checks={**_BASE, "scale_base": POSITIVE}, causal_only=True),
-    _E("alibi", "bias", "b = -m_h (i - j), geometric head slopes", "Press et al. 2022, Train Short, Test Long (ALiBi)",
-       ".encoders.bias:ALiBi"),
-    _E("t5", "bias", "learned scalar per head per log-spaced distance bucket, one table shared by all layers (t5:layer_tables=1: one per layer)", "Raffel et al. 2020, T5",
-       ".encoders.bias:T5Bias", params={"buckets": 32, "max_distance": 128, "layer_tables": False},
-       checks={"buckets": INT_AT_LEAST_2, "max_distance": INT_AT_LEAST_2}),
-    _E("kerple", "bias", "b = -r1 log(1 + r2 (i - j)) (kind=log) or -a (i - j)^p (kind=power), learned per head, kept >= 0.01", "Chi et al. 2022, KERPLE",
-       ".encoders.bias:Kerple", params={"kind": "log"}, checks={"kind": one_of("log", "power")}),
-    _E("fire", "bias", "b = MLP(psi(i-j) / psi(max(L', i))), psi(x) = log(c x + 1), c learned, threshold L' = |m| L with m learned (init 1), L 512 as the FIRE listing's init_L", "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)",
-       ".encoders.bias:FIRE", params={"width": 32, "c": 0.1, "L": 512.0}, checks={"width": POSITIVE_INT, "c": POSITIVE, "L": POSITIVE}),
-    _E("relative", "bias", "learned vector per distance added to keys: q_i (k_j + e[i-j]); distance past the table is an error", "Shaw et al. 2018, Self-Attention with Relative Position Representations",
-       ".encoders.bias:Relative", max_len_hint="raise max_len or use relative-capped"),
-    _E("relative-capped", "bias", "relative, distances past the table (max_len) use its last row; max_len defaults to the longest evaluated length, so CoPE Sec. 5.5's cap at the training context needs --set model.max_len=<training length>", "Shaw et al. 2018; Golovneva et al. 2024 (CoPE) Sec. 5.5",
-       ".encoders.bias:RelativeCapped"),
-    _E("cope", "contextual", "gates sigmoid(q k) counted from j to i, interpolated learned position logits, one table shared by all layers (cope:layer_tables=1: one per layer)", "Golovneva et al. 2024, Contextual Position Encoding (CoPE)",
-       ".encoders.contextual:CoPE", index=None, params={"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25},
-       checks=_COPE, check=_check_cope, causal_only=True,
-       hints={"alibi": "(cope-alibi) requires cope; write cope:alibi=1 or cope-alibi", "sep_keys": "(cope sep-keys) requires cope"}),
-    _E("cope-alibi", "contextual", "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table, m_h = m0 / 2^h (Eq. 10 writes + m p_ij with m > 0; the minus is ALiBi's)", "Golovneva et al. 2024 (CoPE) App. C, Eq. 10",
-       index=None, params={"npos": 64, "sep_keys": False, "m0": 0.25}, checks=_COPE, causal_only=True, alias=("cope", {"alibi": True})),
-    _E("bipe-rope", "rotary", "learned APE on the intra-segment index + RoPE on the segment index", "He et al. 2024, Two Stones Hit One Bird: Bilevel Positional Encoding (BiPE)",
-       ".encoders.rotary:Rotary", index="segment", params={"base": 10000.0}, checks=_BASE, also=_BIPE_TABLE),
-    _E("bipe-alibi", "bias", "learned APE on the intra-segment index + ALiBi (slopes x 96) on segment distance", "He et al. 2024, Bilevel Positional Encoding (BiPE)",
-       ".encoders.bias:ALiBi", index="segment", params={"slope_scale": 96.0}, checks={"slope_scale": POSITIVE}, also=_BIPE_TABLE),
-    _E("dape", "processor", "A = S + B + MLP_heads([S, B]) per (i, j) (2H -> hidden -> H, LeakyReLU); k > 1: DAPE V2", "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding",
-       ".processors:DAPE", index=None, params={"k": 1, "hidden": 32}, checks=_DAPE),
-    _E("dape-k", "processor", "DAPE V2: the same with 1 x k convolutions along the key axis (dape:k=3), on tril([S, B]) when causal", "Zheng et al. 2024, DAPE V2: Process Attention Score as Feature Map, Sec. 3.3 / App. L",
-       index=None, params={"k": 3, "hidden": 32}, checks=_DAPE, alias=("dape", {})),
+    _E(
+        "nope",
+        "none",
+        "no positional information; the causal mask alone",
+        "Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization in Transformers",
+        index=None,
+    ),
+    _E(
+        "sinusoidal",
+        "absolute",
+        "fixed sin/cos of the index added to the token embeddings",
+        "Vaswani et al. 2017, Attention Is All You Need",
+        ".encoders.absolute:Sinusoidal",
+        params={"base": 10000.0},
+        checks=_BASE,
+    ),
+    _E(
+        "learned",
+        "absolute",
+        "learned table of max_len position embeddings (an index past it is an error)",
+        "Gehring et al. 2017 / Radford et al. 2018 (GPT)",
+        ".encoders.absolute:Learned",
+        max_len_hint="raise max_len",
+    ),
+    _E(
+        "rope",
+        "rotary",
+        "rotate q,k dim pairs by index * base^(-2k/d_h)",
+        "Su et al. 2021, RoFormer",
+        ".encoders.rotary:Rotary",
+        params={"base": 10000.0},
+        checks=_BASE,
+    ),
+    _E(
+        "xpos",
+        "rotary",
+        "RoPE times zeta_k^((i-j)/scale_base), zeta_k = (2k+0.4d)/(1.4d); causal only",
+        "Sun et al. 2023, A Length-Extrapolatable Transformer",
+        ".encoders.rotary:XPos",
+        params={"base": 10000.0, "scale_base": 512.0},
+        checks={**_BASE, "scale_base": POSITIVE},
+        causal_only=True,
+    ),
+    _E(
+        "alibi",
+        "bias",
+        "b = -m_h (i - j), geometric head slopes",
+        "Press et al. 2022, Train Short, Test Long (ALiBi)",
+        ".encoders.bias:ALiBi",
+    ),
+    _E(
+        "t5",
+        "bias",
+        "learned scalar per head per log-spaced distance bucket, one table shared by all layers (t5:layer_tables=1: "
+        "one per layer)",
+        "Raffel et al. 2020, T5",
+        ".encoders.bias:T5Bias",
+        params={"buckets": 32, "max_distance": 128, "layer_tables": False},
+        checks={"buckets": INT_AT_LEAST_2, "max_distance": INT_AT_LEAST_2},
+    ),
+    _E(
+        "kerple",
+        "bias",
+        "b = -r1 log(1 + r2 (i - j)) (kind=log) or -a (i - j)^p (kind=power), learned per head, kept >= 0.01",
+        "Chi et al. 2022, KERPLE",
+        ".encoders.bias:Kerple",
+        params={"kind": "log"},
+        checks={"kind": one_of("log", "power")},
+    ),
+    _E(
+        "fire",
+        "bias",
+        "b = MLP(psi(i-j) / psi(max(L', i))), psi(x) = log(c x + 1), c learned, threshold L' = |m| L with m learned "
+        "(init 1), L 512 as the FIRE listing's init_L",
+        "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE)",
+        ".encoders.bias:FIRE",
+        params={"width": 32, "c": 0.1, "L": 512.0},
+        checks={"width": POSITIVE_INT, "c": POSITIVE, "L": POSITIVE},
+    ),
+    _E(
+        "relative",
+        "bias",
+        "learned vector per distance added to keys: q_i (k_j + e[i-j]); distance past the table is an error",
+        "Shaw et al. 2018, Self-Attention with Relative Position Representations",
+        ".encoders.bias:Relative",
+        max_len_hint="raise max_len or use relative-capped",
+    ),
+    _E(
+        "relative-capped",
+        "bias",
+        "relative, distances past the table (max_len) use its last row; max_len defaults to the longest evaluated "
+        "length, so CoPE Sec. 5.5's cap at the training context needs --set model.max_len=<training length>",
+        "Shaw et al. 2018; Golovneva et al. 2024 (CoPE) Sec. 5.5",
+        ".encoders.bias:RelativeCapped",
+    ),
+    _E(
+        "cope",
+        "contextual",
+        "gates sigmoid(q k) counted from j to i, interpolated learned position logits, one table shared by all "
+        "layers (cope:layer_tables=1: one per layer)",
+        "Golovneva et al. 2024, Contextual Position Encoding (CoPE)",
+        ".encoders.contextual:CoPE",
+        index=None,
+        params={"npos": 64, "sep_keys": False, "alibi": False, "layer_tables": False, "m0": 0.25},
+        checks=_COPE,
+        check=_check_cope,
+        causal_only=True,
+        hints={
+            "alibi": "(cope-alibi) requires cope; write cope:alibi=1 or cope-alibi",
+            "sep_keys": "(cope sep-keys) requires cope",
+        },
+    ),
+    _E(
+        "cope-alibi",
+        "contextual",
+        "CoPE with an ALiBi-style bias -m_h p_ij on the contextual position instead of the table, m_h = m0 / 2^h "
+        "(Eq. 10 writes + m p_ij with m > 0; the minus is ALiBi's)",
+        "Golovneva et al. 2024 (CoPE) App. C, Eq. 10",
+        index=None,
+        params={"npos": 64, "sep_keys": False, "m0": 0.25},
+        checks=_COPE,
+        causal_only=True,
+        alias=("cope", {"alibi": True}),
+    ),
+    _E(
+        "bipe-rope",
+        "rotary",
+        "learned APE on the intra-segment index + RoPE on the segment index",
+        "He et al. 2024, Two Stones Hit One Bird: Bilevel Positional Encoding (BiPE)",
+        ".encoders.rotary:Rotary",
+        index="segment",
+        params={"base": 10000.0},
+        checks=_BASE,
+        also=_BIPE_TABLE,
+    ),
+    _E(
+        "bipe-alibi",
+        "bias",
+        "learned APE on the intra-segment index + ALiBi (slopes x 96) on segment distance",
+        "He et al. 2024, Bilevel Positional Encoding (BiPE)",
+        ".encoders.bias:ALiBi",
+        index="segment",
+        params={"slope_scale": 96.0},
+        checks={"slope_scale": POSITIVE},
+        also=_BIPE_TABLE,
+    ),
+    _E(
+        "dape",
+        "processor",
+        "A = S + B + MLP_heads([S, B]) per (i, j) (2H -> hidden -> H, LeakyReLU); k > 1: DAPE V2",
+        "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding",
+        ".processors:DAPE",
+        index=None,
+        params={"k": 1, "hidden": 32},
+        checks=_DAPE,
+    ),
+    _E(
+        "dape-k",
+        "processor",
+        "DAPE V2: the same with 1 x k convolutions along the key axis (dape:k=3), on tril([S, B]) when causal",
+        "Zheng et al. 2024, DAPE V2: Process Attention Score as Feature Map, Sec. 3.3 / App. L",
+        index=None,
+        params={"k": 3, "hidden": 32},
+        checks=_DAPE,
+        alias=("dape", {}),
+    ),
 ]
+
 
 def _check_row(row: Encoding) -> None:
     """ValueError for a malformed row (the built-ins pass it at import, plugins when they load)."""
@@ -165,7 +300,9 @@ def _check_row(row: Encoding) -> None:
     if row.alias is None and row.kind != "none" and row.build is None:
         raise ValueError(f"encoding {name!r} has no builder")
     if set(row.checks) - set(row.params):
-        raise ValueError(f"encoding {name!r} checks parameters it does not have: {sorted(set(row.checks) - set(row.params))}")
+        raise ValueError(
+            f"encoding {name!r} checks parameters it does not have: {sorted(set(row.checks) - set(row.params))}"
+        )
 
 
 def _adopt(entry_point: str, row: object) -> None:
@@ -183,8 +320,9 @@ for _row in _ROWS:
 
 #: name -> row, in registration order (the order `synthlab encodings` lists them): the
 #: built-ins, then (on first read) the plugins of the entry-point group synthlab.encodings
-COMPONENTS: PluginRegistry[Encoding] = PluginRegistry("synthlab.encodings", "encoding",
-                                                      {r.name: r for r in _ROWS}, adopt=_adopt)
+COMPONENTS: PluginRegistry[Encoding] = PluginRegistry(
+    "synthlab.encodings", "encoding", {r.name: r for r in _ROWS}, adopt=_adopt
+)
 
 
 class _Descriptions(Mapping[str, tuple[str, str]]):
@@ -255,22 +393,37 @@ class BuildConfig:
 # index schemes and eval-time interpolation (a separate option from the pe spec)
 INDEX_SCHEMES: dict[str, tuple[str, str]] = {
     "token": ("positions 0..T-1 (default)", "-"),
-    "segment": ("BiPE segment index and index within the segment; a separator ends its segment", "He et al. 2024 (BiPE)"),
-    "randomized": ("--positions randomized:max=2048: sorted sample of T distinct positions from [0, max), every batch", "Ruoss et al. 2023, Randomized Positional Encodings"),
-    "pose": ("--positions pose:chunks=2,target=1024: N chunks with skipping biases drawn per example, training only; "
-             "u_0 = 0 and chunk lengths from uniform cut points (first chunk 1..T-1 at N = 2, the paper's Fig. 6 code; "
-             "the released train_pose.py draws it from 1..(T+1)//2); "
-             "chunks >= T is RandPos; with --rope-scaling, s = target / T fixed in training and evaluation",
-             "Zhu et al. 2024, PoSE (ICLR)"),
-    "rope-scaling linear": ("--rope-scaling linear: positions / s (position interpolation), s = L_eval / L_train "
-                            "(with PoSE: s = target / T throughout)", "Chen et al. 2023, Position Interpolation"),
+    "segment": (
+        "BiPE segment index and index within the segment; a separator ends its segment",
+        "He et al. 2024 (BiPE)",
+    ),
+    "randomized": (
+        "--positions randomized:max=2048: sorted sample of T distinct positions from [0, max), every batch",
+        "Ruoss et al. 2023, Randomized Positional Encodings",
+    ),
+    "pose": (
+        "--positions pose:chunks=2,target=1024: N chunks with skipping biases drawn per example, training only; "
+        "u_0 = 0 and chunk lengths from uniform cut points (first chunk 1..T-1 at N = 2, the paper's Fig. 6 code; "
+        "the released train_pose.py draws it from 1..(T+1)//2); "
+        "chunks >= T is RandPos; with --rope-scaling, s = target / T fixed in training and evaluation",
+        "Zhu et al. 2024, PoSE (ICLR)",
+    ),
+    "rope-scaling linear": (
+        "--rope-scaling linear: positions / s (position interpolation), s = L_eval / L_train "
+        "(with PoSE: s = target / T throughout)",
+        "Chen et al. 2023, Position Interpolation",
+    ),
     "rope-scaling ntk": ("--rope-scaling ntk: base * s^(d/(d-2))", "bloc97 2023, NTK-aware scaled RoPE"),
-    "rope-scaling yarn": ("--rope-scaling yarn: NTK-by-parts ramp (alpha=1, beta=32; linear in r as the paper's formula, "
-                          "the reference code ramps over the pair index), logits x (0.1 ln s + 1)^2", "Peng et al. 2023, YaRN"),
+    "rope-scaling yarn": (
+        "--rope-scaling yarn: NTK-by-parts ramp (alpha=1, beta=32; linear in r as the paper's formula, "
+        "the reference code ramps over the pair index), logits x (0.1 ln s + 1)^2",
+        "Peng et al. 2023, YaRN",
+    ),
 }
 
 
 # ---- spec strings -------------------------------------------------------------------------
+
 
 def _parse_value(comp: str, key: str, raw: str, default: Any) -> Any:
     """Type a raw parameter string like its default."""
@@ -298,7 +451,12 @@ class PESpec:
         defaults = COMPONENTS[c].params
         changed = {k: v for k, v in self.params.get(c, {}).items() if defaults.get(k) != v}
         for alias, row in COMPONENTS.items():  # cope:alibi=1 is written with its registered name, cope-alibi
-            if row.alias and row.alias[0] == c and row.alias[1] and all(changed.get(k) == v for k, v in row.alias[1].items()):
+            if (
+                row.alias
+                and row.alias[0] == c
+                and row.alias[1]
+                and all(changed.get(k) == v for k, v in row.alias[1].items())
+            ):
                 c, changed = alias, {k: v for k, v in changed.items() if k not in row.alias[1]}
                 break
         if not changed:
@@ -349,9 +507,14 @@ class PESpec:
             owners = [c for c in self.components if key in COMPONENTS[c].params]
             if not owners:
                 allowed = sorted({k for c in self.components for k in COMPONENTS[c].params})
-                raise ValueError(f"unknown pe parameter {key!r} for pe={self.name!r}; allowed: {', '.join(allowed) or 'none'}")
+                raise ValueError(
+                    f"unknown pe parameter {key!r} for pe={self.name!r}; allowed: {', '.join(allowed) or 'none'}"
+                )
             if len(owners) > 1:
-                raise ValueError(f"pe parameter {key!r} is ambiguous in pe={self.name!r} (components {owners}); write it in the spec string, e.g. {owners[0]}:{key}=...")
+                raise ValueError(
+                    f"pe parameter {key!r} is ambiguous in pe={self.name!r} (components {owners}); write it in the "
+                    f"spec string, e.g. {owners[0]}:{key}=..."
+                )
             comp = owners[0]
             default = COMPONENTS[comp].params[key]
             if isinstance(value, str) and not isinstance(default, str):
@@ -378,12 +541,17 @@ def _finish(components: tuple[str, ...], params: dict[str, dict[str, Any]]) -> P
         others = [c for c in comps if COMPONENTS[c].kind not in ("none", "processor")]
         if others:
             processors = " / +".join(n for n, r in COMPONENTS.items() if r.kind == "processor" and r.alias is None)
-            raise ValueError(f"pe {lone!r} cannot be combined with {'+'.join(others)} "
-                             f"({lone} means no positional encoder; only +{processors} may follow it)")
+            raise ValueError(
+                f"pe {lone!r} cannot be combined with {'+'.join(others)} "
+                f"({lone} means no positional encoder; only +{processors} may follow it)"
+            )
     for kind in _ONE_PER_MODEL:
         have = [c for c in comps if any(p.kind == kind for p in COMPONENTS[c].parts)]
         if len(have) > 1:
-            raise ValueError(f"pe combines two {kind} encoders ({' and '.join(have)}); use at most one of {', '.join(names_of(kind))}")
+            raise ValueError(
+                f"pe combines two {kind} encoders ({' and '.join(have)}); use at most one of "
+                f"{', '.join(names_of(kind))}"
+            )
     order = {r: i for i, r in enumerate(ROLES)}
     names = list(COMPONENTS)
 
@@ -431,7 +599,10 @@ def parse_pe(spec: "str | PESpec", *, dape_k: int | None = None) -> PESpec:
                     hint = next((r.hints[k] for r in COMPONENTS.values() if k in r.hints), None)
                     if hint is not None:
                         raise ValueError(f"pe parameter {name}:{k} {hint}")
-                    raise ValueError(f"unknown parameter {k!r} for pe component {name!r}; allowed: {', '.join(comp.params) or 'none'}")
+                    raise ValueError(
+                        f"unknown parameter {k!r} for pe component {name!r}; allowed: "
+                        f"{', '.join(comp.params) or 'none'}"
+                    )
                 given[k] = comp.check_param(k, _parse_value(name, k, v, comp.params[k]))
         comps.append(name)
         params[name] = given

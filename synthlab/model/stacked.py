@@ -18,8 +18,11 @@ from torch.func import functional_call, stack_module_state, vmap
 
 
 def _dropout_modules(model: nn.Module) -> list[str]:
-    return [name or type(model).__name__ for name, m in model.named_modules()
-            if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
+    return [
+        name or type(model).__name__
+        for name, m in model.named_modules()
+        if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0
+    ]
 
 
 class StackedModels:
@@ -50,9 +53,11 @@ class StackedModels:
         if ids.dim() != 3 or ids.shape[0] != self.size:
             raise ValueError(f"ids must have shape (S={self.size}, B, T), got {tuple(ids.shape)}")
         if self.base.training and (drop := _dropout_modules(self.base)):
-            raise ValueError(f"stacked seeds cannot train with dropout > 0 ({', '.join(drop[:3])}"
-                             f"{' ...' if len(drop) > 3 else ''}): vmap draws the masks differently from "
-                             "separate runs; use dropout 0, or eval() for evaluation")
+            raise ValueError(
+                f"stacked seeds cannot train with dropout > 0 ({', '.join(drop[:3])}"
+                f"{' ...' if len(drop) > 3 else ''}): vmap draws the masks differently from "
+                "separate runs; use dropout 0, or eval() for evaluation"
+            )
         return vmap(self._one)(self.params, ids)
 
     __call__ = forward

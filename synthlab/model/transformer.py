@@ -55,12 +55,15 @@ class Block(nn.Module):
 SLOTS = {"rotary": "rotary", "bias": "biases", "contextual": "cope", "processor": "dape"}
 
 
-def _build_configs(spec: PESpec, d_model: int, n_heads: int, max_len: int, causal: bool,
-                   revision: int) -> list[tuple[Part, BuildConfig]]:
+def _build_configs(
+    spec: PESpec, d_model: int, n_heads: int, max_len: int, causal: bool, revision: int
+) -> list[tuple[Part, BuildConfig]]:
     """(part, its build config) for every module the spec names, in canonical order."""
     scores_bias = any(p.kind in ("bias", "contextual") for _, p in spec.parts)
-    return [(p, BuildConfig(spec.params[c], p.index, d_model, n_heads, max_len, causal, revision, scores_bias))
-            for c, p in spec.parts]
+    return [
+        (p, BuildConfig(spec.params[c], p.index, d_model, n_heads, max_len, causal, revision, scores_bias))
+        for c, p in spec.parts
+    ]
 
 
 def _shared_components(parts: list[tuple[Part, BuildConfig]]) -> list[Any]:
@@ -96,14 +99,31 @@ class Transformer(nn.Module):
     ``revision``: the forms of the encodings (registry.PE_REVISION, the current one, by
     default); synthlab.load_run passes the one a saved run was trained with."""
 
-    def __init__(self, spec: PESpec, vocab_size: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
-                 max_len: int = 512, dropout: float = 0.0, tie_embeddings: bool = False, causal: bool = True,
-                 separator_ids: Sequence[int] = (), segment_start_ids: Sequence[int] = (), revision: int = PE_REVISION):
+    def __init__(
+        self,
+        spec: PESpec,
+        vocab_size: int,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        max_len: int = 512,
+        dropout: float = 0.0,
+        tie_embeddings: bool = False,
+        causal: bool = True,
+        separator_ids: Sequence[int] = (),
+        segment_start_ids: Sequence[int] = (),
+        revision: int = PE_REVISION,
+    ):
         super().__init__()
         if not isinstance(revision, int) or isinstance(revision, bool) or not 1 <= revision <= PE_REVISION:
             raise ValueError(f"pe revision must be an integer in 1..{PE_REVISION}, got {revision!r}")
-        for name, val, lo in (("vocab_size", vocab_size, 1), ("d_model", d_model, 1), ("n_layers", n_layers, 1),
-                              ("n_heads", n_heads, 1), ("max_len", max_len, 1)):
+        for name, val, lo in (
+            ("vocab_size", vocab_size, 1),
+            ("d_model", d_model, 1),
+            ("n_layers", n_layers, 1),
+            ("n_heads", n_heads, 1),
+            ("max_len", max_len, 1),
+        ):
             if not isinstance(val, int) or isinstance(val, bool) or val < lo:
                 raise ValueError(f"{name} must be a positive integer, got {val!r}")
         if d_model % n_heads:
@@ -111,8 +131,10 @@ class Transformer(nn.Module):
         if not 0.0 <= float(dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         if not causal and spec.causal_only:
-            raise ValueError(f"pe {spec.name!r} is causal only ({', '.join(spec.causal_only_parts)}); "
-                             "it cannot run with causal=False (encoder mode)")
+            raise ValueError(
+                f"pe {spec.name!r} is causal only ({', '.join(spec.causal_only_parts)}); "
+                "it cannot run with causal=False (encoder mode)"
+            )
         self.spec, self.pe = spec, spec.name
         self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
         self.max_len, self.causal, self.revision = max_len, causal, revision
@@ -135,8 +157,12 @@ class Transformer(nn.Module):
         self.drop = nn.Dropout(dropout)
         shared = _shared_components(parts)
         self.blocks = nn.ModuleList(
-            Block(d_model, dropout, n_layers,
-                  Attention(d_model, n_heads, dropout, causal, n_layers, **_layer_components(parts, shared)))
+            Block(
+                d_model,
+                dropout,
+                n_layers,
+                Attention(d_model, n_heads, dropout, causal, n_layers, **_layer_components(parts, shared)),
+            )
             for _ in range(n_layers)
         )
         for i, block in enumerate(self.blocks):
@@ -149,8 +175,13 @@ class Transformer(nn.Module):
         self._cache = TensorCache()
 
     # ---- position plumbing -------------------------------------------------------------
-    def _context(self, tokens: torch.Tensor, positions: torch.Tensor | None, segments: torch.Tensor | None,
-                 activations: dict[str, torch.Tensor] | None = None) -> PositionContext:
+    def _context(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None,
+        segments: torch.Tensor | None,
+        activations: dict[str, torch.Tensor] | None = None,
+    ) -> PositionContext:
         B, T = tokens.shape
         dev = tokens.device
         if positions is None:
@@ -181,8 +212,14 @@ class Transformer(nn.Module):
             ctx.keep("bipe.intra", intra)
         return ctx
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, segments: torch.Tensor | None = None,
-                return_attention: bool = False, activations: dict[str, torch.Tensor] | None = None):
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+        return_attention: bool = False,
+        activations: dict[str, torch.Tensor] | None = None,
+    ):
         if tokens.dim() != 2:
             raise ValueError(f"tokens must have shape (B, T), got {tuple(tokens.shape)}")
         ctx = self._context(tokens, positions, segments, activations)
@@ -219,7 +256,10 @@ class Transformer(nn.Module):
             kind = None
         rots = self.rotary_encoders()
         if kind is not None and not rots:
-            raise ValueError(f"rope scaling {kind!r} needs a rotary encoder ({', '.join(names_of('rotary'))}); pe={self.pe!r} has none")
+            raise ValueError(
+                f"rope scaling {kind!r} needs a rotary encoder ({', '.join(names_of('rotary'))}); pe={self.pe!r} has "
+                "none"
+            )
         if factor is None and train_len is None:
             train_len = self.max_len
         for r in rots:

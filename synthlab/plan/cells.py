@@ -19,8 +19,12 @@ from synthlab.model import parse_pe
 
 # bare `--set` keys the sweep normalises to dotted ones, so an axis overrides a preset setting
 _ALIASES = {
-    "d_model": "model.d_model", "n_heads": "model.n_heads", "n_layers": "model.n_layers",
-    "lr": "train.lr", "steps": "train.steps", "batch_size": "train.batch_size",
+    "d_model": "model.d_model",
+    "n_heads": "model.n_heads",
+    "n_layers": "model.n_layers",
+    "lr": "train.lr",
+    "steps": "train.steps",
+    "batch_size": "train.batch_size",
 }
 # axes that name the run itself; every other axis is a `--set` key
 _SPECIAL_AXES = ("task", "pe", "seed", "dape_k", "pose_chunks", "positions")
@@ -55,9 +59,19 @@ class Cell:
 
     @property
     def key(self) -> str:
-        return json.dumps({"task": self.task, "pe": self.pe, "seed": self.seed, "positions": self.positions,
-                           "rope_scaling": self.rope_scaling, "overrides": self.overrides, "slot": self.slot},
-                          sort_keys=True, separators=(",", ":"))
+        return json.dumps(
+            {
+                "task": self.task,
+                "pe": self.pe,
+                "seed": self.seed,
+                "positions": self.positions,
+                "rope_scaling": self.rope_scaling,
+                "overrides": self.overrides,
+                "slot": self.slot,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.axes.items())
@@ -121,8 +135,13 @@ def _settings(settings: dict[str, Any], task: str, fixed: dict[str, str]) -> dic
     return out
 
 
-def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
-                 settings: dict[str, Any] | None = None, seeds: list[int] | None = None) -> list[Cell]:
+def expand_cells(
+    spec: Any,
+    preset: str,
+    pe: list[str] | None = None,
+    settings: dict[str, Any] | None = None,
+    seeds: list[int] | None = None,
+) -> list[Cell]:
     """Every cell of the grid, in a fixed order (task, pe, other axes, seed, tuned slot).
     ``spec``: a :class:`synthlab.plan.sweepfile.SweepSpec`. ``settings``:
     ``sweep --set`` (key -> value) on top of the preset's tables in every cell; a key that is
@@ -153,8 +172,9 @@ def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
             dape_ks = axes.get("dape_k", [None]) if parse_pe(enc).has("dape") else [None]
             chunks = axes.get("pose_chunks", [None])
             positions_axis = axes.get("positions", [p["positions"]])
-            for k, nch, pos, values in itertools.product(dape_ks, chunks, positions_axis,
-                                                         itertools.product(*(axes[a] for a in other))):
+            for k, nch, pos, values in itertools.product(
+                dape_ks, chunks, positions_axis, itertools.product(*(axes[a] for a in other))
+            ):
                 _check_axes(enc, k, pos, nch)
                 for seed in axes["seed"]:
                     for slot in range(n_slots):
@@ -176,9 +196,20 @@ def expand_cells(spec: Any, preset: str, pe: list[str] | None = None,
                         named["seed"] = seed
                         if n_slots > 1:
                             named["slot"] = slot
-                        cells.append(Cell(task=task, encoding=enc, seed=int(seed), overrides=dict(sorted(ov.items())),
-                                          scheme=pos, rope_scaling=p["rope_scaling"], slot=slot, axes=named,
-                                          dape_k=k, pose_chunks=nch))
+                        cells.append(
+                            Cell(
+                                task=task,
+                                encoding=enc,
+                                seed=int(seed),
+                                overrides=dict(sorted(ov.items())),
+                                scheme=pos,
+                                rope_scaling=p["rope_scaling"],
+                                slot=slot,
+                                axes=named,
+                                dape_k=k,
+                                pose_chunks=nch,
+                            )
+                        )
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):
         raise ValueError(f"{spec.path}: two grid cells are identical (a repeated axis value?)")
@@ -207,4 +238,3 @@ def split_pe_list(text: str) -> list[str]:
         else:
             out.append(piece)
     return out
-

@@ -59,10 +59,12 @@ class Claim:
 # parsing (called by the sweep-file parser; errors name the file and the entry)
 # --------------------------------------------------------------------------------------------
 
+
 def _cell(where: str, key: str, v: Any) -> dict[str, Any]:
     if not isinstance(v, dict) or not v:
-        raise ValueError(f"{where}: {key}: expected a non-empty inline table of cell keys, e.g. "
-                         "{ pe = \"rope\", split = \"test\" }")
+        raise ValueError(
+            f'{where}: {key}: expected a non-empty inline table of cell keys, e.g. {{ pe = "rope", split = "test" }}'
+        )
     for k, x in v.items():
         if isinstance(x, (dict, list)) or isinstance(x, bool):
             raise ValueError(f"{where}: {key}.{k}: expected a string or a number, got {x!r}")
@@ -117,17 +119,21 @@ def parse_papers(where: str, raw: Any, allowed_presets: tuple[str, ...]) -> list
         for req in ("source", "cell", "value"):
             if req not in e:
                 raise ValueError(f"{where}: {sec}: {req!r} is required")
-        out.append(PaperValue(
-            source=_text(where, f"{sec}.source", e["source"]),
-            setting=_text(where, f"{sec}.setting", e["setting"]) if "setting" in e else "",
-            cell=_cell(where, f"{sec}.cell", e["cell"]),
-            value=_number(where, f"{sec}.value", e["value"], 0.0, 100.0),
-            spread=_number(where, f"{sec}.spread", e["spread"], 0.0, 100.0) if "spread" in e else None,
-            presets=_presets(where, f"{sec}.presets", e.get("presets"), allowed_presets, DEFAULT_PAPER_PRESETS),
-        ))
+        out.append(
+            PaperValue(
+                source=_text(where, f"{sec}.source", e["source"]),
+                setting=_text(where, f"{sec}.setting", e["setting"]) if "setting" in e else "",
+                cell=_cell(where, f"{sec}.cell", e["cell"]),
+                value=_number(where, f"{sec}.value", e["value"], 0.0, 100.0),
+                spread=_number(where, f"{sec}.spread", e["spread"], 0.0, 100.0) if "spread" in e else None,
+                presets=_presets(where, f"{sec}.presets", e.get("presets"), allowed_presets, DEFAULT_PAPER_PRESETS),
+            )
+        )
         if "split" not in out[-1].cell:  # a paper reports a number on one evaluation set
-            raise ValueError(f"{where}: {sec}.cell: name the split the number is for (split = \"test\", "
-                             "\"ood-sparse\", ...): without one it would stand beside every split")
+            raise ValueError(
+                f'{where}: {sec}.cell: name the split the number is for (split = "test", '
+                '"ood-sparse", ...): without one it would stand beside every split'
+            )
     return out
 
 
@@ -139,31 +145,36 @@ def parse_claims(where: str, raw: Any, allowed_presets: tuple[str, ...]) -> list
         ordering = "better" in e or "worse" in e
         threshold = "cell" in e
         if ordering == threshold:
-            raise ValueError(f"{where}: {sec}: give either better and worse (an ordering) or cell with "
-                             "at_least / at_most (a threshold)")
+            raise ValueError(
+                f"{where}: {sec}: give either better and worse (an ordering) or cell with "
+                "at_least / at_most (a threshold)"
+            )
         if ordering and not ("better" in e and "worse" in e):
             raise ValueError(f"{where}: {sec}: an ordering needs both 'better' and 'worse'")
         if threshold and ("at_least" in e) == ("at_most" in e):
             raise ValueError(f"{where}: {sec}: a threshold claim needs exactly one of at_least, at_most")
         if ordering and ("at_least" in e or "at_most" in e):
             raise ValueError(f"{where}: {sec}: at_least / at_most go with 'cell', not with an ordering")
-        out.append(Claim(
-            text=_text(where, f"{sec}.text", e.get("text")),
-            source=_text(where, f"{sec}.source", e.get("source")),
-            better=_cell(where, f"{sec}.better", e["better"]) if ordering else None,
-            worse=_cell(where, f"{sec}.worse", e["worse"]) if ordering else None,
-            cell=_cell(where, f"{sec}.cell", e["cell"]) if threshold else None,
-            at_least=_number(where, f"{sec}.at_least", e["at_least"], 0.0, 100.0) if "at_least" in e else None,
-            at_most=_number(where, f"{sec}.at_most", e["at_most"], 0.0, 100.0) if "at_most" in e else None,
-            presets=_presets(where, f"{sec}.presets", e.get("presets"), allowed_presets, DEFAULT_CLAIM_PRESETS),
-            kind=_kind(where, f"{sec}.kind", e.get("kind", "paper")),
-        ))
+        out.append(
+            Claim(
+                text=_text(where, f"{sec}.text", e.get("text")),
+                source=_text(where, f"{sec}.source", e.get("source")),
+                better=_cell(where, f"{sec}.better", e["better"]) if ordering else None,
+                worse=_cell(where, f"{sec}.worse", e["worse"]) if ordering else None,
+                cell=_cell(where, f"{sec}.cell", e["cell"]) if threshold else None,
+                at_least=_number(where, f"{sec}.at_least", e["at_least"], 0.0, 100.0) if "at_least" in e else None,
+                at_most=_number(where, f"{sec}.at_most", e["at_most"], 0.0, 100.0) if "at_most" in e else None,
+                presets=_presets(where, f"{sec}.presets", e.get("presets"), allowed_presets, DEFAULT_CLAIM_PRESETS),
+                kind=_kind(where, f"{sec}.kind", e.get("kind", "paper")),
+            )
+        )
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # cells as records name them
 # --------------------------------------------------------------------------------------------
+
 
 def canonical(cell: dict[str, Any]) -> dict[str, Any]:
     """The cell as records name it: ``pe = "kerple+dape", dape_k = 3`` -> ``pe =

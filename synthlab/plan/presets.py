@@ -70,8 +70,16 @@ def preset(task: str, name: str = "quick") -> dict[str, dict[str, Any]]:
     return out
 
 
-def build_config(task: str, pe: str, preset_name: str = "quick", seed: int = 0, positions: str | None = None,
-                 rope_scaling: str | None = None, *, installed: bool = True) -> RunConfig:
+def build_config(
+    task: str,
+    pe: str,
+    preset_name: str = "quick",
+    seed: int = 0,
+    positions: str | None = None,
+    rope_scaling: str | None = None,
+    *,
+    installed: bool = True,
+) -> RunConfig:
     """The preset's RunConfig for ``task`` (no overrides, not yet validated): the config
     defaults with the installed sweep file's preset tables applied, or without ``installed``
     the defaults alone (a sweep cell, whose overrides are its whole preset); ``seed`` is the
@@ -79,7 +87,9 @@ def build_config(task: str, pe: str, preset_name: str = "quick", seed: int = 0, 
     if preset_name not in PRESETS:
         raise ValueError(f"preset {preset_name!r} is unknown (allowed: {', '.join(PRESETS)})")
     settings = preset_settings(task, preset_name) if installed else {}
-    cfg = RunConfig(task=task, task_params={}, pe=pe, preset=preset_name, positions=positions, rope_scaling=rope_scaling)
+    cfg = RunConfig(
+        task=task, task_params={}, pe=pe, preset=preset_name, positions=positions, rope_scaling=rope_scaling
+    )
     try:
         cfg = apply_overrides(cfg, settings, tuple(generators.TASKS[task].PARAMS))
     except ValueError as e:  # a bad table in the sweep file: name it

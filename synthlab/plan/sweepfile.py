@@ -30,7 +30,7 @@ _SWEEP_KEYS = {
     "base": "an installed sweep whose preset tables this file's own go over, key by key (default: none)",
     "metric": "headline metric in record.metrics[split] (e.g. token_acc)",
     "show": "'accuracy' or 'error' in %: 100 * metric, or 100 * (1 - metric) where the metric is the other kind "
-            "(token_acc shown as error, read_error as accuracy)",
+    "(token_acc shown as error, read_error as accuracy)",
     "in_dist": "the in-distribution split (capacity grid)",
     "ood": "list of OOD splits (ood grid)",
     "ood_x": "column of the ood grid: 'split', 'length' or a record field",
@@ -45,9 +45,18 @@ _SHOW = ("accuracy", "error")
 
 # axes with a fixed value type; any other axis is a `--set` key (checked by the trainer)
 _AXIS_TYPES: dict[str, type] = {
-    "pe": str, "task": str, "positions": str, "seed": int, "dape_k": int, "pose_chunks": int,
-    "d_model": int, "n_heads": int, "n_layers": int,
-    "model.d_model": int, "model.n_heads": int, "model.n_layers": int,
+    "pe": str,
+    "task": str,
+    "positions": str,
+    "seed": int,
+    "dape_k": int,
+    "pose_chunks": int,
+    "d_model": int,
+    "n_heads": int,
+    "n_layers": int,
+    "model.d_model": int,
+    "model.n_heads": int,
+    "model.n_layers": int,
 }
 
 
@@ -195,8 +204,7 @@ class SweepSpec:
 
 
 # the keys of a [launcher] table: the SLURM launcher's settings (synthlab.study.launchers checks their values)
-LAUNCHER_KEYS = ("partition", "time", "gpus_per_task", "cpus_per_task", "array_parallelism", "mem_gb",
-                 "max_requeues")
+LAUNCHER_KEYS = ("partition", "time", "gpus_per_task", "cpus_per_task", "array_parallelism", "mem_gb", "max_requeues")
 
 
 def _check_launcher(where: str, table: Any) -> dict[str, Any]:
@@ -217,8 +225,21 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
     if not isinstance(sw, dict):
         raise ValueError(f"{where}: [sweep] must be a table")
     _unknown(where, "sweep", sw, _SWEEP_KEYS)
-    for key in ("name", "task", "description", "default_preset", "base", "metric", "show", "in_dist",
-                "ood_x", "ood_y", "capacity_x", "capacity_y", "objective_split"):
+    for key in (
+        "name",
+        "task",
+        "description",
+        "default_preset",
+        "base",
+        "metric",
+        "show",
+        "in_dist",
+        "ood_x",
+        "ood_y",
+        "capacity_x",
+        "capacity_y",
+        "objective_split",
+    ):
         if key in sw:
             _check_scalar(where, f"sweep.{key}", sw[key], str)
     if "ood" in sw:
@@ -236,9 +257,9 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
             raise ValueError(f"{where}: give the task either as sweep.task or as axes.task, not both")
         axes = {"task": [sw["task"]], **axes}
     if "task" not in axes:
-        raise ValueError(f"{where}: no task: set sweep.task = \"NAME\" or axes.task = [...]")
+        raise ValueError(f'{where}: no task: set sweep.task = "NAME" or axes.task = [...]')
     if "pe" not in axes:
-        raise ValueError(f"{where}: axes.pe: the encodings list is required (e.g. pe = [\"rope\", \"cope\"])")
+        raise ValueError(f'{where}: axes.pe: the encodings list is required (e.g. pe = ["rope", "cope"])')
     axes.setdefault("seed", [0])
     tune = _check_tune(where, "tune", raw.get("tune", {}))
 
@@ -280,15 +301,32 @@ def parse_sweep(text: str, where: str, name: str | None = None) -> SweepSpec:
     claims = parse_claims(where, raw.get("claim"), PRESETS)
     default_preset = sw.get("default_preset", "quick")
     if default_preset not in PRESETS:
-        raise ValueError(f"{where}: sweep.default_preset: {default_preset!r} is not allowed (allowed: {', '.join(PRESETS)})")
+        raise ValueError(
+            f"{where}: sweep.default_preset: {default_preset!r} is not allowed (allowed: {', '.join(PRESETS)})"
+        )
     spec = SweepSpec(
-        name=sw.get("name", name or Path(where).stem), path=where, description=sw.get("description", ""),
-        default_preset=default_preset, axes=axes, tune=tune, presets=presets,
-        metric=sw.get("metric", "token_acc"), show=show, in_dist=sw.get("in_dist", "test"),
-        ood=list(sw.get("ood", [])), ood_x=sw.get("ood_x", "split"), ood_y=sw.get("ood_y", "pe"),
-        capacity_x=sw.get("capacity_x", "d_model"), capacity_y=sw.get("capacity_y", "pe"),
-        objective_split=sw.get("objective_split"), papers=papers, claims=claims, launcher=launcher,
-        given=tuple(sw), file_tasks=tuple(axes["task"]), base=sw.get("base"),
+        name=sw.get("name", name or Path(where).stem),
+        path=where,
+        description=sw.get("description", ""),
+        default_preset=default_preset,
+        axes=axes,
+        tune=tune,
+        presets=presets,
+        metric=sw.get("metric", "token_acc"),
+        show=show,
+        in_dist=sw.get("in_dist", "test"),
+        ood=list(sw.get("ood", [])),
+        ood_x=sw.get("ood_x", "split"),
+        ood_y=sw.get("ood_y", "pe"),
+        capacity_x=sw.get("capacity_x", "d_model"),
+        capacity_y=sw.get("capacity_y", "pe"),
+        objective_split=sw.get("objective_split"),
+        papers=papers,
+        claims=claims,
+        launcher=launcher,
+        given=tuple(sw),
+        file_tasks=tuple(axes["task"]),
+        base=sw.get("base"),
     )
     return spec
 
@@ -305,8 +343,9 @@ def _inherit(where: str, base: str, presets: dict[str, dict[str, Any]], tasks: l
     other = [t for t in tasks if t not in parent.tasks]
     if other:
         shown = ", ".join(parent.tasks[:4]) + (", ..." if len(parent.tasks) > 4 else "")
-        raise ValueError(f"{where}: sweep.base: sweeps/{base}.toml has no presets for task {other[0]!r} "
-                         f"(its tasks: {shown})")
+        raise ValueError(
+            f"{where}: sweep.base: sweeps/{base}.toml has no presets for task {other[0]!r} (its tasks: {shown})"
+        )
     for name, p in presets.items():
         p["overrides"] = {**parent.presets[name]["overrides"], **p["overrides"]}
 
@@ -341,8 +380,9 @@ def load_sweep(task_or_file: str | os.PathLike) -> SweepSpec:
         if s in spec.tasks and len(spec.tasks) > 1:
             spec.axes["task"] = [s]
             return spec
-    raise ValueError(f"unknown sweep or task {s!r} (allowed: a .toml path or one of {', '.join(installed)}, "
-                     "or a task of che.toml)")
+    raise ValueError(
+        f"unknown sweep or task {s!r} (allowed: a .toml path or one of {', '.join(installed)}, or a task of che.toml)"
+    )
 
 
 def is_error(metric: str) -> bool:

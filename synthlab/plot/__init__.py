@@ -26,6 +26,20 @@ from synthlab.plot.runs import capture_qk
 KINDS = ("attention", "positions", "bias", "glitches")
 
 __all__ = [
-    "KINDS", "attention", "positions", "bias", "glitches", "attention_maps", "cope_positions", "bipe_ids",
-    "bias_curves", "glitch_rates", "capture_qk", "AttentionMaps", "CopePositions", "BipeIds", "BiasCurves", "Glitches",
+    "KINDS",
+    "attention",
+    "positions",
+    "bias",
+    "glitches",
+    "attention_maps",
+    "cope_positions",
+    "bipe_ids",
+    "bias_curves",
+    "glitch_rates",
+    "capture_qk",
+    "AttentionMaps",
+    "CopePositions",
+    "BipeIds",
+    "BiasCurves",
+    "Glitches",
 ]

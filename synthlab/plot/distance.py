@@ -36,16 +36,21 @@ class BiasCurves:
     initial: bool  # learned position parameters at their initialisation (built from a pe spec)
 
 
-_BIAS_NAMES = ("alibi, t5, kerple, fire, relative, relative-capped, bipe-alibi (additive biases) and rope, xpos, "
-               "bipe-rope (rotary)")
+_BIAS_NAMES = (
+    "alibi, t5, kerple, fire, relative, relative-capped, bipe-alibi (additive biases) and rope, xpos, "
+    "bipe-rope (rotary)"
+)
 
 
 def _bias_model(pe_or_run: Any, max_distance: int, d_model: int, n_heads: int, seed: int) -> tuple[Any, bool]:
     """(model, built): the run's (or given) model, or a fresh seeded one for a pe spec."""
     from synthlab.run.runs import LoadedRun
 
-    if isinstance(pe_or_run, LoadedRun) or isinstance(pe_or_run, os.PathLike) or (
-            isinstance(pe_or_run, str) and (os.sep in pe_or_run or "/" in pe_or_run or Path(pe_or_run).exists())):
+    if (
+        isinstance(pe_or_run, LoadedRun)
+        or isinstance(pe_or_run, os.PathLike)
+        or (isinstance(pe_or_run, str) and (os.sep in pe_or_run or "/" in pe_or_run or Path(pe_or_run).exists()))
+    ):
         return as_run(pe_or_run).model, False
     if isinstance(pe_or_run, torch.nn.Module):  # a built model (synthlab.build_model)
         return pe_or_run, False
@@ -55,13 +60,15 @@ def _bias_model(pe_or_run: Any, max_distance: int, d_model: int, n_heads: int, s
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = build_model(pe_or_run, vocab_size=8, d_model=d_model, n_layers=1, n_heads=n_heads,
-                            max_len=max(512, max_distance + 1))
+        model = build_model(
+            pe_or_run, vocab_size=8, d_model=d_model, n_layers=1, n_heads=n_heads, max_len=max(512, max_distance + 1)
+        )
     return model.eval(), True
 
 
-def bias_curves(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, seed: int = 0, d_model: int = 64,
-                n_heads: int = 4) -> BiasCurves:
+def bias_curves(
+    pe_or_run: Any, max_distance: int = 64, layers: Layers = None, seed: int = 0, d_model: int = 64, n_heads: int = 4
+) -> BiasCurves:
     """The numbers :func:`bias` draws. ``pe_or_run``: a pe spec (a one-layer model of
     ``d_model`` / ``n_heads`` is built, seeded), a run, a run directory or a built model."""
     from synthlab.core.errors import MAX_DISTANCE
@@ -69,8 +76,10 @@ def bias_curves(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, s
     from synthlab.model.cache import TensorCache
 
     if isinstance(max_distance, bool) or not isinstance(max_distance, int) or not 1 <= max_distance <= MAX_DISTANCE:
-        raise ValueError(f"max_distance must be an integer from 1 to {MAX_DISTANCE:,} (the biases are heads x "
-                         f"(D + 1)^2 floats), got {max_distance!r}")
+        raise ValueError(
+            f"max_distance must be an integer from 1 to {MAX_DISTANCE:,} (the biases are heads x "
+            f"(D + 1)^2 floats), got {max_distance!r}"
+        )
     model, built = _bias_model(pe_or_run, max_distance, d_model, n_heads, seed)
     spec = model.spec
     has_bias = any(len(b.attn.biases) for b in model.blocks)
@@ -78,16 +87,26 @@ def bias_curves(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, s
         why = "no bias, no rotation"
         if spec.has("cope"):
             why = "CoPE's positions depend on the input: see `plot positions`"
-        raise ValueError(f"pe {spec.name!r} has no content-free position signal to draw ({why}); "
-                         f"`plot bias` is for {_BIAS_NAMES}")
+        raise ValueError(
+            f"pe {spec.name!r} has no content-free position signal to draw ({why}); `plot bias` is for {_BIAS_NAMES}"
+        )
     layers = pick("layer", layers, model.n_layers)
     T, H = max_distance + 1, model.n_heads
     d_h = model.d_model // H
     index = "segment" if spec.bipe else "token"
     ar = torch.arange(T)
     # every token its own segment, so segment distance = token distance
-    ctx = PositionContext(T, model.causal, ar, True, ar.unsqueeze(0), torch.zeros(1, T, dtype=torch.long),
-                          TensorCache(), torch.device("cpu"), torch.float32)
+    ctx = PositionContext(
+        T,
+        model.causal,
+        ar,
+        True,
+        ar.unsqueeze(0),
+        torch.zeros(1, T, dtype=torch.long),
+        TensorCache(),
+        torch.device("cpu"),
+        torch.float32,
+    )
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(d_h, generator=gen, dtype=torch.float64)
     q = (q / q.norm()).float()  # unit length: similarities in [-1, 1] for rope
@@ -105,7 +124,7 @@ def bias_curves(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, s
             pos = torch.arange(T)
             sims = []
             # q, then ones / sqrt(d_h): every pair's energy equal, which is the mean over directions
-            for v in (q, torch.full((d_h,), d_h ** -0.5)):
+            for v in (q, torch.full((d_h,), d_h**-0.5)):
                 x = v.expand(1, 1, T, d_h).contiguous()
                 rq, rk = r(x, x, pos, False)
                 sims.append((rq[0, 0, T - 1] * rk[0, 0, T - 1 - torch.arange(T)]).sum(-1).double().numpy())
@@ -114,8 +133,15 @@ def bias_curves(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, s
     return BiasCurves(spec.name, H, np.arange(T), index, bias, rot, rot_mean, q.double().numpy(), initial)
 
 
-def bias(pe_or_run: Any, max_distance: int = 64, layers: Layers = None, heads: Layers = None, seed: int = 0,
-         d_model: int = 64, n_heads: int = 4) -> Any:
+def bias(
+    pe_or_run: Any,
+    max_distance: int = 64,
+    layers: Layers = None,
+    heads: Layers = None,
+    seed: int = 0,
+    d_model: int = 64,
+    n_heads: int = 4,
+) -> Any:
     """An encoding's position signal as a function of distance d = i - j, content aside.
 
     Additive biases (alibi, t5, kerple, fire, relative, bipe-alibi): one panel per layer,
@@ -186,8 +212,9 @@ class Glitches:
         return [f"{lo}" if hi - lo == 1 else f"{lo}-{hi - 1}" for lo, hi in zip(self.edges[:-1], self.edges[1:])]
 
 
-def glitch_rates(run: Any, split: str = "ood-sparse", n: int | None = None,
-                 edges: Sequence[int] | None = None) -> Glitches:
+def glitch_rates(
+    run: Any, split: str = "ood-sparse", n: int | None = None, edges: Sequence[int] | None = None
+) -> Glitches:
     """The numbers :func:`glitches` draws: samples 0..n-1 of ``split`` (default n: the run's
     eval_samples, so the totals are the run's read error on that split), teacher-forced; a
     read is wrong when the argmax at the ``r`` token is not the bit last written. Buckets:
@@ -212,7 +239,7 @@ def glitch_rates(run: Any, split: str = "ood-sparse", n: int | None = None,
     size = int(run.config["train"].get("eval_batch_size") or 64)
     with torch.no_grad():
         for start in range(0, len(samples), size):
-            chunk = samples[start:start + size]
+            chunk = samples[start : start + size]
             ids, _ = pad_ids([s.ids for s in chunk], pad)
             with rope_scaled(run, ids.shape[1]):
                 pred = run.model(torch.from_numpy(ids)).argmax(-1).numpy()  # (B, T)
@@ -252,4 +279,3 @@ def glitches(run: Any, split: str = "ood-sparse", n: int | None = None, edges: S
     total = f"{int(g.wrong.sum())}/{len(g.wrong)} reads wrong"
     ax.set_title(f"{g.pe} · {g.split} ({g.n_samples} samples): {total}")
     return fig
-

@@ -29,8 +29,9 @@ def _ticks(tokens: Sequence[str]) -> tuple[list[int], list[str]]:
     return idx, [tokens[i] for i in idx]
 
 
-def token_axes(ax: Any, xtokens: Sequence[str], ytokens: Sequence[str] | None, xlabel: str = "",
-               ylabel: str = "") -> None:
+def token_axes(
+    ax: Any, xtokens: Sequence[str], ytokens: Sequence[str] | None, xlabel: str = "", ylabel: str = ""
+) -> None:
     """Token strings on the axes (every k-th when there are more than MAX_TICKS)."""
     size = 7 if len(xtokens) <= 40 else 6
     idx, labels = _ticks(xtokens)

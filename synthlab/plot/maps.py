@@ -62,8 +62,9 @@ def attention(run: Any, sample: Any, layers: Layers = None, heads: Layers = None
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             ax = axes[r][c]
-            im = ax.imshow(data.maps[layer, head], cmap="Blues", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0),
-                           interpolation="nearest")
+            im = ax.imshow(
+                data.maps[layer, head], cmap="Blues", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0), interpolation="nearest"
+            )
             token_axes(ax, data.tokens, data.tokens, xlabel="key", ylabel="query")
             mark_scored(ax, data.scored, data.right, T)
             ax.set_title(f"layer {layer} · head {head}")
@@ -138,8 +139,10 @@ def positions(run: Any, sample: Any, layers: Layers = None, heads: Layers = None
     run = as_run(run)
     spec = run.model.spec
     if not (spec.has("cope") or spec.bipe):
-        raise ValueError(f"pe {spec.name!r} has no input-dependent positions to draw; `plot positions` is for "
-                         "cope, cope-alibi (gates and positions) and bipe-rope, bipe-alibi (segment ids)")
+        raise ValueError(
+            f"pe {spec.name!r} has no input-dependent positions to draw; `plot positions` is for "
+            "cope, cope-alibi (gates and positions) and bipe-rope, bipe-alibi (segment ids)"
+        )
     cope = cope_positions(run, sample, split) if spec.has("cope") else None
     bipe = bipe_ids(run, sample, split) if spec.bipe else None
     pairs: list[tuple[int, int]] = []
@@ -159,8 +162,12 @@ def positions(run: Any, sample: Any, layers: Layers = None, heads: Layers = None
         assert cope is not None, "pairs are CoPE's layers and heads"
         ax_g, ax_p = fig.add_subplot(grid[r, 0]), fig.add_subplot(grid[r, 1])
         im_g = ax_g.imshow(cope.gates[layer, head], cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
-        im_p = ax_p.imshow(np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), cope.positions[layer, head]),
-                           cmap="viridis", vmin=0, interpolation="nearest")
+        im_p = ax_p.imshow(
+            np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), cope.positions[layer, head]),
+            cmap="viridis",
+            vmin=0,
+            interpolation="nearest",
+        )
         for ax, what in ((ax_g, "gates g_ij"), (ax_p, "positions p_ij")):
             token_axes(ax, cope.tokens, cope.tokens, xlabel="key j", ylabel="query i")
             mark_scored(ax, cope.scored, None, T)
@@ -178,4 +185,3 @@ def positions(run: Any, sample: Any, layers: Layers = None, heads: Layers = None
         ax.set_title("BiPE ids")
     fig.suptitle(f"{(cope or bipe).title}: positions")  # type: ignore[union-attr]
     return fig
-

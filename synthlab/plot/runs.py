@@ -23,8 +23,9 @@ def as_run(run: Any) -> Any:
         inside = sorted(p.parent.name for p in path.glob("*/config.json"))
         if inside:  # `--out DIR` holds DIR/<run_id>/: name them
             more = " ..." if len(inside) > 3 else ""
-            raise ValueError(f"{path}: not a run directory (no config.json); "
-                             f"the runs inside it: {', '.join(inside[:3])}{more}")
+            raise ValueError(
+                f"{path}: not a run directory (no config.json); the runs inside it: {', '.join(inside[:3])}{more}"
+            )
     return load_run(path)
 
 
@@ -37,8 +38,17 @@ def resolve_sample(run: Any, sample: Any, split: str) -> Any:
     if isinstance(sample, str) or (isinstance(sample, (list, tuple)) and sample and isinstance(sample[0], str)):
         ids = run.encode(sample).numpy()
         none = np.zeros(0, dtype=np.int64)
-        return Sample(task=task.name, split="tokens", seed=0, index=0, params={}, vocab=list(task.vocab), ids=ids,
-                      scored=none, target_ids=none)
+        return Sample(
+            task=task.name,
+            split="tokens",
+            seed=0,
+            index=0,
+            params={},
+            vocab=list(task.vocab),
+            ids=ids,
+            scored=none,
+            target_ids=none,
+        )
     if isinstance(sample, Sample):
         if sample.task != task.name or list(sample.vocab) != list(task.vocab):
             raise ValueError(f"a sample of task {sample.task!r} given for a run of task {task.name!r}")
@@ -55,8 +65,9 @@ def resolve_sample(run: Any, sample: Any, split: str) -> Any:
     groups = task.eval_groups(split) or [{}]
     if not 0 <= index < n * len(groups):
         have = f"samples 0..{n * len(groups) - 1}" if n else "no samples"
-        raise ValueError(f"sample {index} out of range: split {split!r} of this run has {have} "
-                         f"(train.eval_samples={n})")
+        raise ValueError(
+            f"sample {index} out of range: split {split!r} of this run has {have} (train.eval_samples={n})"
+        )
     return task.sample(split, 1, seed=seed, start=index % n, **groups[index // n])[0]
 
 
@@ -67,7 +78,9 @@ def capture_qk(model: torch.nn.Module, ids: torch.Tensor) -> list[dict[str, torc
     activations: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         model(ids, activations=activations)
-    return [{"q": activations[f"{b.attn.name}.q"], "k": activations[f"{b.attn.name}.k"]} for b in cast(Any, model).blocks]
+    return [
+        {"q": activations[f"{b.attn.name}.q"], "k": activations[f"{b.attn.name}.k"]} for b in cast(Any, model).blocks
+    ]
 
 
 Layers = Union[Sequence[int], int, None]  # a layer / head choice: all (None), one, or a list
@@ -85,4 +98,3 @@ def pick(what: str, chosen: Layers, count: int) -> list[int]:
     if not chosen:
         raise ValueError(f"no {what}s chosen")
     return [int(c) for c in chosen]
-

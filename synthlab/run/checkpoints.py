@@ -89,8 +89,13 @@ class RunCheckpoints:
         self._off = False  # another live process holds the directory
 
     @classmethod
-    def open(cls, out: str | os.PathLike | None, cfg: RunConfig, extra: dict[str, Any] | None = None,
-             results: str | os.PathLike | None = None) -> "RunCheckpoints | None":
+    def open(
+        cls,
+        out: str | os.PathLike | None,
+        cfg: RunConfig,
+        extra: dict[str, Any] | None = None,
+        results: str | os.PathLike | None = None,
+    ) -> "RunCheckpoints | None":
         """The run's checkpoints (an earlier attempt's locked and read); None without ``out``,
         with checkpoints off, or when a live process holds the same key. An earlier attempt
         with a record in ``results`` is finished, not resumed: this run is a new one."""

@@ -26,9 +26,17 @@ def _model_api() -> Any:
     return m
 
 
-def resolve_config(task: str, pe: str, preset: str = "quick", overrides: dict[str, Any] | None = None, *,
-                   seed: int = 0, positions: str | None = None, rope_scaling: str | None = None,
-                   probe: bool = True) -> RunConfig:
+def resolve_config(
+    task: str,
+    pe: str,
+    preset: str = "quick",
+    overrides: dict[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    positions: str | None = None,
+    rope_scaling: str | None = None,
+    probe: bool = True,
+) -> RunConfig:
     """The validated :class:`RunConfig` of one run; nothing is built, trained or written.
 
     Raises ValueError (naming the key and what is allowed) for an unknown task / preset /
@@ -36,23 +44,44 @@ def resolve_config(task: str, pe: str, preset: str = "quick", overrides: dict[st
     combination (``validate_combination`` of the model, with sequence lengths probed from the
     task's splits when ``probe``).
     """
-    return resolve(task, pe, preset, overrides, seed=seed, positions=positions, rope_scaling=rope_scaling,
-                   probe=probe)[0]
+    return resolve(task, pe, preset, overrides, seed=seed, positions=positions, rope_scaling=rope_scaling, probe=probe)[
+        0
+    ]
 
 
 def cell_config(cell: Any, preset: str, *, probe: bool = True) -> RunConfig:
     """The validated :class:`RunConfig` of a sweep cell (:class:`synthlab.plan.cells.Cell`): the config
     defaults + the cell's overrides, which hold its sweep file's whole preset, its axis values and
     ``--set``; no installed file is read by name (ValueError as :func:`resolve_config`)."""
-    return resolve(cell.task, cell.encoding, preset, cell.overrides, seed=cell.seed, positions=cell.scheme,
-                   rope_scaling=cell.rope_scaling, probe=probe, installed=False, dape_k=cell.dape_k,
-                   pose_chunks=cell.pose_chunks)[0]
+    return resolve(
+        cell.task,
+        cell.encoding,
+        preset,
+        cell.overrides,
+        seed=cell.seed,
+        positions=cell.scheme,
+        rope_scaling=cell.rope_scaling,
+        probe=probe,
+        installed=False,
+        dape_k=cell.dape_k,
+        pose_chunks=cell.pose_chunks,
+    )[0]
 
 
-def resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, *, seed: int,
-            positions: str | None, rope_scaling: str | None, probe: bool,
-            installed: bool = True, dape_k: int | None = None,
-            pose_chunks: int | None = None) -> tuple[RunConfig, PESpec]:
+def resolve(
+    task: str,
+    pe: str,
+    preset: str,
+    overrides: dict[str, Any] | None,
+    *,
+    seed: int,
+    positions: str | None,
+    rope_scaling: str | None,
+    probe: bool,
+    installed: bool = True,
+    dape_k: int | None = None,
+    pose_chunks: int | None = None,
+) -> tuple[RunConfig, PESpec]:
     """:func:`resolve_config` and the parsed pe spec, which the run is handed (parsed once);
     ``installed``: start from the installed family file's preset (else the defaults);
     ``dape_k``, ``pose_chunks``: a sweep cell's axes (fields of the config, :mod:`synthlab.run.specs`)."""
@@ -60,8 +89,9 @@ def resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, *
         hint = did_you_mean(task, list(generators.TASKS)) or " (see `synthlab tasks`)"
         raise ValueError(f"unknown task {task!r}{hint}")
     check_seed(seed)
-    cfg = build_config(task, pe, preset, seed=int(seed), positions=positions, rope_scaling=rope_scaling,
-                       installed=installed)
+    cfg = build_config(
+        task, pe, preset, seed=int(seed), positions=positions, rope_scaling=rope_scaling, installed=installed
+    )
     names = tuple(generators.TASKS[task].PARAMS)
     cfg = apply_overrides(cfg, overrides, names)
     t = generators.get_task(task, **cfg.task_params)  # types and checks the task parameters
@@ -76,10 +106,14 @@ def resolve(task: str, pe: str, preset: str, overrides: dict[str, Any] | None, *
     # a pose_chunks axis's number stays in its field; "pose" named, so every check sees positions
     cfg.positions = (cfg.positions or "pose").strip() if cfg.pose_chunks else scheme.name if scheme else None
     if cfg.rope_scaling is not None and not spec.rotary:
-        raise ValueError(f"rope_scaling={cfg.rope_scaling!r} needs a rotary encoding (rope, xpos, bipe-rope), got pe={spec.name!r}")
+        raise ValueError(
+            f"rope_scaling={cfg.rope_scaling!r} needs a rotary encoding (rope, xpos, bipe-rope), got pe={spec.name!r}"
+        )
     if not cfg.model.causal and t.scoring != "placeholder":
-        raise ValueError("model.causal=false (bidirectional encoder) needs a placeholder-scored task "
-                         f"(the CHE tasks, one length per batch); task {task!r} pads variable-length batches")
+        raise ValueError(
+            "model.causal=false (bidirectional encoder) needs a placeholder-scored task "
+            f"(the CHE tasks, one length per batch); task {task!r} pads variable-length batches"
+        )
     if probe:
         from synthlab.run.data import probe_lengths  # lightning: loaded once a run is built
 
@@ -116,22 +150,32 @@ def validate_combination(cfg: RunConfig, spec: PESpec, scheme: Any, train_len: i
     max_len = max_len_of(cfg, scheme, train_len, eval_len)
     _model_api().validate_combination(spec, scheme, cfg.model.causal, max_len, eval_len)
     if scheme is not None and train_len > scheme.max_position:
-        raise ValueError(f"--positions {scheme.name}: the training sequences ({train_len} tokens) are longer than "
-                         f"its range ({scheme.max_position}); raise it to at least {train_len}")
+        raise ValueError(
+            f"--positions {scheme.name}: the training sequences ({train_len} tokens) are longer than "
+            f"its range ({scheme.max_position}); raise it to at least {train_len}"
+        )
     return max_len
 
 
-def model_for(cfg: RunConfig, task: Any, spec: PESpec | None = None, *, max_len: int,
-              revision: int = PE_REVISION) -> torch.nn.Module:
+def model_for(
+    cfg: RunConfig, task: Any, spec: PESpec | None = None, *, max_len: int, revision: int = PE_REVISION
+) -> torch.nn.Module:
     """The Transformer of a run (the one place it is built, for training and for
     ``load_run``): ``cfg.model``'s shape, the task's vocabulary (+ the pad id) and BiPE tokens,
     the encoding ``spec`` (``cfg.pe`` parsed when not given). ``revision``: the encodings'
     forms; ``load_run`` passes the one a saved run trained with."""
     m = _model_api()
     return m.Transformer(
-        specs.encoding(cfg) if spec is None else spec, vocab_size=len(task.vocab) + 1, d_model=cfg.model.d_model,
-        n_layers=cfg.model.n_layers, n_heads=cfg.model.n_heads, max_len=max_len, dropout=cfg.model.dropout,
-        tie_embeddings=cfg.model.tie_embeddings, causal=cfg.model.causal,
+        specs.encoding(cfg) if spec is None else spec,
+        vocab_size=len(task.vocab) + 1,
+        d_model=cfg.model.d_model,
+        n_layers=cfg.model.n_layers,
+        n_heads=cfg.model.n_heads,
+        max_len=max_len,
+        dropout=cfg.model.dropout,
+        tie_embeddings=cfg.model.tie_embeddings,
+        causal=cfg.model.causal,
         separator_ids=tuple(task.token_id(s) for s in task.separators),
-        segment_start_ids=tuple(task.token_id(s) for s in task.segment_starts), revision=revision,
+        segment_start_ids=tuple(task.token_id(s) for s in task.segment_starts),
+        revision=revision,
     )

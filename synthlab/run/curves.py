@@ -34,8 +34,12 @@ class SafeReport:
         except Exception as e:  # noqa: BLE001 - an observer's bug must not kill the run it observes
             self.failures += 1
             if self.failures == 1:
-                warnings.warn(f"report hook raised {type(e).__name__}: {e} (at step {step}); the run goes on, "
-                              "later errors of the hook are not shown", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"report hook raised {type(e).__name__}: {e} (at step {step}); the run goes on, "
+                    "later errors of the hook are not shown",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
 
 def check_report(report: Any) -> SafeReport | None:
@@ -49,12 +53,24 @@ def check_report(report: Any) -> SafeReport | None:
 
 def flat(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
     """``{"test": {"acc": 0.9}}`` -> ``{"test/acc": 0.9}``, finite numbers only."""
-    return {f"{split}/{name}": float(v) for split, m in metrics.items() for name, v in m.items()
-            if isinstance(v, (int, float)) and math.isfinite(v)}
+    return {
+        f"{split}/{name}": float(v)
+        for split, m in metrics.items()
+        for name, v in m.items()
+        if isinstance(v, (int, float)) and math.isfinite(v)
+    }
 
 
-def eval_context(cfg: Any, task: Any, spec: Any, scheme: Any, pad_id: int, device: torch.device,
-                 rope_factor: float | None, train_len: int) -> EvalContext:
+def eval_context(
+    cfg: Any,
+    task: Any,
+    spec: Any,
+    scheme: Any,
+    pad_id: int,
+    device: torch.device,
+    rope_factor: float | None,
+    train_len: int,
+) -> EvalContext:
     """What evaluation needs besides the model and the sets: one place for the curve's points
     and the final evaluation. ``rope_factor``: PoSE's static interpolation (then no scaling at
     evaluation); ``train_len``: the longest training sequence so far."""
@@ -62,8 +78,14 @@ def eval_context(cfg: Any, task: Any, spec: Any, scheme: Any, pad_id: int, devic
 
     tc = cfg.train
     return EvalContext(
-        task=task, pad_id=pad_id, batch_size=tc.eval_batch_size, device=device, causal=cfg.model.causal,
-        rope_scaling=cfg.rope_scaling if rope_factor is None else None, rotary=spec.rotary, train_len=train_len,
+        task=task,
+        pad_id=pad_id,
+        batch_size=tc.eval_batch_size,
+        device=device,
+        causal=cfg.model.causal,
+        rope_scaling=cfg.rope_scaling if rope_factor is None else None,
+        rotary=spec.rotary,
+        train_len=train_len,
         positions=PositionSampler(scheme, tc.seed + 1) if scheme is not None and scheme.at_eval else None,
         precision=tc.precision,
     )
@@ -77,8 +99,15 @@ def rng_kept(device: torch.device) -> Iterator[None]:
         yield
 
 
-def curve_callback(every: int, steps: int, model: torch.nn.Module, sets: dict[str, Any],
-                   context: Callable[[], EvalContext], report: Report | None = None, logger: Any = None) -> Any:
+def curve_callback(
+    every: int,
+    steps: int,
+    model: torch.nn.Module,
+    sets: dict[str, Any],
+    context: Callable[[], EvalContext],
+    report: Report | None = None,
+    logger: Any = None,
+) -> Any:
     """The Lightning callback that evaluates ``model`` on ``sets`` after step ``k * every`` and
     after the last step; its ``points`` are the curve. ``context()``: the evaluation context
     at that moment; ``logger``: a :class:`synthlab.run.loggers.RunLogger` or None."""

@@ -40,7 +40,9 @@ def pad_ids(seqs: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.nda
     return out, lengths
 
 
-def scatter_targets(positions: Sequence[np.ndarray], targets: Sequence[np.ndarray], shape: tuple[int, int]) -> np.ndarray:
+def scatter_targets(
+    positions: Sequence[np.ndarray], targets: Sequence[np.ndarray], shape: tuple[int, int]
+) -> np.ndarray:
     """A (B, T) array of IGNORE with ``targets[b]`` written at ``positions[b]`` of row b."""
     out = np.full(shape, IGNORE, dtype=np.int64)
     counts = np.fromiter((len(p) for p in positions), dtype=np.int64, count=len(positions))
@@ -140,7 +142,7 @@ class TrainStream:
         per_epoch = max(1, n // B)  # drop the ragged tail of each epoch's permutation
         epoch, k = divmod(step, per_epoch)
         perm = _rng(self.seed, _EPOCH, epoch).permutation(n)
-        return [self._fixed[i] for i in perm[k * B: (k + 1) * B]] if n >= B else [self._fixed[i] for i in perm]
+        return [self._fixed[i] for i in perm[k * B : (k + 1) * B]] if n >= B else [self._fixed[i] for i in perm]
 
     def batch(self, step: int) -> Batch:
         b = collate(self.samples(step), self.pad_id, scored=False)
@@ -170,7 +172,9 @@ class TrainBatches(torch.utils.data.IterableDataset):
     ``len`` is ``steps`` whatever ``start``: the one epoch of a run, which a resumed run
     (Lightning restores the batch count) continues at batch ``start``."""
 
-    def __init__(self, stream: TrainStream, steps: int, positions: PositionSampler | None = None, start: int = 0) -> None:
+    def __init__(
+        self, stream: TrainStream, steps: int, positions: PositionSampler | None = None, start: int = 0
+    ) -> None:
         super().__init__()
         self.stream, self.steps, self.positions, self.start = stream, int(steps), positions, int(start)
 
@@ -241,8 +245,17 @@ def probe_lengths(task: Any, seed: int, n: int = 2) -> tuple[int, int]:
 class DataModule(L.LightningDataModule):
     """A task's training stream (and its evaluation sets) for a Lightning Trainer."""
 
-    def __init__(self, task: Any, seed: int, batch_size: int, steps: int, n_train: int | None = None,
-                 positions: Any = None, eval_samples: int = 0, workers: int | None = None) -> None:
+    def __init__(
+        self,
+        task: Any,
+        seed: int,
+        batch_size: int,
+        steps: int,
+        n_train: int | None = None,
+        positions: Any = None,
+        eval_samples: int = 0,
+        workers: int | None = None,
+    ) -> None:
         super().__init__()
         self.task, self.seed, self.steps, self.workers = task, int(seed), int(steps), workers
         self.stream = TrainStream(task, seed, batch_size, n_train)
@@ -275,8 +288,13 @@ class StepLoader(torch.utils.data.DataLoader):
     streams: list[Any] = []  # the TrainStreams whose longest batch to note (batches built elsewhere)
 
     @classmethod
-    def for_trainer(cls, dataset: torch.utils.data.IterableDataset, trainer: Any, workers: int | None = None,
-                    streams: list[Any] | None = None) -> "StepLoader":
+    def for_trainer(
+        cls,
+        dataset: torch.utils.data.IterableDataset,
+        trainer: Any,
+        workers: int | None = None,
+        streams: list[Any] | None = None,
+    ) -> "StepLoader":
         """The batches of ``dataset`` as they come (``batch_size=None``) for ``trainer``.
 
         On a CUDA device in pinned memory: Lightning copies a batch to the device with

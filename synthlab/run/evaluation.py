@@ -35,8 +35,10 @@ _HEADLINE: dict[str, tuple[str, Callable[[float], float]]] = {
 def check_metrics(task: Any) -> None:
     unknown = [m for m in task.metrics if m not in _HEADLINE]
     if unknown:  # a generator declared a metric the trainer cannot compute
-        raise ValueError(f"task {task.name!r}: headline metric {unknown[0]!r} is not computed by synthlab "
-                         f"(known: {', '.join(_HEADLINE)})")
+        raise ValueError(
+            f"task {task.name!r}: headline metric {unknown[0]!r} is not computed by synthlab "
+            f"(known: {', '.join(_HEADLINE)})"
+        )
 
 
 def decode_width(length: int) -> int:
@@ -68,8 +70,9 @@ def autocast(ctx: EvalContext) -> Any:
     return contextlib.nullcontext()
 
 
-def _chunks(order: list[int], samples: list[Any], size: int, same_length: bool,
-            length: Callable[[Any], int] = len) -> list[list[int]]:
+def _chunks(
+    order: list[int], samples: list[Any], size: int, same_length: bool, length: Callable[[Any], int] = len
+) -> list[list[int]]:
     """``order`` cut into chunks of at most ``size``; with ``same_length``, each chunk of one
     ``length`` (a sample's tokens; greedy decoding: its prompt's)."""
     out: list[list[int]] = []
@@ -126,7 +129,10 @@ def score_samples(model: torch.nn.Module, samples: list[Any], ctx: EvalContext, 
         right = (logits.argmax(-1) == sc) & mask
         ok[idx] = right.sum(1).cpu().numpy()
         tot[idx] = mask.sum(1).cpu().numpy()
-    return {"token_acc": float(ok.sum() / max(1, tot.sum())), "seq_acc": float(np.mean(ok == tot)) if n else float("nan")}
+    return {
+        "token_acc": float(ok.sum() / max(1, tot.sum())),
+        "seq_acc": float(np.mean(ok == tot)) if n else float("nan"),
+    }
 
 
 @torch.no_grad()
@@ -201,8 +207,9 @@ def _headline(task: Any, m: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def evaluate(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]],
-             ctx: EvalContext) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
+def evaluate(
+    model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]], ctx: EvalContext
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
     """Metrics per split (a split spanning lengths: the mean over its groups) and per group;
     greedy tasks add ``answer_acc`` and, on a split mixing operator counts, ``answer_acc_ops_k``.
 
@@ -217,8 +224,9 @@ def evaluate(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict
         model.train(was_training)
 
 
-def _evaluate_sets(model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]],
-                   ctx: EvalContext) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
+def _evaluate_sets(
+    model: torch.nn.Module, sets: dict[str, list[tuple[str | None, dict[str, Any], list[Any]]]], ctx: EvalContext
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
     metrics: dict[str, dict[str, float]] = {}
     groups: dict[str, dict[str, dict[str, float]]] = {}
     for s_i, (split, parts) in enumerate(sets.items()):
@@ -265,10 +273,15 @@ def format_result(record: dict[str, Any]) -> str:
     names: list[str] = []
     for m in metrics.values():
         names += [k for k in m if k not in names]
-    rows = [[split] + [("-" if m.get(k) is None else f"{100 * m[k]:.2f}") for k in names] for split, m in metrics.items()]
+    rows = [
+        [split] + [("-" if m.get(k) is None else f"{100 * m[k]:.2f}") for k in names] for split, m in metrics.items()
+    ]
     cells = [["split"] + [f"{k} %" for k in names]] + rows
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    tail = f"params={record['model']['params']}  train_len={record['train']['train_len']}  wall={record['wall_s']}s  device={record['device']}"
+    tail = (
+        f"params={record['model']['params']}  train_len={record['train']['train_len']}  "
+        f"wall={record['wall_s']}s  device={record['device']}"
+    )
     return "\n".join([head, *lines, tail])

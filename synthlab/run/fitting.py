@@ -54,8 +54,9 @@ def progress_callback(steps: int, desc: str) -> Any:
 
     class Progress(L.Callback):
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            self.bar = tqdm(total=steps, initial=trainer.global_step, desc=desc, unit="step", dynamic_ncols=True,
-                            leave=False)
+            self.bar = tqdm(
+                total=steps, initial=trainer.global_step, desc=desc, unit="step", dynamic_ncols=True, leave=False
+            )
             self.t = 0.0
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -124,9 +125,13 @@ def fix_cublas_workspace(strict: bool) -> None:
         return
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
     if torch.cuda.is_initialized():
-        warnings.warn("train.deterministic: this process used CUDA before CUBLAS_WORKSPACE_CONFIG was set, so "
-                      "cuBLAS may keep its default workspace and two runs of one seed may differ; set "
-                      f"CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} before starting Python", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "train.deterministic: this process used CUDA before CUBLAS_WORKSPACE_CONFIG was set, so "
+            "cuBLAS may keep its default workspace and two runs of one seed may differ; set "
+            f"CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} before starting Python",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 @contextlib.contextmanager
@@ -169,9 +174,17 @@ def cluster_environment() -> Any:
     return LightningEnvironment()
 
 
-def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, desc: str = "",
-        checkpoints: Any = None, callbacks: list[Any] | tuple[Any, ...] = (), logger: Any = None,
-        log_every: int = 1) -> dict[str, Any]:
+def fit(
+    module: Any,
+    datamodule: Any,
+    cfg: RunConfig,
+    progress: bool = False,
+    desc: str = "",
+    checkpoints: Any = None,
+    callbacks: list[Any] | tuple[Any, ...] = (),
+    logger: Any = None,
+    log_every: int = 1,
+) -> dict[str, Any]:
     """Run the Lightning Trainer (CPU / GPU auto); returns {"device": its type, "root_device":
     the torch.device it trained on, "steps_done": ..., "resumed_at": ...}.
 
@@ -188,12 +201,23 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
     ckpt = checkpoints.resume_from if checkpoints is not None else None
     with quiet_lightning():
         trainer = L.Trainer(
-            accelerator="auto", devices=1, max_steps=cfg.train.steps, max_epochs=-1,
-            logger=logger if logger is not None else False, log_every_n_steps=max(1, int(log_every)),
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-            num_sanity_val_steps=0, limit_val_batches=0,
-            gradient_clip_val=cfg.train.grad_clip or None, gradient_clip_algorithm="norm",
-            callbacks=every, benchmark=False, deterministic=False, precision=PRECISIONS[cfg.train.precision],
+            accelerator="auto",
+            devices=1,
+            max_steps=cfg.train.steps,
+            max_epochs=-1,
+            logger=logger if logger is not None else False,
+            log_every_n_steps=max(1, int(log_every)),
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            gradient_clip_val=cfg.train.grad_clip or None,
+            gradient_clip_algorithm="norm",
+            callbacks=every,
+            benchmark=False,
+            deterministic=False,
+            precision=PRECISIONS[cfg.train.precision],
             plugins=[cluster_environment()],
         )
         # Lightning turns Ctrl-C into SystemExit(1) and leaves SIGINT ignored: restore it
@@ -208,5 +232,9 @@ def fit(module: Any, datamodule: Any, cfg: RunConfig, progress: bool = False, de
             if sigint is not None:
                 signal.signal(signal.SIGINT, sigint)
     device = trainer.strategy.root_device
-    return {"device": device.type, "root_device": device, "steps_done": int(trainer.global_step),
-            "resumed_at": checkpoints.resume_step if ckpt is not None else None}
+    return {
+        "device": device.type,
+        "root_device": device,
+        "steps_done": int(trainer.global_step),
+        "resumed_at": checkpoints.resume_step if ckpt is not None else None,
+    }

@@ -19,8 +19,11 @@ from typing import Any, Callable, Iterator
 
 # name -> (the module it needs, the pip extra that installs it); None: nothing to install
 LOGGERS: dict[str, tuple[str, str] | None] = {
-    "csv": None, "tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
-    "mlflow": ("mlflow", "mlflow"), "none": None,
+    "csv": None,
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "mlflow": ("mlflow", "mlflow"),
+    "none": None,
 }
 DEFAULT = "csv"
 LOG_DIR = "logs"  # the CSV and TensorBoard files, in the run directory
@@ -99,19 +102,31 @@ def _wandb(run_dir: Path, run_id: str, hparams: dict[str, Any]) -> RunLogger:
 
     # wandb.init here, not in WandbLogger: its settings (no console capture, which would wrap
     # sys.stdout; no git or code scan; quiet) and the offline default are ours to choose
-    settings = wandb.Settings(console="off", silent=True, disable_git=True, disable_code=True,
-                              x_save_requirements=False, disable_job_creation=True)
-    run = wandb.init(project=os.environ.get("WANDB_PROJECT") or PROJECT, name=run_id, dir=str(run_dir),
-                     # WANDB_MODE is the user's; wandb checks it
-                     mode=os.environ.get("WANDB_MODE") or "offline",  # type: ignore[arg-type]
-                     config=hparams, settings=settings)
+    settings = wandb.Settings(
+        console="off",
+        silent=True,
+        disable_git=True,
+        disable_code=True,
+        x_save_requirements=False,
+        disable_job_creation=True,
+    )
+    run = wandb.init(
+        project=os.environ.get("WANDB_PROJECT") or PROJECT,
+        name=run_id,
+        dir=str(run_dir),
+        # WANDB_MODE is the user's; wandb checks it
+        mode=os.environ.get("WANDB_MODE") or "offline",  # type: ignore[arg-type]
+        config=hparams,
+        settings=settings,
+    )
     files = Path(run.dir).parent if getattr(run, "dir", None) else None
 
     def close(ok: bool) -> None:
         run.finish(exit_code=0 if ok else 1)
 
-    return RunLogger(WandbLogger(experiment=run), {"logger": "wandb", "dir": _inside(files, run_dir), "run": run.id},
-                     close)
+    return RunLogger(
+        WandbLogger(experiment=run), {"logger": "wandb", "dir": _inside(files, run_dir), "run": run.id}, close
+    )
 
 
 def _mlflow(run_dir: Path, run_id: str, hparams: dict[str, Any]) -> RunLogger:
@@ -120,8 +135,11 @@ def _mlflow(run_dir: Path, run_id: str, hparams: dict[str, Any]) -> RunLogger:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     store = None if uri else run_dir / "mlruns"
     with _mlflow_scope(local=store is not None):
-        lg = MLFlowLogger(experiment_name=os.environ.get("MLFLOW_EXPERIMENT_NAME") or PROJECT, run_name=run_id,
-                          tracking_uri=uri if store is None else store.resolve().as_uri())
+        lg = MLFlowLogger(
+            experiment_name=os.environ.get("MLFLOW_EXPERIMENT_NAME") or PROJECT,
+            run_name=run_id,
+            tracking_uri=uri if store is None else store.resolve().as_uri(),
+        )
         lg.experiment  # noqa: B018 - creates the store, the experiment and the run now, in the scope
     lg.log_hyperparams(hparams)
 

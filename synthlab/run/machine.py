@@ -57,9 +57,16 @@ def _host() -> dict[str, str]:
     if not isa and arch in ("aarch64", "arm64"):
         isa = "neon"  # every AArch64 CPU has Advanced SIMD
     cpu = info.get("model name") or info.get("Model") or platform.processor() or arch
-    return {"cpu": cpu, "arch": arch, "isa": isa or "generic", "torch": _version_of("torch"),
-            "python": platform.python_version(), "lightning": _version_of("lightning"),
-            "numpy": _version_of("numpy"), "optuna": _version_of("optuna")}
+    return {
+        "cpu": cpu,
+        "arch": arch,
+        "isa": isa or "generic",
+        "torch": _version_of("torch"),
+        "python": platform.python_version(),
+        "lightning": _version_of("lightning"),
+        "numpy": _version_of("numpy"),
+        "optuna": _version_of("optuna"),
+    }
 
 
 def describe(device: Any = None) -> dict[str, str]:
@@ -95,8 +102,9 @@ def vector_paths() -> str:
     use, and any cap set on MKL, oneDNN or synthlab's native build."""
     host = _host()
     caps = [f"{k}={os.environ[k]}" for k in VECTOR_CAPS if os.environ.get(k)]
-    return (f"CPU {host['cpu']} ({host['arch']}, {host['isa']}); torch's kernels {torch_isa()}"
-            + (f"; capped: {', '.join(caps)}" if caps else ""))
+    return f"CPU {host['cpu']} ({host['arch']}, {host['isa']}); torch's kernels {torch_isa()}" + (
+        f"; capped: {', '.join(caps)}" if caps else ""
+    )
 
 
 def label(machine: dict[str, str] | None) -> str:
@@ -108,5 +116,4 @@ def label(machine: dict[str, str] | None) -> str:
     isa = machine.get("isa", "?")
     if machine.get("torch_isa") and machine["torch_isa"].lower() != isa.lower():
         isa += f", torch's kernels {machine['torch_isa']}"
-    return (f"{machine.get('cpu', '?')} ({machine.get('arch', '?')}, {isa}), "
-            f"torch {machine.get('torch', '?')}{gpu}")
+    return f"{machine.get('cpu', '?')} ({machine.get('arch', '?')}, {isa}), torch {machine.get('torch', '?')}{gpu}"

@@ -126,8 +126,9 @@ def make_module(model: torch.nn.Module, cfg: RunConfig, log_every: int = 0, repo
     return SynthModule()
 
 
-def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_every: int,
-                        reports: Sequence[Report | None]) -> Any:
+def make_stacked_module(
+    stacked: Any, cfg: RunConfig, seeds: list[int], log_every: int, reports: Sequence[Report | None]
+) -> Any:
     """The LightningModule training a :class:`~synthlab.model.stacked.StackedModels`."""
     import lightning as L
 
@@ -141,7 +142,8 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
             # the stacked leaves as this module's Parameters (moved, optimised and saved with it);
             # the template model rides along for its buffers, its own weights unused and frozen
             self.stacked_params = torch.nn.ParameterDict(
-                {n.replace(".", "__"): torch.nn.Parameter(p.detach()) for n, p in stacked.params.items()})
+                {n.replace(".", "__"): torch.nn.Parameter(p.detach()) for n, p in stacked.params.items()}
+            )
             self.template = stacked.base.requires_grad_(False)
             self.stacked = stacked
             self.names = list(stacked.params)
@@ -166,8 +168,10 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
             if losses.device.type == "cpu" or step % 16 == 0:  # a host sync; every 16 steps on an accelerator
                 for i in torch.nonzero(~torch.isfinite(losses.detach())).flatten().tolist():
                     if i not in self.failures:
-                        self.failures[i] = (f"diverged: non-finite training loss ({losses[i].item()}) at step {step}",
-                                            step)
+                        self.failures[i] = (
+                            f"diverged: non-finite training loss ({losses[i].item()}) at step {step}",
+                            step,
+                        )
                 if len(self.failures) == self.S:
                     self.trainer.should_stop = True
             if log_every and (step % log_every == 0 or step == self.tc.steps - 1):
@@ -192,8 +196,9 @@ def make_stacked_module(stacked: Any, cfg: RunConfig, seeds: list[int], log_ever
             self.losses = [(int(st), torch.tensor(v)) for st, v in checkpoint.get("synthlab_losses", [])]
             self.failures = {int(i): (str(r), int(st)) for i, r, st in checkpoint.get("synthlab_failures", [])}
 
-        def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
-                                        gradient_clip_algorithm: str | None = None) -> None:
+        def configure_gradient_clipping(
+            self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+        ) -> None:
             """Each seed's gradient clipped by its own norm (torch's clip_grad_norm_ formula)."""
             if not gradient_clip_val:
                 return

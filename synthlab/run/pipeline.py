@@ -80,10 +80,21 @@ class Run:
     model: torch.nn.Module | None = None  # trained, on the CPU, to save (None: failed)
 
 
-def run_pipeline(cfgs: Sequence[RunConfig], *, stacked: bool, out: str | os.PathLike | None,
-                 results: str | os.PathLike | None, quiet: bool, study: str | None, trials: Sequence[int | None],
-                 reports: Sequence[Report | None], spec: PESpec | None = None, t0: float | None = None,
-                 logger: str = loggers.DEFAULT, factory: usermodel.Factory | None = None) -> list[dict[str, Any]]:
+def run_pipeline(
+    cfgs: Sequence[RunConfig],
+    *,
+    stacked: bool,
+    out: str | os.PathLike | None,
+    results: str | os.PathLike | None,
+    quiet: bool,
+    study: str | None,
+    trials: Sequence[int | None],
+    reports: Sequence[Report | None],
+    spec: PESpec | None = None,
+    t0: float | None = None,
+    logger: str = loggers.DEFAULT,
+    factory: usermodel.Factory | None = None,
+) -> list[dict[str, Any]]:
     """Train, evaluate and record resolved configs, one per seed, in their order: one model, or
     (``stacked``) S seeds as one stacked model that :mod:`synthlab.run.stacking` accepted; returns
     the records. ``spec``: the parsed ``cfgs[0].pe`` when the caller has it; ``t0``: when the run
@@ -106,8 +117,9 @@ def run_pipeline(cfgs: Sequence[RunConfig], *, stacked: bool, out: str | os.Path
     results_path = Path(results) if results is not None else (Path(out) / "results.jsonl" if out is not None else None)
     # a run killed after a checkpoint resumes from it, under the run ids it began with
     batched = {"batched_seeds": [c.train.seed for c in cfgs]} if stacked else {}
-    ck = RunCheckpoints.open(out, cfgs[0], {"pe_revision": PE_REVISION, "synthlab": __version__, **built.named,
-                                            **batched}, results_path)
+    ck = RunCheckpoints.open(
+        out, cfgs[0], {"pe_revision": PE_REVISION, "synthlab": __version__, **built.named, **batched}, results_path
+    )
     runs = start(prep, built, ck, out, results_path, study, trials, stacked=stacked, quiet=quiet)
     try:
         with deterministic(cfgs[0].train.deterministic), threads(cfgs[0].train.threads):
@@ -159,28 +171,37 @@ def prepare(cfgs: list[RunConfig], spec: PESpec | None, *, stacked: bool, sized:
         at_once.train.batch_size = tc.batch_size * len(cfgs)
         check_run_fits(at_once, spec, scheme, task)
     # data first: the evaluation sets fix the true lengths
-    dms = [DataModule(task, c.train.seed, tc.batch_size, tc.steps, tc.n_train, scheme, tc.eval_samples,
-                      tc.data_workers) for c in cfgs]
+    dms = [
+        DataModule(task, c.train.seed, tc.batch_size, tc.steps, tc.n_train, scheme, tc.eval_samples, tc.data_workers)
+        for c in cfgs
+    ]
     sets = [dm.eval_sets() for dm in dms]
     if stacked:
         check_shapes(task, dms, [c.train.seed for c in cfgs])
-    lengths = [(max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1]),
-                max((len(x) for parts in s.values() for _, _, xs in parts for x in xs), default=0))
-               for dm, s in zip(dms, sets)]  # each seed's (train, eval), as its own run measures them
+    lengths = [
+        (
+            max(dm.stream.max_len, dm.stream.batch(0).ids.shape[1]),
+            max((len(x) for parts in s.values() for _, _, xs in parts for x in xs), default=0),
+        )
+        for dm, s in zip(dms, sets)
+    ]  # each seed's (train, eval), as its own run measures them
     train_len, eval_len = max(t for t, _ in lengths), max(e for _, e in lengths)
     max_len = validate_combination(cfg0, spec, scheme, train_len, eval_extent(task, eval_len))
     own = {max_len_of(cfg0, scheme, t, eval_extent(task, e)) for t, e in lengths}
     if len(own) > 1:  # each seed alone sizes its model (position tables) by its own sets: they must agree
-        raise NotBatchable(f"batched seeds: the seeds' sequences differ in length (model sizes {sorted(own)}); "
-                           "set model.max_len or train these seeds separately")
+        raise NotBatchable(
+            f"batched seeds: the seeds' sequences differ in length (model sizes {sorted(own)}); "
+            "set model.max_len or train these seeds separately"
+        )
     # PoSE interpolates at one static factor L_t / L_c in training and at evaluation (see
     # indices.PoSE.rope_factor); other runs scale at evaluation only
     rope_factor = scheme.rope_factor(train_len) if scheme is not None and cfg0.rope_scaling else None
     return Prepared(cfgs, task, spec, scheme, dms, sets, train_len, max_len, rope_factor)
 
 
-def build(prep: Prepared, hooks: Sequence[Report | None], *, stacked: bool,
-          factory: usermodel.Factory | None = None) -> Built:
+def build(
+    prep: Prepared, hooks: Sequence[Report | None], *, stacked: bool, factory: usermodel.Factory | None = None
+) -> Built:
     """Each seed's model with the initial weights its own run draws, and the LightningModule
     training them: one model, or the seeds stacked into one."""
     import lightning as L
@@ -189,13 +210,20 @@ def build(prep: Prepared, hooks: Sequence[Report | None], *, stacked: bool,
     models = []
     for c in prep.cfgs:
         L.seed_everything(c.train.seed, workers=False, verbose=False)
-        models.append(model_for(c, task, prep.spec, max_len=prep.max_len) if factory is None else
-                      usermodel.build(factory, c, len(task.vocab) + 1, prep.max_len))
+        models.append(
+            model_for(c, task, prep.spec, max_len=prep.max_len)
+            if factory is None
+            else usermodel.build(factory, c, len(task.vocab) + 1, prep.max_len)
+        )
     n_params = int(sum(p.numel() for p in models[0].parameters()))
     described: dict[str, Any]
     if factory is None:
-        described = {"d_model": cfg0.model.d_model, "n_layers": cfg0.model.n_layers, "n_heads": cfg0.model.n_heads,
-                     "params": n_params}
+        described = {
+            "d_model": cfg0.model.d_model,
+            "n_layers": cfg0.model.n_layers,
+            "n_heads": cfg0.model.n_heads,
+            "params": n_params,
+        }
         named: dict[str, Any] = {}
     else:
         described = {"factory": usermodel.factory_name(factory), "params": n_params}
@@ -206,19 +234,36 @@ def build(prep: Prepared, hooks: Sequence[Report | None], *, stacked: bool,
     tc = cfg0.train
     log_every = max(1, tc.steps // 200)
     if not stacked:
-        return Built(models, make_module(models[0], cfg0, log_every, hooks[0]), prep.dms[0], described, named, log_every)
+        return Built(
+            models, make_module(models[0], cfg0, log_every, hooks[0]), prep.dms[0], described, named, log_every
+        )
     from synthlab.model.stacked import stack_models
 
     seeds = [c.train.seed for c in prep.cfgs]
     together = stack_models(models)
-    return Built(models, make_stacked_module(together, cfg0, seeds, log_every, hooks),
-                 stacked_datamodule([dm.stream for dm in prep.dms], seeds, tc.steps, tc.data_workers),
-                 described, named, log_every, together)
+    return Built(
+        models,
+        make_stacked_module(together, cfg0, seeds, log_every, hooks),
+        stacked_datamodule([dm.stream for dm in prep.dms], seeds, tc.steps, tc.data_workers),
+        described,
+        named,
+        log_every,
+        together,
+    )
 
 
-def start(prep: Prepared, built: Built, ck: RunCheckpoints | None, out: str | os.PathLike | None,
-          results_path: Path | None, study: str | None, trials: Sequence[int | None], *, stacked: bool,
-          quiet: bool) -> list[Run]:
+def start(
+    prep: Prepared,
+    built: Built,
+    ck: RunCheckpoints | None,
+    out: str | os.PathLike | None,
+    results_path: Path | None,
+    study: str | None,
+    trials: Sequence[int | None],
+    *,
+    stacked: bool,
+    quiet: bool,
+) -> list[Run]:
     """Each seed's run id (a resumed attempt's), its record before training and, with ``out``,
     its run directory with config.json; what runs killed outright left half made goes first."""
     fresh = [rundir.make_run_id(c.task, prep.spec.name, c.train.seed) for c in prep.cfgs]
@@ -235,15 +280,21 @@ def start(prep: Prepared, built: Built, ck: RunCheckpoints | None, out: str | os
     if out is not None:  # what runs killed outright (SIGKILL, the OOM killer) left half made in OUT
         gone = rundir.clean_half_made(out, results_path)
         if gone and not quiet:
-            print(f"synthlab: removed {len(gone)} run director{'y' if len(gone) == 1 else 'ies'} a killed run left "
-                  f"half made: {', '.join(str(d) for d in gone[:3])}{', ...' if len(gone) > 3 else ''}",
-                  file=sys.stderr)
+            print(
+                f"synthlab: removed {len(gone)} run director{'y' if len(gone) == 1 else 'ies'} a killed run left "
+                f"half made: {', '.join(str(d) for d in gone[:3])}{', ...' if len(gone) > 3 else ''}",
+                file=sys.stderr,
+            )
     made: list[Run] = []
     try:
         for r in runs:  # everything is validated and built: now the run directories
             if r.dir is not None:
-                r.created = rundir.make(r.dir, run_config(r.cfg, r.run_id, prep.max_len, prep.rope_factor,
-                                                          prep.train_len, {**built.named, **batched}))
+                r.created = rundir.make(
+                    r.dir,
+                    run_config(
+                        r.cfg, r.run_id, prep.max_len, prep.rope_factor, prep.train_len, {**built.named, **batched}
+                    ),
+                )
                 made.append(r)
     except BaseException:
         for r in made:
@@ -258,12 +309,27 @@ def context(prep: Prepared, i: int, model: torch.nn.Module) -> Any:
     """Seed ``i``'s evaluation context now, on the device its model is on: for the curve's
     points and the final evaluation alike."""
     dm = prep.dms[i]
-    return eval_context(prep.cfgs[i], prep.task, prep.spec, prep.scheme, dm.pad_id, next(model.parameters()).device,
-                        prep.rope_factor, max(prep.train_len, dm.stream.max_len))
+    return eval_context(
+        prep.cfgs[i],
+        prep.task,
+        prep.spec,
+        prep.scheme,
+        dm.pad_id,
+        next(model.parameters()).device,
+        prep.rope_factor,
+        max(prep.train_len, dm.stream.max_len),
+    )
 
 
-def fit_runs(prep: Prepared, built: Built, runs: list[Run], ck: RunCheckpoints | None,
-             hooks: Sequence[Report | None], logger: str, progress: bool) -> dict[str, Any]:
+def fit_runs(
+    prep: Prepared,
+    built: Built,
+    runs: list[Run],
+    ck: RunCheckpoints | None,
+    hooks: Sequence[Report | None],
+    logger: str,
+    progress: bool,
+) -> dict[str, Any]:
     """The Lightning fit, with each run's logger and (one model) its learning curve;
     :func:`synthlab.run.fitting.fit`'s answer."""
     tc = prep.cfgs[0].train
@@ -276,8 +342,9 @@ def fit_runs(prep: Prepared, built: Built, runs: list[Run], ck: RunCheckpoints |
     more: dict[str, Any] = {"checkpoints": ck} if ck is not None else {}
     first, model = runs[0], built.models[0]
     if tc.eval_every:  # one model: batched seeds take no learning curve
-        first.curve = curve_callback(tc.eval_every, tc.steps, model, prep.sets[0], lambda: context(prep, 0, model),
-                                     hooks[0], first.log)
+        first.curve = curve_callback(
+            tc.eval_every, tc.steps, model, prep.sets[0], lambda: context(prep, 0, model), hooks[0], first.log
+        )
         more["callbacks"] = [first.curve]
     if first.log is not None:  # one model: batched seeds log to no logger
         more.update(logger=first.log.lightning, log_every=built.log_every)
@@ -315,7 +382,9 @@ def evaluate_runs(prep: Prepared, built: Built, runs: list[Run], info: dict[str,
             r.log.close(reason is None)
 
 
-def record_runs(runs: list[Run], results_path: Path | None, ck: RunCheckpoints | None, wall: float) -> list[dict[str, Any]]:
+def record_runs(
+    runs: list[Run], results_path: Path | None, ck: RunCheckpoints | None, wall: float
+) -> list[dict[str, Any]]:
     """Every seed's files, then its record; a failure first (a full disk, Ctrl-C) removes the
     run directories not recorded and keeps the checkpoint to resume from. ``wall``: the
     run's time (batched seeds: the batch's, which every seed waited for)."""
@@ -348,40 +417,98 @@ def record_runs(runs: list[Run], results_path: Path | None, ck: RunCheckpoints |
 # what a run writes
 
 
-def new_record(cfg: RunConfig, spec: PESpec, run_id: str, model: dict[str, Any], train_len: int,
-               study: str | None, trial: int | None) -> dict[str, Any]:
+def new_record(
+    cfg: RunConfig,
+    spec: PESpec,
+    run_id: str,
+    model: dict[str, Any],
+    train_len: int,
+    study: str | None,
+    trial: int | None,
+) -> dict[str, Any]:
     """A run's result record before training (docs/interfaces.md): the one place its fields
     are laid out, for single runs and batched seeds alike."""
     tc = cfg.train
     return {
-        "schema": SCHEMA, "run_id": run_id, "task": cfg.task, "task_params": cfg.task_params,
-        "task_revision": generators.TASKS[cfg.task].REVISION, "pe_revision": PE_REVISION,
-        "pe": spec.name, "pe_params": spec.params, **specs.record_fields(cfg, spec), "rope_scaling": cfg.rope_scaling,
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "task": cfg.task,
+        "task_params": cfg.task_params,
+        "task_revision": generators.TASKS[cfg.task].REVISION,
+        "pe_revision": PE_REVISION,
+        "pe": spec.name,
+        "pe_params": spec.params,
+        **specs.record_fields(cfg, spec),
+        "rope_scaling": cfg.rope_scaling,
         "preset": cfg.preset,
         # every setting that changes what is learnt, so that grids tell runs apart by their record
         # alone (a `synthlab train` run keeps no --set keys otherwise)
-        "model": {**model, "dropout": cfg.model.dropout, "causal": cfg.model.causal,
-                  "tie_embeddings": cfg.model.tie_embeddings},
-        "train": {"steps": tc.steps, "batch_size": tc.batch_size, "lr": tc.lr, "seed": tc.seed, "train_len": train_len,
-                  "warmup": tc.warmup, "schedule": tc.schedule, "weight_decay": tc.weight_decay,
-                  "grad_clip": tc.grad_clip, "n_train": tc.n_train, "eval_samples": tc.eval_samples,
-                  "precision": tc.precision, "compile": tc.compile, "compile_mode": tc.compile_mode},
-        "metrics": {}, "by_length": None, "curve": [] if tc.eval_every else None, "logs": None,
-        "wall_s": None, "device": None, "machine": machine.describe(), "synthlab": __version__,
+        "model": {
+            **model,
+            "dropout": cfg.model.dropout,
+            "causal": cfg.model.causal,
+            "tie_embeddings": cfg.model.tie_embeddings,
+        },
+        "train": {
+            "steps": tc.steps,
+            "batch_size": tc.batch_size,
+            "lr": tc.lr,
+            "seed": tc.seed,
+            "train_len": train_len,
+            "warmup": tc.warmup,
+            "schedule": tc.schedule,
+            "weight_decay": tc.weight_decay,
+            "grad_clip": tc.grad_clip,
+            "n_train": tc.n_train,
+            "eval_samples": tc.eval_samples,
+            "precision": tc.precision,
+            "compile": tc.compile,
+            "compile_mode": tc.compile_mode,
+        },
+        "metrics": {},
+        "by_length": None,
+        "curve": [] if tc.eval_every else None,
+        "logs": None,
+        "wall_s": None,
+        "device": None,
+        "machine": machine.describe(),
+        "synthlab": __version__,
         "git": rundir.git_hash(),
-        "study": study, "trial": trial, "status": "ok",
+        "study": study,
+        "trial": trial,
+        "status": "ok",
     }
 
 
-def run_config(cfg: RunConfig, run_id: str, max_len: int, rope_factor: float | None, train_len: int,
-               named: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_config(
+    cfg: RunConfig,
+    run_id: str,
+    max_len: int,
+    rope_factor: float | None,
+    train_len: int,
+    named: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """What a run directory's config.json holds (``load_run`` rebuilds the model from it)."""
-    return {**cfg.to_dict(), "max_len": max_len, "run_id": run_id, "rotary_pairs": CURRENT_PAIRS,
-            "rope_factor": rope_factor, "train_len": train_len, "pe_revision": PE_REVISION, **(named or {})}
+    return {
+        **cfg.to_dict(),
+        "max_len": max_len,
+        "run_id": run_id,
+        "rotary_pairs": CURRENT_PAIRS,
+        "rope_factor": rope_factor,
+        "train_len": train_len,
+        "pe_revision": PE_REVISION,
+        **(named or {}),
+    }
 
 
-def evaluate_into(record: dict[str, Any], lines: list[dict[str, Any]], model: torch.nn.Module,
-                  sets: dict[str, Any], ctx: Any, task: Any) -> None:
+def evaluate_into(
+    record: dict[str, Any],
+    lines: list[dict[str, Any]],
+    model: torch.nn.Module,
+    sets: dict[str, Any],
+    ctx: Any,
+    task: Any,
+) -> None:
     """Evaluate a trained model on every split into its record (metrics, by_length) and its
     metrics.jsonl lines (per group, then per split)."""
     metrics, groups = evaluate(model, sets, ctx)
@@ -390,4 +517,3 @@ def evaluate_into(record: dict[str, Any], lines: list[dict[str, Any]], model: to
     for split, per in groups.items():
         lines += [{"split": split, "group": k, **v} for k, v in per.items()]
     lines += [{"split": split, **v} for split, v in metrics.items()]
-

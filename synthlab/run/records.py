@@ -73,7 +73,7 @@ def append_record(path: str | os.PathLike, record: dict[str, Any], *, ensure_asc
             # torn in silence (the torn line is skipped by readers and ended by the next writer)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -122,8 +122,9 @@ def _section(overrides: dict[str, Any], name: str) -> dict[str, Any]:
     return {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith(name + ".")}
 
 
-def failed_record(task: str, pe: str, positions: str | None, overrides: dict[str, Any], seed: int,
-                  study: str, trial: int, error: str) -> dict[str, Any]:
+def failed_record(
+    task: str, pe: str, positions: str | None, overrides: dict[str, Any], seed: int, study: str, trial: int, error: str
+) -> dict[str, Any]:
     """The record of a run whose trainer raised instead of returning one: what the cell sets,
     so the failure sits in the right grid row."""
     from synthlab import generators
@@ -131,10 +132,22 @@ def failed_record(task: str, pe: str, positions: str | None, overrides: dict[str
 
     ov = overrides
     revision = generators.TASKS[task].REVISION if task in generators.TASKS else None
-    return {"schema": SCHEMA, "task": task, "task_params": _section(ov, "task"), "task_revision": revision,
-            "pe_revision": PE_REVISION, "pe": pe, "positions": positions,
-            "model": _section(ov, "model"), "train": {**_section(ov, "train"), "seed": seed}, "overrides": ov,
-            "study": study, "trial": trial, "status": "failed", "error": error}
+    return {
+        "schema": SCHEMA,
+        "task": task,
+        "task_params": _section(ov, "task"),
+        "task_revision": revision,
+        "pe_revision": PE_REVISION,
+        "pe": pe,
+        "positions": positions,
+        "model": _section(ov, "model"),
+        "train": {**_section(ov, "train"), "seed": seed},
+        "overrides": ov,
+        "study": study,
+        "trial": trial,
+        "status": "failed",
+        "error": error,
+    }
 
 
 _RECORD_START = '{"schema"'
@@ -177,10 +190,21 @@ def identity(r: dict[str, Any]) -> str | None:
     if isinstance(r.get("cell"), str):
         return json.dumps([study, r["cell"]])
     model, train = r.get("model") or {}, r.get("train") or {}
-    return json.dumps([study, r.get("task"), r.get("pe"), r.get("positions"), r.get("rope_scaling"),
-                       r.get("task_params"), r.get("overrides"),
-                       [model.get(k) for k in ("d_model", "n_layers", "n_heads")],
-                       [train.get(k) for k in ("steps", "batch_size", "lr", "seed")]], sort_keys=True, default=str)
+    return json.dumps(
+        [
+            study,
+            r.get("task"),
+            r.get("pe"),
+            r.get("positions"),
+            r.get("rope_scaling"),
+            r.get("task_params"),
+            r.get("overrides"),
+            [model.get(k) for k in ("d_model", "n_layers", "n_heads")],
+            [train.get(k) for k in ("steps", "batch_size", "lr", "seed")],
+        ],
+        sort_keys=True,
+        default=str,
+    )
 
 
 def latest_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -257,7 +281,7 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
         try:
             lines.append(raw.decode("utf-8"))
         except UnicodeDecodeError:  # a record torn inside a character (a kill, a full disk): that line
-            undecodable += 1        # alone is skipped, or the whole record a later writer appended behind it read
+            undecodable += 1  # alone is skipped, or the whole record a later writer appended behind it read
             lines.append(raw.decode("utf-8", errors="replace"))
     if lines and undecodable == len(lines):
         raise ValueError(f"results file {str(p)!r} is not JSON lines (not UTF-8 text)")
@@ -271,7 +295,9 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
         _check_shape(obj, p, n)
         records.append(obj)
     if not records:
-        raise ValueError(f"results file {str(p)!r} holds no result records (expected JSON lines from synthlab train/sweep)")
+        raise ValueError(
+            f"results file {str(p)!r} holds no result records (expected JSON lines from synthlab train/sweep)"
+        )
     if bad > 1 and bad > len(lines) // 10:
         # a kill leaves at most one torn line per writer; this many is not a results file
         raise ValueError(f"results file {str(p)!r}: {bad} of {len(lines)} lines are not JSON")

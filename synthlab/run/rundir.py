@@ -29,8 +29,13 @@ def git_hash() -> str | None:
     be the one that holds this package."""
     package = Path(__file__).resolve().parents[1]  # synthlab/ (this module lies in synthlab/run/)
     try:
-        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "--short", "HEAD"], cwd=package,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel", "--short", "HEAD"],
+            cwd=package,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         top, _, short = out.stdout.strip().partition("\n")
         if out.returncode == 0 and short and Path(top).resolve() == package.parent:
             return short
@@ -122,8 +127,9 @@ def _save(save: Callable[..., Any], model: Any, path: Path) -> None:
         raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from e
 
 
-def write(run_dir: Path | None, lines: list[dict[str, Any]], model: Any = None,
-          save: Callable[..., Any] | None = None) -> None:
+def write(
+    run_dir: Path | None, lines: list[dict[str, Any]], model: Any = None, save: Callable[..., Any] | None = None
+) -> None:
     """metrics.jsonl and the weights (``save(model, path)``) into the run directory."""
     if run_dir is None:
         return
@@ -140,8 +146,15 @@ def seal(run_dir: Path | None) -> None:
         (run_dir / OWNER).unlink(missing_ok=True)
 
 
-def finish(run_dir: Path | None, results_path: Path | None, record: dict[str, Any], lines: list[dict[str, Any]],
-           model: Any = None, save: Callable[..., Any] | None = None, created: list[Path] | tuple = ()) -> None:
+def finish(
+    run_dir: Path | None,
+    results_path: Path | None,
+    record: dict[str, Any],
+    lines: list[dict[str, Any]],
+    model: Any = None,
+    save: Callable[..., Any] | None = None,
+    created: list[Path] | tuple = (),
+) -> None:
     """:func:`write`, then the record, then :func:`seal`. A failure before the record is
     appended (a full disk, Ctrl-C) removes what :func:`make` made."""
     try:

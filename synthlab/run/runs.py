@@ -103,9 +103,12 @@ class LoadedRun:
         (B, T, V), :class:`ActivationCache`). Names and shapes: docs/inspection.md. Past the
         training length the run's rope scaling applies as its evaluation applied it."""
         from synthlab.model.transformer import Transformer
+
         if not isinstance(self.model, Transformer):
-            raise ValueError(f"run_with_cache reads synthlab's Transformer; this run's model is a "
-                             f"{type(self.model).__name__} (a user's factory): register forward hooks on it instead")
+            raise ValueError(
+                f"run_with_cache reads synthlab's Transformer; this run's model is a "
+                f"{type(self.model).__name__} (a user's factory): register forward hooks on it instead"
+            )
         ids = self.as_ids(inputs)
         activations: dict[str, torch.Tensor] = {}
         with rope_scaled(self, ids.shape[1]), torch.no_grad():
@@ -118,8 +121,13 @@ def rope_scaled(run: Any, T: int) -> Iterator[None]:
     """The run's eval-time rope scaling (s = T / train_len) for sequences past its training length."""
     cfg, model = run.config, run.model
     train_len = cfg.get("train_len") or 0
-    on = bool(cfg.get("rope_scaling") and cfg.get("rope_factor") is None and model.rotary_encoders()
-              and train_len and T > train_len)
+    on = bool(
+        cfg.get("rope_scaling")
+        and cfg.get("rope_factor") is None
+        and model.rotary_encoders()
+        and train_len
+        and T > train_len
+    )
     if on:
         model.set_rope_scaling(cfg["rope_scaling"], T / train_len)
     try:
@@ -203,7 +211,9 @@ def load_run(run_dir: str | Path, model: Any = None) -> LoadedRun:
     metrics = []
     if metrics_path.is_file():
         try:
-            metrics = [json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            metrics = [
+                json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines() if line.strip()
+            ]
         except ValueError as e:  # not UTF-8, not JSON lines
             raise DamagedFile(metrics_path, f"not JSON lines ({e})") from None
     return LoadedRun(run_dir=run_dir, config=cfg, task=task, model=model, metrics=metrics)

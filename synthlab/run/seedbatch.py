@@ -23,10 +23,22 @@ from synthlab.run.stacking import NotBatchable, check_batchable
 __all__ = ["train_seeds", "run_seeds", "NotBatchable", "check_batchable"]
 
 
-def train_seeds(task: str, pe: str, seeds: Sequence[int], preset: str = "quick", out: str | os.PathLike | None = None,
-                results: str | os.PathLike | None = None, quiet: bool = True, study: str | None = None,
-                trials: Sequence[int | None] | None = None, overrides: dict[str, Any] | None = None, *,
-                positions: str | None = None, rope_scaling: str | None = None, reports: Sequence[Report | None] | None = None) -> list[dict[str, Any]]:
+def train_seeds(
+    task: str,
+    pe: str,
+    seeds: Sequence[int],
+    preset: str = "quick",
+    out: str | os.PathLike | None = None,
+    results: str | os.PathLike | None = None,
+    quiet: bool = True,
+    study: str | None = None,
+    trials: Sequence[int | None] | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    positions: str | None = None,
+    rope_scaling: str | None = None,
+    reports: Sequence[Report | None] | None = None,
+) -> list[dict[str, Any]]:
     """Train ``seeds`` of one (task, pe, preset, overrides) as one stacked model; returns their
     records in the order of ``seeds``, each as :func:`synthlab.train` would return it (with
     ``train.batched`` = S). ``trials``: each seed's sweep trial number; ``reports``: each seed's
@@ -34,20 +46,49 @@ def train_seeds(task: str, pe: str, seeds: Sequence[int], preset: str = "quick",
     :class:`NotBatchable` (a ValueError), before anything is written."""
     t0 = time.perf_counter()
     seeds = [int(s) for s in seeds]
-    resolved = [resolve(task, pe, preset, overrides, seed=s, positions=positions, rope_scaling=rope_scaling, probe=False)
-                for s in seeds]
-    return run_seeds([c for c, _ in resolved], out=out, results=results, quiet=quiet, study=study, trials=trials,
-                     reports=reports, spec=resolved[0][1], t0=t0)
+    resolved = [
+        resolve(task, pe, preset, overrides, seed=s, positions=positions, rope_scaling=rope_scaling, probe=False)
+        for s in seeds
+    ]
+    return run_seeds(
+        [c for c, _ in resolved],
+        out=out,
+        results=results,
+        quiet=quiet,
+        study=study,
+        trials=trials,
+        reports=reports,
+        spec=resolved[0][1],
+        t0=t0,
+    )
 
 
-def run_seeds(cfgs: Sequence[RunConfig], out: str | os.PathLike | None = None,
-              results: str | os.PathLike | None = None, quiet: bool = True, study: str | None = None,
-              trials: Sequence[int | None] | None = None, reports: Sequence[Report | None] | None = None, *,
-              spec: Any = None, t0: float | None = None) -> list[dict[str, Any]]:
+def run_seeds(
+    cfgs: Sequence[RunConfig],
+    out: str | os.PathLike | None = None,
+    results: str | os.PathLike | None = None,
+    quiet: bool = True,
+    study: str | None = None,
+    trials: Sequence[int | None] | None = None,
+    reports: Sequence[Report | None] | None = None,
+    *,
+    spec: Any = None,
+    t0: float | None = None,
+) -> list[dict[str, Any]]:
     """:func:`train_seeds` for resolved configs (one per seed)."""
     cfgs = list(cfgs)
     check_batchable(cfgs)
     S = len(cfgs)
-    return run_pipeline(cfgs, stacked=True, out=out, results=results, quiet=quiet, study=study,
-                        trials=list(trials) if trials is not None else [None] * S,
-                        reports=list(reports) if reports is not None else [None] * S, spec=spec, t0=t0, logger="none")
+    return run_pipeline(
+        cfgs,
+        stacked=True,
+        out=out,
+        results=results,
+        quiet=quiet,
+        study=study,
+        trials=list(trials) if trials is not None else [None] * S,
+        reports=list(reports) if reports is not None else [None] * S,
+        spec=spec,
+        t0=t0,
+        logger="none",
+    )

@@ -101,10 +101,20 @@ def attention_maps(spec: Any, device: str, hidden_ratio: float, causal: bool = T
     return kept, max(fwd, kept + 2 if kept else 0), ev
 
 
-def estimate_bytes(cfg: Any, spec: Any, train_len: int, eval_len: int, *, vocab_size: int | None = None,
-                   max_len: int | None = None, device: str | None = None, n_eval_seqs: int | None = None,
-                   per_example_positions: bool = False, return_attention: bool = False,
-                   task: Any = None) -> dict[str, Any]:
+def estimate_bytes(
+    cfg: Any,
+    spec: Any,
+    train_len: int,
+    eval_len: int,
+    *,
+    vocab_size: int | None = None,
+    max_len: int | None = None,
+    device: str | None = None,
+    n_eval_seqs: int | None = None,
+    per_example_positions: bool = False,
+    return_attention: bool = False,
+    task: Any = None,
+) -> dict[str, Any]:
     """Peak memory of one run in bytes, by part: params, optimizer (gradients + AdamW),
     activations (training), eval, data, runtime; ``device`` / ``host`` (what each must hold:
     both on CPU) and ``total``. ``train_len`` / ``eval_len``: the longest training / evaluated
@@ -134,13 +144,28 @@ def estimate_bytes(cfg: Any, spec: Any, train_len: int, eval_len: int, *, vocab_
     if return_attention:
         kept, live_eval = max(kept, 1), live_eval + Lyr
     act = F32 * (Lyr * (TOKEN_FLOATS * B * T * C + kept * M + bias_map) + live * M + 3 * B * T * V)
-    ev = F32 * (12 * Be * Te * C + live_eval * Me + (Be if per_example_positions else 1) * H * Te * Te * biases
-                + 2 * Be * Te * V)
-    data = (n_eval_seqs * (SAMPLE_TOKEN * Te + SAMPLE_FIXED)
-            + (tc.n_train or 0) * (SAMPLE_TOKEN * T + SAMPLE_FIXED) + 2 * B * T * 8)
+    ev = F32 * (
+        12 * Be * Te * C
+        + live_eval * Me
+        + (Be if per_example_positions else 1) * H * Te * Te * biases
+        + 2 * Be * Te * V
+    )
+    data = (
+        n_eval_seqs * (SAMPLE_TOKEN * Te + SAMPLE_FIXED)
+        + (tc.n_train or 0) * (SAMPLE_TOKEN * T + SAMPLE_FIXED)
+        + 2 * B * T * 8
+    )
     cache = min(CACHE_MAX, F32 * (H + 1) * max(T, Te) ** 2 * (2 if biases else 0))
-    out: dict[str, Any] = {"params": F32 * P, "optimizer": 3 * F32 * P, "activations": act, "eval": ev,
-                           "data": data, "runtime": RUNTIME + cache, "n_params": P, "device_kind": device}
+    out: dict[str, Any] = {
+        "params": F32 * P,
+        "optimizer": 3 * F32 * P,
+        "activations": act,
+        "eval": ev,
+        "data": data,
+        "runtime": RUNTIME + cache,
+        "n_params": P,
+        "device_kind": device,
+    }
     on_device = out["params"] + out["optimizer"] + max(act, ev)
     if device in ("cpu", "mps"):  # one memory (Apple's GPU shares the host's)
         out["device"] = 0
@@ -155,11 +180,18 @@ def estimate_bytes(cfg: Any, spec: Any, train_len: int, eval_len: int, *, vocab_
 
 def _detail(est: dict[str, Any], cfg: Any, B: int, Be: int, T: int, Te: int, kept: float, live_eval: float) -> str:
     m = cfg.model
-    parts = {"weights and AdamW": est["params"] + est["optimizer"], "activations": est["activations"],
-             "evaluation": est["eval"], "data": est["data"]}
+    parts = {
+        "weights and AdamW": est["params"] + est["optimizer"],
+        "activations": est["activations"],
+        "evaluation": est["eval"],
+        "data": est["data"],
+    }
     name = max(parts, key=lambda k: parts[k])
     if name == "weights and AdamW":
-        return f"weights and AdamW {_gb(parts[name])}: {est['n_params']:.3g} parameters, d_model {m.d_model} x {m.n_layers} layers"
+        return (
+            f"weights and AdamW {_gb(parts[name])}: {est['n_params']:.3g} parameters, "
+            f"d_model {m.d_model} x {m.n_layers} layers"
+        )
     if name == "activations":
         maps = f", {kept:g} attention maps of {B} x {m.n_heads} x {T}^2 a layer" if kept else ""
         layers = f"{m.n_layers} layer{'s' if m.n_layers != 1 else ''}"
@@ -191,8 +223,10 @@ def _device() -> str:
 
 def _cgroup_available() -> int | None:
     """Memory left under this process's cgroup limit (v2, then v1), or None without one."""
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
         try:
             with open(limit) as f:
                 raw = f.read().strip()
@@ -244,9 +278,10 @@ def check_fits(est: dict[str, Any], host: int | None = None, device: int | None 
         checks.append((est["device"], device_available() if device is None else device, "the GPU has"))
     for need, have, where in checks:
         if need > have:
-            raise ValueError(f"{what} needs ~{_gb(need)} ({est['detail']}), {where} {_gb(have)} available; "
-                             f"{_hint(est['detail'])} (train.check_memory=false skips this check)")
-
+            raise ValueError(
+                f"{what} needs ~{_gb(need)} ({est['detail']}), {where} {_gb(have)} available; "
+                f"{_hint(est['detail'])} (train.check_memory=false skips this check)"
+            )
 
 
 def check_run_fits(cfg: Any, spec: Any, scheme: Any, task: Any) -> None:
@@ -257,8 +292,16 @@ def check_run_fits(cfg: Any, spec: Any, scheme: Any, task: Any) -> None:
     def check(train_len: int, eval_len: int) -> None:
         eval_len = decode_width(eval_len) if task.scoring == "greedy" else eval_len
         max_len = cfg.model.max_len or max(train_len, eval_len, int(getattr(scheme, "max_position", 0) or 0))
-        est = estimate_bytes(cfg, spec, train_len, eval_len, max_len=max_len, vocab_size=len(task.vocab) + 1,
-                             per_example_positions=bool(getattr(scheme, "per_example", False)), task=task)
+        est = estimate_bytes(
+            cfg,
+            spec,
+            train_len,
+            eval_len,
+            max_len=max_len,
+            vocab_size=len(task.vocab) + 1,
+            per_example_positions=bool(getattr(scheme, "per_example", False)),
+            task=task,
+        )
         check_fits(est, what=f"{cfg.task} {spec.name}")
 
     seed = cfg.train.seed

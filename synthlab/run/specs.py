@@ -36,6 +36,8 @@ def record_fields(cfg: RunConfig, spec: PESpec) -> dict[str, Any]:
     """A record's ``positions`` (the scheme as built) and the axes as fields: the encoding's
     DAPE kernel, PoSE's chunk number (None where the run has none)."""
     scheme = position_scheme(cfg)
-    return {"positions": scheme.name if scheme is not None else None,
-            "dape_k": spec.params["dape"]["k"] if spec.has("dape") else None,
-            "pose_chunks": scheme.chunks if isinstance(scheme, m.PoSE) else None}
+    return {
+        "positions": scheme.name if scheme is not None else None,
+        "dape_k": spec.params["dape"]["k"] if spec.has("dape") else None,
+        "pose_chunks": scheme.chunks if isinstance(scheme, m.PoSE) else None,
+    }

@@ -35,13 +35,22 @@ def check_batchable(cfgs: Sequence[RunConfig]) -> None:
     first = without_seed(cfgs[0])
     for c in cfgs[1:]:
         if without_seed(c) != first:
-            raise NotBatchable("batched seeds need one config but the seed (seed "
-                             f"{c.train.seed} differs from seed {cfgs[0].train.seed} in more than its seed)")
+            raise NotBatchable(
+                "batched seeds need one config but the seed (seed "
+                f"{c.train.seed} differs from seed {cfgs[0].train.seed} in more than its seed)"
+            )
     c = cfgs[0]
-    why = ("model.dropout > 0 (vmap would draw other masks than separate runs)" if c.model.dropout > 0 else
-           "a training-time position scheme (--positions)" if c.positions else
-           "train.eval_every (learning curves)" if c.train.eval_every else
-           "train.compile" if c.train.compile else None)
+    why = (
+        "model.dropout > 0 (vmap would draw other masks than separate runs)"
+        if c.model.dropout > 0
+        else "a training-time position scheme (--positions)"
+        if c.positions
+        else "train.eval_every (learning curves)"
+        if c.train.eval_every
+        else "train.compile"
+        if c.train.compile
+        else None
+    )
     if why:
         raise NotBatchable(f"batched seeds do not support {why}: train these seeds separately")
 
@@ -60,9 +69,11 @@ class StackedBatches(torch.utils.data.IterableDataset):
         batches = [st.batch(step) for st in self.streams]
         shapes = {tuple(b.ids.shape) for b in batches}
         if len(shapes) > 1:
-            raise ValueError(f"batched seeds: the seeds' batches at step {step} differ in shape "
-                             f"({', '.join(f'seed {s}: {tuple(b.ids.shape)}' for s, b in zip(self.seeds, batches))}); "
-                             "this task's lengths vary between batches: train its seeds separately")
+            raise ValueError(
+                f"batched seeds: the seeds' batches at step {step} differ in shape "
+                f"({', '.join(f'seed {s}: {tuple(b.ids.shape)}' for s, b in zip(self.seeds, batches))}); "
+                "this task's lengths vary between batches: train its seeds separately"
+            )
         return torch.stack([b.ids for b in batches]), torch.stack([b.targets for b in batches])
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -76,8 +87,10 @@ def check_shapes(task: Any, dms: list[DataModule], seeds: list[int], probe: int 
     arithmetic, counting, binfa, nfa, differ by step 1; flip-flop, selective copy, MQAR and
     passkey have one length). A later mismatch stops the batch with every seed's record failed."""
     if has_batch_overrides(task):
-        raise NotBatchable(f"batched seeds: task {task.name!r} draws its parameters per batch (one length per "
-                         "batch): the seeds' batches differ in shape; train its seeds separately")
+        raise NotBatchable(
+            f"batched seeds: task {task.name!r} draws its parameters per batch (one length per "
+            "batch): the seeds' batches differ in shape; train its seeds separately"
+        )
     batches = StackedBatches([dm.stream for dm in dms], seeds, probe)
     try:
         for s in range(probe):

@@ -23,11 +23,25 @@ from synthlab.run.pipeline import run_pipeline
 __all__ = ["train", "run", "resolve_config", "cell_config"]  # the configs' two: callers resolve through the trainer
 
 
-def train(task: str, pe: str, preset: str = "quick", seed: int = 0, out: str | os.PathLike | None = None,
-          positions: str | None = None, rope_scaling: str | None = None, quiet: bool = True,
-          results: str | os.PathLike | None = None, study: str | None = None, trial: int | None = None,
-          overrides: dict[str, Any] | None = None, *, logger: str = loggers.DEFAULT, report: Report | None = None,
-          model: usermodel.Factory | None = None, **more_overrides: Any) -> dict[str, Any]:
+def train(
+    task: str,
+    pe: str,
+    preset: str = "quick",
+    seed: int = 0,
+    out: str | os.PathLike | None = None,
+    positions: str | None = None,
+    rope_scaling: str | None = None,
+    quiet: bool = True,
+    results: str | os.PathLike | None = None,
+    study: str | None = None,
+    trial: int | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    logger: str = loggers.DEFAULT,
+    report: Report | None = None,
+    model: usermodel.Factory | None = None,
+    **more_overrides: Any,
+) -> dict[str, Any]:
     """Train one model on ``task`` with encoding ``pe`` and evaluate every split.
 
     ``overrides`` (and extra keyword arguments) are ``--set`` settings: ``{"d_model": 32,
@@ -48,15 +62,48 @@ def train(task: str, pe: str, preset: str = "quick", seed: int = 0, out: str | o
     t0 = time.perf_counter()
     ov = {**(overrides or {}), **more_overrides}
     cfg, spec = resolve(task, pe, preset, ov, seed=seed, positions=positions, rope_scaling=rope_scaling, probe=False)
-    return run(cfg, out=out, results=results, quiet=quiet, study=study, trial=trial, t0=t0, spec=spec, logger=logger,
-               report=report, model=model)
+    return run(
+        cfg,
+        out=out,
+        results=results,
+        quiet=quiet,
+        study=study,
+        trial=trial,
+        t0=t0,
+        spec=spec,
+        logger=logger,
+        report=report,
+        model=model,
+    )
 
 
-def run(cfg: RunConfig, out: str | os.PathLike | None = None, results: str | os.PathLike | None = None,
-        quiet: bool = True, study: str | None = None, trial: int | None = None, t0: float | None = None, *,
-        spec: PESpec | None = None, logger: str = loggers.DEFAULT, report: Report | None = None,
-        model: usermodel.Factory | None = None) -> dict[str, Any]:
+def run(
+    cfg: RunConfig,
+    out: str | os.PathLike | None = None,
+    results: str | os.PathLike | None = None,
+    quiet: bool = True,
+    study: str | None = None,
+    trial: int | None = None,
+    t0: float | None = None,
+    *,
+    spec: PESpec | None = None,
+    logger: str = loggers.DEFAULT,
+    report: Report | None = None,
+    model: usermodel.Factory | None = None,
+) -> dict[str, Any]:
     """Train and evaluate a resolved :class:`RunConfig` (see :func:`train`); ``spec``: its
     parsed ``cfg.pe`` when the caller has it (the spec is parsed once per run)."""
-    return run_pipeline([cfg], stacked=False, out=out, results=results, quiet=quiet, study=study, trials=[trial],
-                        reports=[report], spec=spec, t0=t0, logger=logger, factory=model)[0]
+    return run_pipeline(
+        [cfg],
+        stacked=False,
+        out=out,
+        results=results,
+        quiet=quiet,
+        study=study,
+        trials=[trial],
+        reports=[report],
+        spec=spec,
+        t0=t0,
+        logger=logger,
+        factory=model,
+    )[0]

@@ -25,8 +25,9 @@ def factory_name(factory: Any) -> str:
 def check_factory(factory: Any) -> None:
     """ValueError unless ``factory`` can be called."""
     if not callable(factory):
-        raise ValueError(f"model must be a factory model(cfg, vocab_size, max_len) -> torch.nn.Module, "
-                         f"got {type(factory).__name__}")
+        raise ValueError(
+            f"model must be a factory model(cfg, vocab_size, max_len) -> torch.nn.Module, got {type(factory).__name__}"
+        )
 
 
 def build(factory: Factory, cfg: Any, vocab_size: int, max_len: int) -> torch.nn.Module:
@@ -37,11 +38,13 @@ def build(factory: Factory, cfg: Any, vocab_size: int, max_len: int) -> torch.nn
     if not isinstance(module, torch.nn.Module):
         raise ValueError(f"model factory {name} returned {type(module).__name__}, not a torch.nn.Module")
     if cfg.positions is not None and not _takes(module, "positions"):
-        raise ValueError(f"--positions {cfg.positions}: the module of model factory {name} takes no positions= "
-                         "argument in forward")
+        raise ValueError(
+            f"--positions {cfg.positions}: the module of model factory {name} takes no positions= argument in forward"
+        )
     if cfg.rope_scaling is not None and not hasattr(module, "set_rope_scaling"):
-        raise ValueError(f"rope_scaling={cfg.rope_scaling!r}: the module of model factory {name} has no "
-                         "set_rope_scaling method")
+        raise ValueError(
+            f"rope_scaling={cfg.rope_scaling!r}: the module of model factory {name} has no set_rope_scaling method"
+        )
     if not any(p.requires_grad for p in module.parameters()):
         raise ValueError(f"model factory {name} returned a module without trainable parameters")
     return module
@@ -67,7 +70,8 @@ def saved_model(config: dict[str, Any], task: Any, factory: Factory | None, wher
             raise ValueError(f"{where}: this run trained synthlab's Transformer; load it without model=")
         return None
     if factory is None:
-        raise ValueError(f"{where}: this run trained the model of factory {used}: load it with "
-                         f"load_run(dir, model=<that factory>)")
+        raise ValueError(
+            f"{where}: this run trained the model of factory {used}: load it with load_run(dir, model=<that factory>)"
+        )
     check_factory(factory)
     return build(factory, RunConfig.from_dict(config), len(task.vocab) + 1, int(config["max_len"]))

@@ -46,8 +46,7 @@ def _holds(d: Any, v: Any) -> bool:
 
     if isinstance(d, CategoricalDistribution):
         return _index(d.choices, v) is not None
-    return (isinstance(d, IntDistribution) and isinstance(v, int) and not isinstance(v, bool)
-            and d.low <= v <= d.high)
+    return isinstance(d, IntDistribution) and isinstance(v, int) and not isinstance(v, bool) and d.low <= v <= d.high
 
 
 def _internal(d: Any, v: Any) -> float:
@@ -131,8 +130,12 @@ class AxisParams:
         from optuna.trial import TrialState, create_trial
 
         params = self.of(cell)
-        return create_trial(state=TrialState.WAITING, params={k: v for k, (v, _) in params.items()},
-                            distributions={k: d for k, (_, d) in params.items()}, user_attrs=user_attrs)
+        return create_trial(
+            state=TrialState.WAITING,
+            params={k: v for k, (v, _) in params.items()},
+            distributions={k: d for k, (_, d) in params.items()},
+            user_attrs=user_attrs,
+        )
 
     def fill(self, storage: Any, trial: Any, cell: Cell) -> None:
         """Write the params a taken trial lacks (one enqueued before trials carried them). A
@@ -153,9 +156,11 @@ class AxisParams:
             self._noted.add(name)
             d = self.fixed.get(name)
             held = ", ".join(map(repr, getattr(d, "choices", ())))
-            lines.append(f"param {name!r}: this study fixed its choices at ({held}) before; trials of "
-                         f"{name}={', '.join(map(repr, values))} carry no {name!r} param (Optuna keeps one "
-                         "distribution per name; their 'cell' user attr names them; a new --study shows them)")
+            lines.append(
+                f"param {name!r}: this study fixed its choices at ({held}) before; trials of "
+                f"{name}={', '.join(map(repr, values))} carry no {name!r} param (Optuna keeps one "
+                "distribution per name; their 'cell' user attr names them; a new --study shows them)"
+            )
         return lines
 
 

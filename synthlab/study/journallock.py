@@ -14,8 +14,25 @@ LOCK_GRACE_PERIOD = 10  # seconds before a lock left by a killed process is brok
 # file systems where an flock may not mean what it means on a local disk: it may stay on the
 # client (two machines both "hold" it), reach a lock server that keeps a crashed client's lock
 # until it reboots, or need the file open for writing; there the lock is Optuna's alone
-_SHARED_FS = ("nfs", "cifs", "smb", "ceph", "fuse", "lustre", "gpfs", "9p", "gluster", "afs", "beegfs",
-              "panfs", "virtiofs", "gfs2", "ocfs2", "vboxsf", "davfs")
+_SHARED_FS = (
+    "nfs",
+    "cifs",
+    "smb",
+    "ceph",
+    "fuse",
+    "lustre",
+    "gpfs",
+    "9p",
+    "gluster",
+    "afs",
+    "beegfs",
+    "panfs",
+    "virtiofs",
+    "gfs2",
+    "ocfs2",
+    "vboxsf",
+    "davfs",
+)
 _WAIT_WARNING = 60.0  # seconds between two "waiting for the journal lock" lines
 
 
@@ -81,8 +98,9 @@ def lock_class(repair):
         registering.release()
 
     if hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=registering.acquire, after_in_parent=registering.release,
-                            after_in_child=forget_in_child)
+        os.register_at_fork(
+            before=registering.acquire, after_in_parent=registering.release, after_in_child=forget_in_child
+        )
 
     class RepairingLock(JournalFileOpenLock):
         def __init__(self, path: str) -> None:
@@ -115,8 +133,10 @@ def lock_class(repair):
                 except FileNotFoundError:
                     there = None
                 if there is None or (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
-                    raise RuntimeError(f"the journal lock {self._lock_file} was broken while this process held it "
-                                       "(from another machine?): another process may have written at the same time")
+                    raise RuntimeError(
+                        f"the journal lock {self._lock_file} was broken while this process held it "
+                        "(from another machine?): another process may have written at the same time"
+                    )
                 if not self._uses_flock():
                     self._fd = None
                     held.discard(self)
@@ -154,9 +174,13 @@ def lock_class(repair):
                     since = time.monotonic()  # its holder lives on this machine: wait on
                     if time.monotonic() - warned > _WAIT_WARNING:
                         warned = time.monotonic()
-                        print(f"synthlab: waiting for the journal lock {self._lock_file}, held for over "
-                              f"{self.grace_period:g} s by process {self._holder()} on this machine "
-                              "(paused?); it is not broken while that process lives", file=sys.stderr, flush=True)
+                        print(
+                            f"synthlab: waiting for the journal lock {self._lock_file}, held for over "
+                            f"{self.grace_period:g} s by process {self._holder()} on this machine "
+                            "(paused?); it is not broken while that process lives",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 

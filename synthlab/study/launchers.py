@@ -39,7 +39,7 @@ assert tuple(SLURM_KEYS) == LAUNCHER_KEYS
 def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``--set`` items -> (the cells' settings, the launcher's: ``launcher.`` stripped)."""
     cells = {k: v for k, v in settings.items() if not k.startswith(PREFIX)}
-    launcher = {k[len(PREFIX):]: v for k, v in settings.items() if k.startswith(PREFIX)}
+    launcher = {k[len(PREFIX) :]: v for k, v in settings.items() if k.startswith(PREFIX)}
     return cells, launcher
 
 
@@ -141,8 +141,9 @@ def slurm_settings(given: dict[str, Any], where: dict[str, str]) -> SlurmSetting
             raise ValueError(f"{what}: unknown launcher setting (allowed: {', '.join(SLURM_KEYS)})")
         if key == "partition":
             if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}(,[A-Za-z0-9_.-]{1,64})*", str(value)):
-                raise ValueError(f"{what}={value!r}: a partition name (letters, digits, '_', '.', '-'; "
-                                 "several separated by ',')")
+                raise ValueError(
+                    f"{what}={value!r}: a partition name (letters, digits, '_', '.', '-'; several separated by ',')"
+                )
             s.partition = str(value)
         elif key == "time":
             s.time_min = parse_minutes(value, what)
@@ -159,8 +160,12 @@ def slurm_settings(given: dict[str, Any], where: dict[str, str]) -> SlurmSetting
                 mem = float(str(value).strip())
             except ValueError:
                 mem = float("nan")
-            if not (isinstance(value, (int, float, str)) and not isinstance(value, bool)
-                    and math.isfinite(mem) and 0 < mem <= 65536):
+            if not (
+                isinstance(value, (int, float, str))
+                and not isinstance(value, bool)
+                and math.isfinite(mem)
+                and 0 < mem <= 65536
+            ):
                 raise ValueError(f"{what}={value!r}: memory in GB, more than 0 and at most 65536")
             s.mem_gb = mem
     return s
@@ -200,8 +205,21 @@ def queue_states(job_ids: set[str]) -> dict[str, str] | None:
         return None
     if out.returncode != 0:
         return None
-    live = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED",
-            "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "STOPPED")
+    live = (
+        "PENDING",
+        "RUNNING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SUSPENDED",
+        "CONFIGURING",
+        "COMPLETING",
+        "STAGE_OUT",
+        "SIGNALING",
+        "RESV_DEL_HOLD",
+        "STOPPED",
+    )
     states = {}
     for line in out.stdout.splitlines():
         jid, _, state = line.strip().partition("|")
@@ -238,8 +256,11 @@ class SlurmLauncher(Launcher):
             known = set(out.stdout.split())
             for name in p.split(","):
                 if name not in known:
-                    raise ValueError(f"{self.where.get('partition', 'launcher.partition')}={name!r}: no such partition (the cluster has: "
-                                     f"{', '.join(sorted(known)) or 'none'})")
+                    raise ValueError(
+                        f"{self.where.get('partition', 'launcher.partition')}={name!r}: no such partition (the "
+                        "cluster has: "
+                        f"{', '.join(sorted(known)) or 'none'})"
+                    )
 
     # ---- the study's view of the cells
 
@@ -272,8 +293,10 @@ class SlurmLauncher(Launcher):
                     runner.storage.set_trial_user_attr(t._trial_id, "closed_from_record", reason)
                     runner._ensure_recorded(record, t.user_attrs["cell_key"])
                     runner._close(t._trial_id, t.number, record, reaping=True)
-                    runner.log(f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
-                               "closed from its record")
+                    runner.log(
+                        f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
+                        "closed from its record"
+                    )
                     continue
                 runner.storage.set_trial_user_attr(t._trial_id, "stale", reason)
                 runner.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
@@ -306,8 +329,14 @@ class SlurmLauncher(Launcher):
 
         s = self.settings
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=s.max_requeues)
-        params: dict[str, Any] = dict(time=s.time_min, job_name=job_name, array_parallelism=s.array_parallelism,
-                                      cpus_per_task=s.cpus_per_task, ntasks_per_node=1, nodes=1)
+        params: dict[str, Any] = dict(
+            time=s.time_min,
+            job_name=job_name,
+            array_parallelism=s.array_parallelism,
+            cpus_per_task=s.cpus_per_task,
+            ntasks_per_node=1,
+            nodes=1,
+        )
         if s.partition is not None:
             params["partition"] = s.partition
         if s.gpus_per_task:
@@ -326,10 +355,21 @@ class SlurmLauncher(Launcher):
         jobs_in = []
         for t in waiting:
             cell = runner.by_key[t.user_attrs["cell_key"]]
-            jobs_in.append(dict(spec=grid.spec, preset=grid.preset, cell=cell, trial=t.number,
-                                study=grid.study_name, storage=_absolute(grid.url), out=str(grid.out.resolve()),
-                                logger=grid.logger, plan=grid.plans.get(cell.key), config=grid.configs.get(cell.key),
-                                threads=self.settings.cpus_per_task))
+            jobs_in.append(
+                dict(
+                    spec=grid.spec,
+                    preset=grid.preset,
+                    cell=cell,
+                    trial=t.number,
+                    study=grid.study_name,
+                    storage=_absolute(grid.url),
+                    out=str(grid.out.resolve()),
+                    logger=grid.logger,
+                    plan=grid.plans.get(cell.key),
+                    config=grid.configs.get(cell.key),
+                    threads=self.settings.cpus_per_task,
+                )
+            )
         ex = self.executor(folder, f"synthlab-{grid.study_name}"[:100])
         jobs = ex.map_array(CellTask(), jobs_in)
         for t, job in zip(waiting, jobs):
@@ -343,11 +383,23 @@ class SlurmLauncher(Launcher):
         from synthlab.study.slurmtask import SlurmRunner
 
         mode = progress_mod.mode_for(grid.quiet)
-        view = progress_mod.SweepProgress(mode, {c.key: c.label() for c in grid.cells},
-                                          _objective_name(grid.spec), grid.progress_every)
+        view = progress_mod.SweepProgress(
+            mode, {c.key: c.label() for c in grid.cells}, _objective_name(grid.spec), grid.progress_every
+        )
         view.slurm = True
-        runner = SlurmRunner(grid.spec, grid.preset, grid.cells, grid.storage, grid.study, grid.out, True,
-                             progress=view, plans=grid.plans, logger=grid.logger, configs=grid.configs)
+        runner = SlurmRunner(
+            grid.spec,
+            grid.preset,
+            grid.cells,
+            grid.storage,
+            grid.study,
+            grid.out,
+            True,
+            progress=view,
+            plans=grid.plans,
+            logger=grid.logger,
+            configs=grid.configs,
+        )
         try:
             if grid.retry_failed:
                 runner.retry_failed(runner.trials())
@@ -362,12 +414,16 @@ class SlurmLauncher(Launcher):
             if waiting:
                 ids = self.submit(grid, runner, waiting)
                 array = ids[0].split("_")[0]
-                runner.log(f"[sweep] submitted {len(ids)} cell(s) to SLURM as job array {array} "
-                           f"(logs in {grid.out / 'slurm'})")
+                runner.log(
+                    f"[sweep] submitted {len(ids)} cell(s) to SLURM as job array {array} (logs in {grid.out / 'slurm'})"
+                )
             if self.detach:
                 left = len(grid.cells) - len(runner.snapshot()[0])
-                print(f"study {grid.study_name}: {left} of {len(grid.cells)} cells queued or running in SLURM; "
-                      "run the same command again to gather the results and draw the grids", file=sys.stderr)
+                print(
+                    f"study {grid.study_name}: {left} of {len(grid.cells)} cells queued or running in SLURM; "
+                    "run the same command again to gather the results and draw the grids",
+                    file=sys.stderr,
+                )
                 return runner.cell_records()
             self.wait(runner, view, grid.poll)
         finally:
@@ -381,8 +437,12 @@ class SlurmLauncher(Launcher):
         while True:
             trials = runner.trials()
             view.observe(*runner.grid_state(trials, runner.retried))
-            mine = {j for t in trials if t.user_attrs.get("cell_key") in runner.by_key and not t.state.is_finished()
-                    for j in self.jobs_of(t)}
+            mine = {
+                j
+                for t in trials
+                if t.user_attrs.get("cell_key") in runner.by_key and not t.state.is_finished()
+                for j in self.jobs_of(t)
+            }
             states = queue_states(mine)
             if states is None:
                 missed += 1

@@ -66,8 +66,12 @@ def stale_reason(t, grace_period: float, me: dict[str, Any], watch: SilenceWatch
     last = float(t.user_attrs.get("heartbeat", _started_at(t)))
     if not isinstance(w, dict):  # taken, its owner not written yet: the owner is one of the claimants
         claims = [c for k, c in t.user_attrs.items() if k.startswith("claim:") and isinstance(c, dict)]
-        if claims and all(same_pid_space(c, me) and (c.get("pid"), c.get("start")) != (me["pid"], me["start"])
-                          and not pid_alive(int(c["pid"]), c.get("start")) for c in claims):
+        if claims and all(
+            same_pid_space(c, me)
+            and (c.get("pid"), c.get("start")) != (me["pid"], me["start"])
+            and not pid_alive(int(c["pid"]), c.get("start"))
+            for c in claims
+        ):
             return f"worker process {claims[0]['pid']} on {claims[0]['host']} is gone"
     if isinstance(w, dict) and same_pid_space(w, me):
         if w.get("pid") == me["pid"] and w.get("start") == me["start"]:
@@ -87,8 +91,7 @@ def stale_reason(t, grace_period: float, me: dict[str, Any], watch: SilenceWatch
     if still >= grace_period:
         return f"heartbeat unchanged for {still:.0f} s on this machine's clock (grace period {grace_period:.0f} s)"
     if age > grace_period and still >= min(grace_period, 3 * beat):
-        return (f"no heartbeat for {age:.0f} s (grace period {grace_period:.0f} s), "
-                f"unchanged for {still:.0f} s here")
+        return f"no heartbeat for {age:.0f} s (grace period {grace_period:.0f} s), unchanged for {still:.0f} s here"
     return None
 
 

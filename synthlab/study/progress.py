@@ -79,8 +79,9 @@ class TrainHeartbeat:
     seconds, as a sweep's heartbeat: ``[train] flipflop rope: step 120/1500, loss 0.5230, 1m 05s
     elapsed``."""
 
-    def __init__(self, label: str, steps: int | None, every: float = HEARTBEAT_EVERY,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self, label: str, steps: int | None, every: float = HEARTBEAT_EVERY, stream: TextIO | None = None
+    ) -> None:
         self.live = LiveTrial(0, label, steps)
         self.every, self.stream = check_interval(every), stream
         self._last: float | None = None
@@ -104,8 +105,14 @@ class SweepProgress:
     """The sweep's progress view (see the module docstring). ``labels``: cell key -> label;
     ``objective``: the name of the trials' value (``ood-sparse/token_acc``)."""
 
-    def __init__(self, mode: str, labels: dict[str, str], objective: str, every: float = HEARTBEAT_EVERY,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        mode: str,
+        labels: dict[str, str],
+        objective: str,
+        every: float = HEARTBEAT_EVERY,
+        stream: TextIO | None = None,
+    ) -> None:
         self.mode, self.labels, self.objective, self.every = mode, labels, objective, check_interval(every)
         self.stream = stream
         self.total = len(labels)
@@ -156,8 +163,16 @@ class SweepProgress:
         if self.mode == BAR:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=self.total, initial=len(self.done), desc="sweep", unit="cell", position=0,
-                             leave=True, dynamic_ncols=True, file=self._out())
+            self._bar = tqdm(
+                total=self.total,
+                initial=len(self.done),
+                desc="sweep",
+                unit="cell",
+                position=0,
+                leave=True,
+                dynamic_ncols=True,
+                file=self._out(),
+            )
         self._thread = threading.Thread(target=self._run, daemon=True, name="synthlab-progress")
         self._thread.start()
 
@@ -218,8 +233,9 @@ class SweepProgress:
             for t in running:
                 w = t.user_attrs.get("worker")
                 task = t.user_attrs.get("slurm_job") if self.slurm else None
-                if t.number in self._live or (task is None and (not isinstance(w, dict)
-                                                                or (w.get("host"), w.get("pid")) not in self._pids)):
+                if t.number in self._live or (
+                    task is None and (not isinstance(w, dict) or (w.get("host"), w.get("pid")) not in self._pids)
+                ):
                     continue
                 others[t.number] = t
                 if t.number not in self._started:
@@ -243,15 +259,17 @@ class SweepProgress:
         else:
             what = f"failed ({rec.get('error', 'no objective value')})"
         wall = rec.get("wall_s")
-        line = (f"[sweep] {len(self.done)}/{self.total} cells done: {self._label(t)} {what}"
-                + (f", {duration(wall)}" if isinstance(wall, (int, float)) else "") + f" (trial {t.number})")
+        line = (
+            f"[sweep] {len(self.done)}/{self.total} cells done: {self._label(t)} {what}"
+            + (f", {duration(wall)}" if isinstance(wall, (int, float)) else "")
+            + f" (trial {t.number})"
+        )
         left = self.total - len(self.done)
         if left > 0 and self._done_here:
             line += f"; ETA {duration((time.time() - self._t0) / self._done_here * left)}"
         return line
 
-    def _heartbeat_line(self, number: int, label: str, started: float, snap: dict[str, Any] | None,
-                        now: float) -> str:
+    def _heartbeat_line(self, number: int, label: str, started: float, snap: dict[str, Any] | None, now: float) -> str:
         parts = []
         if snap and snap.get("step") is not None:
             steps = snap.get("steps")

@@ -31,10 +31,25 @@ from synthlab.study.trialhooks import trial_report
 class Runner(SeedGroups):
     """One worker's loop over a grid's cells in a study (see the module docstring)."""
 
-    def __init__(self, spec: SweepSpec, preset: str, cells: list[Cell], storage, study, out: Path,
-                 quiet: bool, heartbeat_interval: float, grace_period: float, poll: float, *,
-                 progress: SweepProgress | None = None, plans: dict[str, TrialPlan] | None = None,
-                 logger: str | None = None, batch_seeds: bool = False, configs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        spec: SweepSpec,
+        preset: str,
+        cells: list[Cell],
+        storage,
+        study,
+        out: Path,
+        quiet: bool,
+        heartbeat_interval: float,
+        grace_period: float,
+        poll: float,
+        *,
+        progress: SweepProgress | None = None,
+        plans: dict[str, TrialPlan] | None = None,
+        logger: str | None = None,
+        batch_seeds: bool = False,
+        configs: dict[str, Any] | None = None,
+    ) -> None:
         """``quiet``: the trainer's (no per-run bar); ``progress``: where lines go (none: quiet);
         ``batch_seeds``: a taken cell's sibling seeds still waiting are taken too and trained
         with it as one stacked model (:mod:`synthlab.run.seedbatch`);
@@ -158,8 +173,11 @@ class Runner(SeedGroups):
                 return False  # another worker closed it
         if reaping:
             try:
-                self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE if ok else TrialState.FAIL,
-                                                    [float(value)] if ok and value is not None else None)
+                self.storage.set_trial_state_values(
+                    trial_id,
+                    TrialState.COMPLETE if ok else TrialState.FAIL,
+                    [float(value)] if ok and value is not None else None,
+                )
             except (UpdateFinishedTrialError, RuntimeError):
                 return False
         elif ok:
@@ -192,8 +210,10 @@ class Runner(SeedGroups):
                 # the two then leaves a RUNNING trial that the next sweep reaps again
                 self._ensure_recorded(record, t.user_attrs["cell_key"])
                 if self._close(t._trial_id, t.number, record, reaping=True):
-                    self.log(f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
-                             "closed from its record")
+                    self.log(
+                        f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
+                        "closed from its record"
+                    )
                 continue
             try:
                 self.storage.set_trial_user_attr(t._trial_id, "stale", reason)
@@ -213,8 +233,10 @@ class Runner(SeedGroups):
             if failed and len(failed) == len(live):
                 for t in failed:
                     self.study.set_user_attr(f"retried:{t.number}", time.time())
-                self.log(f"[sweep] {c.label()} failed before ({failed[0].user_attrs['record'].get('error', '?')}); "
-                         "running it again")
+                self.log(
+                    f"[sweep] {c.label()} failed before ({failed[0].user_attrs['record'].get('error', '?')}); "
+                    "running it again"
+                )
 
     def enqueue_missing(self, trials) -> None:
         """Enqueue a WAITING trial, holding the cell's axes as params, for each cell of the
@@ -234,8 +256,10 @@ class Runner(SeedGroups):
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
-        waiting = sorted((t for t in trials if t.state == TrialState.WAITING
-                          and t.user_attrs.get("cell_key") in self.by_key), key=lambda t: t.number)
+        waiting = sorted(
+            (t for t in trials if t.state == TrialState.WAITING and t.user_attrs.get("cell_key") in self.by_key),
+            key=lambda t: t.number,
+        )
         for t in waiting:
             try:
                 # a claim before the take: a kill between the take and ``worker`` leaves a pid to check
@@ -257,10 +281,11 @@ class Runner(SeedGroups):
         self.progress.started(live)
         try:
             with Heartbeat(self.storage, t._trial_id, self.heartbeat_interval, live):
-                record = self._train(cell, t.number, trial_report(live.update, Intermediate(self.storage, t._trial_id,
-                                                                                              plan)))
+                record = self._train(
+                    cell, t.number, trial_report(live.update, Intermediate(self.storage, t._trial_id, plan))
+                )
         except (KeyboardInterrupt, OSError):  # Ctrl-C, or the disk (full, read-only): no record, so the
-            self._give_back([t])              # cell runs again
+            self._give_back([t])  # cell runs again
             raise
         finally:
             self.progress.ended(t.number)
@@ -296,8 +321,10 @@ class Runner(SeedGroups):
         if done is not None and done.get("status") == "ok":
             self.storage.set_trial_user_attr(sid, "record", with_cell(done, key))
             self._close(sid, t.number, done)
-            self.log(f"[sweep] trial {t.number}: {cell.label()} is in results.jsonl already (trial "
-                     f"{done.get('trial')}): closed from that record, not trained again")
+            self.log(
+                f"[sweep] trial {t.number}: {cell.label()} is in results.jsonl already (trial "
+                f"{done.get('trial')}): closed from that record, not trained again"
+            )
             return None
         return cell
 
@@ -311,9 +338,11 @@ class Runner(SeedGroups):
         try:
             self.storage.set_trial_user_attr(sid, "record", record)  # first: from here on a kill cannot lose the run
         except UpdateFinishedTrialError:  # reaped while it ran: silent past the grace period (paused?)
-            self.log(f"[sweep] trial {t.number} ({cell.label()}) was closed as stale by another worker while "
-                     f"this one ran it (no heartbeat for the grace period): its cell runs again there; this "
-                     f"run's directory is kept, its result not recorded")
+            self.log(
+                f"[sweep] trial {t.number} ({cell.label()}) was closed as stale by another worker while "
+                f"this one ran it (no heartbeat for the grace period): its cell runs again there; this "
+                f"run's directory is kept, its result not recorded"
+            )
             return
         append_record(self.results, record)
         self._close(sid, t.number, record)
@@ -335,18 +364,36 @@ class Runner(SeedGroups):
         # (with the cell's key, after the trial has the record)
         scratch = self.out / "runs" / f"{_SCRATCH}{number}-{os.getpid()}.jsonl"
         scratch.parent.mkdir(parents=True, exist_ok=True)
-        options: dict[str, Any] = {"logger": self.logger} if self.logger is not None else {}  # None: the trainer's default
+        options: dict[str, Any] = (
+            {"logger": self.logger} if self.logger is not None else {}
+        )  # None: the trainer's default
         try:
-            return training.run(self.config(cell), out=str(self.out / "runs"), results=str(scratch), quiet=self.quiet,
-                                study=self.study.study_name, trial=number, report=report, **options)
+            return training.run(
+                self.config(cell),
+                out=str(self.out / "runs"),
+                results=str(scratch),
+                quiet=self.quiet,
+                study=self.study.study_name,
+                trial=number,
+                report=report,
+                **options,
+            )
         except OSError:  # the environment, not the cell's failure: this worker stops (exit 1)
             raise
         except Exception as e:  # the trainer should return status "failed"; never stop the sweep
             own = [r for r in scan_records(scratch)[0] if r.get("status") == "failed"]
             if own:  # the trainer recorded its failure, then raised
                 return own[-1]
-            return failed_record(cell.task, cell.pe, cell.positions, cell.overrides, cell.seed,
-                                 self.study.study_name, number, f"{type(e).__name__}: {e}")
+            return failed_record(
+                cell.task,
+                cell.pe,
+                cell.positions,
+                cell.overrides,
+                cell.seed,
+                self.study.study_name,
+                number,
+                f"{type(e).__name__}: {e}",
+            )
         finally:
             scratch.unlink(missing_ok=True)
 
@@ -378,8 +425,9 @@ class Runner(SeedGroups):
                     self.run_trial(t)
                 continue
             mine = {c.key for c in self.cells}
-            running = [u for u in self.trials()
-                       if u.state == TrialState.RUNNING and u.user_attrs.get("cell_key") in mine]
+            running = [
+                u for u in self.trials() if u.state == TrialState.RUNNING and u.user_attrs.get("cell_key") in mine
+            ]
             if not running:
                 return
             if not waited:
@@ -396,15 +444,18 @@ class Runner(SeedGroups):
 def _cell_records(cells: list[Cell], groups: dict[str, list], retried: set[int]) -> list[tuple[Cell, dict[str, Any]]]:
     out = []
     for c in cells:
-        with_record = sorted((t for t in groups.get(c.key, []) if "record" in t.user_attrs
-                              and t.number not in retried), key=lambda t: t.number)
+        with_record = sorted(
+            (t for t in groups.get(c.key, []) if "record" in t.user_attrs and t.number not in retried),
+            key=lambda t: t.number,
+        )
         if with_record:
             out.append((c, copy.deepcopy(with_record[0].user_attrs["record"])))
     return out
 
 
-def finished_grid(cells: list[Cell], trials, study_attrs: dict[str, Any],
-                  retry_failed: bool) -> list[tuple[Cell, dict[str, Any]]] | None:
+def finished_grid(
+    cells: list[Cell], trials, study_attrs: dict[str, Any], retry_failed: bool
+) -> list[tuple[Cell, dict[str, Any]]] | None:
     """:meth:`Runner.cell_records` when a study has nothing left to do for ``cells``: every
     cell has a finished trial holding its record, none of them waits or runs, and with
     ``retry_failed`` none failed; else None. Reads the trials only (a finished sweep run again

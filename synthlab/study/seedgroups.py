@@ -29,8 +29,18 @@ SCRATCH = ".record-"  # OUT/runs/.record-<trial>-<pid>.jsonl: the trainer's own 
 
 def seed_group(cell: Cell) -> str:
     """A cell's key without its seed: the cells that batched seeds train together."""
-    return json.dumps({"task": cell.task, "pe": cell.pe, "positions": cell.positions, "rope_scaling": cell.rope_scaling,
-                       "overrides": cell.overrides, "slot": cell.slot}, sort_keys=True, separators=(",", ":"))
+    return json.dumps(
+        {
+            "task": cell.task,
+            "pe": cell.pe,
+            "positions": cell.positions,
+            "rope_scaling": cell.rope_scaling,
+            "overrides": cell.overrides,
+            "slot": cell.slot,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
 
 
 class SeedGroups:
@@ -51,6 +61,7 @@ class SeedGroups:
     unbatchable: set[str]
 
     if TYPE_CHECKING:
+
         def log(self, msg: str) -> None: ...
         def _begin(self, t: Any) -> Cell | None: ...
         def _train_one(self, t: Any, cell: Cell) -> None: ...
@@ -65,9 +76,17 @@ class SeedGroups:
         from optuna.trial import TrialState
 
         group = seed_group(self.by_key[t.user_attrs["cell_key"]])
-        waiting = sorted((u for u in trials if u.state == TrialState.WAITING and u.number != t.number
-                          and (c := self.by_key.get(u.user_attrs.get("cell_key"))) is not None
-                          and seed_group(c) == group), key=lambda u: u.number)
+        waiting = sorted(
+            (
+                u
+                for u in trials
+                if u.state == TrialState.WAITING
+                and u.number != t.number
+                and (c := self.by_key.get(u.user_attrs.get("cell_key"))) is not None
+                and seed_group(c) == group
+            ),
+            key=lambda u: u.number,
+        )
         taken: list[Any] = []
         for u in waiting:
             if limit is not None and len(taken) >= limit:
@@ -118,8 +137,14 @@ class SeedGroups:
         scratch.parent.mkdir(parents=True, exist_ok=True)
         try:
             return seedbatch.run_seeds(
-                [self.config(c) for c in cells], out=str(self.out / "runs"), results=str(scratch), quiet=self.quiet,
-                study=self.study.study_name, trials=numbers, reports=reports)
+                [self.config(c) for c in cells],
+                out=str(self.out / "runs"),
+                results=str(scratch),
+                quiet=self.quiet,
+                study=self.study.study_name,
+                trials=numbers,
+                reports=reports,
+            )
         except seedbatch.NotBatchable as e:
             self.unbatchable.add(seed_group(c0))
             label = " ".join(p for p in c0.label().split() if not p.startswith("seed="))
@@ -129,8 +154,12 @@ class SeedGroups:
             raise
         except Exception as e:  # every seed's record says why (written by the trainer, or here)
             own = {r.get("train", {}).get("seed"): r for r in scan_records(scratch)[0] if r.get("status") == "failed"}
-            return [own.get(c.seed) or failed_record(c.task, c.pe, c.positions, c.overrides, c.seed,
-                                                     self.study.study_name, n, f"{type(e).__name__}: {e}")
-                    for c, n in zip(cells, numbers)]
+            return [
+                own.get(c.seed)
+                or failed_record(
+                    c.task, c.pe, c.positions, c.overrides, c.seed, self.study.study_name, n, f"{type(e).__name__}: {e}"
+                )
+                for c, n in zip(cells, numbers)
+            ]
         finally:
             scratch.unlink(missing_ok=True)

@@ -100,8 +100,18 @@ def run_cell(job: dict[str, Any]) -> str:
     # the config the sweep resolved; a job submitted without one resolves it from the cell, the same way
     configs = {cell.key: job["config"]} if job.get("config") is not None else None
     # quiet=False: the trainer's lines (e.g. "resuming RUN at step N") go to the task's log; no bar there
-    runner = SlurmRunner(job["spec"], job["preset"], [cell], store, study, out, False, plans=plans,
-                         logger=job.get("logger"), configs=configs)
+    runner = SlurmRunner(
+        job["spec"],
+        job["preset"],
+        [cell],
+        store,
+        study,
+        out,
+        False,
+        plans=plans,
+        logger=job.get("logger"),
+        configs=configs,
+    )
     me = task_id()
     t = runner.take(int(job["trial"]), me)
     if t is None:

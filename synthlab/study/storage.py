@@ -37,7 +37,7 @@ def normalize_url(url: str) -> str:
 
     for bare in ("postgresql://", "postgres://"):
         if url.startswith(bare):
-            rest = url[len(bare):]
+            rest = url[len(bare) :]
             if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
                 return "postgresql+psycopg2://" + rest
             return "postgresql+psycopg://" + rest
@@ -54,7 +54,7 @@ def check_storage(url: str) -> None:
         _check_journal_file(Path(url).expanduser(), url)
         return
     if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
+        path = url[len("sqlite:///") :]
         if path and path != ":memory:":
             parent = Path(path).expanduser().resolve().parent
             if not parent.is_dir():
@@ -71,8 +71,10 @@ def check_storage(url: str) -> None:
         hint = " (install the driver: pip install 'synthlab-pe[postgres]')" if url.startswith("postgres") else ""
         raise ValueError(f"--storage {_redact(url)}: cannot load the database driver: {e}{hint}") from None
     except Exception as e:
-        raise ValueError(f"--storage {_redact(url)}: not a usable storage URL ({type(e).__name__}: {e}; "
-                         "allowed: a journal file path, sqlite:///FILE, postgresql://..., mysql://...)") from None
+        raise ValueError(
+            f"--storage {_redact(url)}: not a usable storage URL ({type(e).__name__}: {e}; "
+            "allowed: a journal file path, sqlite:///FILE, postgresql://..., mysql://...)"
+        ) from None
     try:
         with engine.connect():
             pass
@@ -97,8 +99,9 @@ def _check_journal_file(path: Path, url: str) -> None:
         return
     why = _entry_ok(first) if first.endswith(b"\n") else None
     if why is not None:
-        raise ValueError(f"--storage {url!r} is not an Optuna journal file (line 1: {why}); name a new file or "
-                         "an existing journal")
+        raise ValueError(
+            f"--storage {url!r} is not an Optuna journal file (line 1: {why}); name a new file or an existing journal"
+        )
 
 
 def _redact(url: str) -> str:
@@ -133,8 +136,11 @@ def export_results(storage: str, study: str, path: str | os.PathLike) -> int:
 
     check_storage(storage)
     st = optuna.load_study(study_name=study, storage=open_storage(storage))
-    recs = [t.user_attrs["record"] for t in sorted(st.get_trials(deepcopy=False), key=lambda t: t.number)
-            if "record" in t.user_attrs]
+    recs = [
+        t.user_attrs["record"]
+        for t in sorted(st.get_trials(deepcopy=False), key=lambda t: t.number)
+        if "record" in t.user_attrs
+    ]
     write_records(Path(path), recs)
     return len(recs)
 
@@ -231,9 +237,11 @@ def _open_journal(path: str):
         if bad is None:
             raise
         offset, number, why = bad
-        raise ValueError(f"journal {path!r} is corrupt at byte {offset} (entry {number}: {why}); only a torn last "
-                         "entry is repaired: restore the file, or truncate it at that byte to keep the study before "
-                         "it (what follows is lost)") from None
+        raise ValueError(
+            f"journal {path!r} is corrupt at byte {offset} (entry {number}: {why}); only a torn last "
+            "entry is repaired: restore the file, or truncate it at that byte to keep the study before "
+            "it (what follows is lost)"
+        ) from None
 
 
 def _named_backend_class():
@@ -261,7 +269,8 @@ def _NamedJournalBackend(path: str, lock_obj: Any):
 
 
 def _repairing_lock_class():
-    """The journal's lock (:func:`synthlab.study.journallock.lock_class`), repairing with :func:`repair_journal_tail`."""
+    """The journal's lock (:func:`synthlab.study.journallock.lock_class`), repairing with
+    :func:`repair_journal_tail`."""
     return journallock.lock_class(repair_journal_tail)
 
 
@@ -324,9 +333,13 @@ def repair_journal_tail(path: str | os.PathLike, *, check_last: bool = True) -> 
         f.truncate(end)
         f.flush()
         os.fsync(f.fileno())
-    print(f"synthlab: warning: journal {path}: the last entry was torn or unreadable ({len(torn)} bytes at byte "
-          f"{end}, e.g. a write cut by a kill); cut off (kept in {side}), the study goes on without that one "
-          "operation", file=sys.stderr, flush=True)
+    print(
+        f"synthlab: warning: journal {path}: the last entry was torn or unreadable ({len(torn)} bytes at byte "
+        f"{end}, e.g. a write cut by a kill); cut off (kept in {side}), the study goes on without that one "
+        "operation",
+        file=sys.stderr,
+        flush=True,
+    )
     return end
 
 

@@ -47,15 +47,30 @@ from synthlab.study.storage import (
 )
 
 # what users import from here (defined in the modules above; this one runs them)
-__all__ = ["sweep", "best_tuned", "load_sweep", "parse_sweep", "installed_sweeps", "expand_cells", "validate_cells",
-           "open_storage", "check_storage", "normalize_url", "JOURNAL_NAME", "export_results", "SweepSpec", "Cell",
-           "PRESETS"]
+__all__ = [
+    "sweep",
+    "best_tuned",
+    "load_sweep",
+    "parse_sweep",
+    "installed_sweeps",
+    "expand_cells",
+    "validate_cells",
+    "open_storage",
+    "check_storage",
+    "normalize_url",
+    "JOURNAL_NAME",
+    "export_results",
+    "SweepSpec",
+    "Cell",
+    "PRESETS",
+]
 
 _HELPER_MODULE = "synthlab.study.sweeping"  # whose _helper (below) runs one helper process (workers.spawn)
 
 
-def best_tuned(spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximize: bool,
-               tuned: list[str]) -> list[dict[str, Any]]:
+def best_tuned(
+    spec: SweepSpec, pairs: list[tuple[Cell, dict[str, Any]]], maximize: bool, tuned: list[str]
+) -> list[dict[str, Any]]:
     """The records a grid shows when a sweep tunes parameters (``trials_per_cell`` > 1): of each
     cell's tuned slots, the one whose objective, averaged over seeds, is best; its records for
     every seed. A slot with fewer finished seeds never wins over one with more (a setting that
@@ -104,11 +119,18 @@ def validate_cells(cells: list[Cell], preset: str) -> dict[str, Any]:
 def _validate_name(name: str, flag: str) -> None:
     """A study name names a directory too (synthlab-runs/<study>): 1 to 200 characters, no
     '/', '\\' or control characters."""
-    if (not name.strip() or len(name) > 200 or len(name.encode()) > 255 or name in (".", "..")
-            or any(ch in name for ch in "/\\") or any(ord(ch) < 32 or ord(ch) == 127 for ch in name)):
+    if (
+        not name.strip()
+        or len(name) > 200
+        or len(name.encode()) > 255
+        or name in (".", "..")
+        or any(ch in name for ch in "/\\")
+        or any(ord(ch) < 32 or ord(ch) == 127 for ch in name)
+    ):
         shown = repr(name) if len(name) <= 40 else f"{name[:40]!r}... ({len(name)} characters)"
-        raise ValueError(f"{flag} {shown}: a study name is 1 to 200 characters, without '/', '\\' or control "
-                         "characters")
+        raise ValueError(
+            f"{flag} {shown}: a study name is 1 to 200 characters, without '/', '\\' or control characters"
+        )
 
 
 def _check_destinations(out_dir: Path, url: str, storage: str | None) -> None:
@@ -122,20 +144,39 @@ def _check_destinations(out_dir: Path, url: str, storage: str | None) -> None:
     check_output_file(out_dir / "results.jsonl", "--out")
     if "://" not in url:  # a journal file
         check_output_file(url, "--storage" if storage is not None else "--out")
-    elif url.startswith("sqlite:///") and url[len("sqlite:///"):] not in ("", ":memory:"):
-        check_output_file(url[len("sqlite:///"):], "--storage")
+    elif url.startswith("sqlite:///") and url[len("sqlite:///") :] not in ("", ":memory:"):
+        check_output_file(url[len("sqlite:///") :], "--storage")
 
 
-def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, preset: str | None = None,
-          trials: int | None = None, storage: str | None = None, study: str | None = None,
-          out: str | os.PathLike | None = None, quiet: bool = True, *, grids: bool = True,
-          retry_failed: bool = False, heartbeat_interval: float = 30.0, grace_period: float = 180.0,
-          poll: float = 2.0, workers: int | str = 1, logger: str | None = None,
-          progress_every: float = progress_mod.HEARTBEAT_EVERY, settings: dict[str, Any] | None = None,
-          batch_seeds: bool = False, seeds: int | str | list[int] | None = None, until_decided: bool = False,
-          max_seeds: int | None = None, _looks: tuple[list[int], int] | None = None,
-          claims_only: bool = False, _claim_seeds: int | dict[str, int] | None = None, launcher: str | None = None,
-          detach: bool = False) -> list[dict]:
+def sweep(
+    task_or_file: str | os.PathLike,
+    pe: str | list[str] | None = None,
+    preset: str | None = None,
+    trials: int | None = None,
+    storage: str | None = None,
+    study: str | None = None,
+    out: str | os.PathLike | None = None,
+    quiet: bool = True,
+    *,
+    grids: bool = True,
+    retry_failed: bool = False,
+    heartbeat_interval: float = 30.0,
+    grace_period: float = 180.0,
+    poll: float = 2.0,
+    workers: int | str = 1,
+    logger: str | None = None,
+    progress_every: float = progress_mod.HEARTBEAT_EVERY,
+    settings: dict[str, Any] | None = None,
+    batch_seeds: bool = False,
+    seeds: int | str | list[int] | None = None,
+    until_decided: bool = False,
+    max_seeds: int | None = None,
+    _looks: tuple[list[int], int] | None = None,
+    claims_only: bool = False,
+    _claim_seeds: int | dict[str, int] | None = None,
+    launcher: str | None = None,
+    detach: bool = False,
+) -> list[dict]:
     """Run (or resume) the sweep; return the result records of its grid cells.
 
     ``pe`` replaces the sweep's encodings axis (list or comma-separated string); ``trials``
@@ -169,13 +210,34 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     Everything is validated before anything is written.
     """
     if until_decided or max_seeds is not None:
-        return _until_decided(task_or_file, seeds, max_seeds, until_decided,
-                              dict(pe=pe, preset=preset, trials=trials, storage=storage, study=study, out=out,
-                                   quiet=quiet, grids=grids, retry_failed=retry_failed,
-                                   heartbeat_interval=heartbeat_interval, grace_period=grace_period, poll=poll,
-                                   workers=workers, logger=logger, progress_every=progress_every,
-                                   settings=settings, batch_seeds=batch_seeds, claims_only=claims_only,
-                                   launcher=launcher, detach=detach))
+        return _until_decided(
+            task_or_file,
+            seeds,
+            max_seeds,
+            until_decided,
+            dict(
+                pe=pe,
+                preset=preset,
+                trials=trials,
+                storage=storage,
+                study=study,
+                out=out,
+                quiet=quiet,
+                grids=grids,
+                retry_failed=retry_failed,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+                poll=poll,
+                workers=workers,
+                logger=logger,
+                progress_every=progress_every,
+                settings=settings,
+                batch_seeds=batch_seeds,
+                claims_only=claims_only,
+                launcher=launcher,
+                detach=detach,
+            ),
+        )
     workers = workers_mod.parse_workers(workers)
     if logger is not None:
         from synthlab.run.loggers import check_logger  # the trainer's own check, before anything is written
@@ -206,14 +268,19 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     if _claim_seeds is not None or claims_only:
         if isinstance(_claim_seeds, int):
             _claim_seeds = {claims.claim_id(c): _claim_seeds for c in spec.claims}
-        more = cells if not _claim_seeds else expand_cells(spec, preset, pe_list, settings,
-                                                           list(range(max(_claim_seeds.values()))))
+        more = (
+            cells
+            if not _claim_seeds
+            else expand_cells(spec, preset, pe_list, settings, list(range(max(_claim_seeds.values()))))
+        )
         cells = _with_claim_seeds(spec, preset, [] if claims_only else cells, more, _claim_seeds)
         if not cells:
-            raise ValueError(f"--claims-only: no cell of this grid is read by a claim of {spec.name}'s "
-                             f"{preset} preset")
-    study_name = study if study is not None else f"{spec.name}-{preset}" + "".join(
-        f"-{k}={v}" for k, v in sorted(settings.items()))
+            raise ValueError(f"--claims-only: no cell of this grid is read by a claim of {spec.name}'s {preset} preset")
+    study_name = (
+        study
+        if study is not None
+        else f"{spec.name}-{preset}" + "".join(f"-{k}={v}" for k, v in sorted(settings.items()))
+    )
     _validate_name(study_name, "--study")
     out_dir = Path(out) if out is not None else Path("synthlab-runs") / study_name
     if out_dir.exists() and not out_dir.is_dir():
@@ -233,33 +300,97 @@ def sweep(task_or_file: str | os.PathLike, pe: str | list[str] | None = None, pr
     # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does
     with workers_mod.sigterm_as_ctrl_c():
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
-        return _run(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
-                    dict(task_or_file=str(task_or_file), pe=pe_list, settings=settings, seeds=seed_list,
-                         claims_only=claims_only, _claim_seeds=_claim_seeds,
-                         heartbeat_interval=heartbeat_interval,
-                         grace_period=grace_period, poll=poll, logger=logger, progress_every=progress_every,
-                         batch_seeds=bool(batch_seeds)),
-                    plans, chosen, configs)
+        return _run(
+            spec,
+            preset,
+            cells,
+            study_name,
+            out_dir,
+            url,
+            quiet,
+            grids,
+            retry_failed,
+            trials,
+            workers,
+            dict(
+                task_or_file=str(task_or_file),
+                pe=pe_list,
+                settings=settings,
+                seeds=seed_list,
+                claims_only=claims_only,
+                _claim_seeds=_claim_seeds,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+                poll=poll,
+                logger=logger,
+                progress_every=progress_every,
+                batch_seeds=bool(batch_seeds),
+            ),
+            plans,
+            chosen,
+            configs,
+        )
 
 
-def _run(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str, quiet: bool,
-         grids: bool, retry_failed: bool, trials: int | None, workers: int | str, more: dict[str, Any],
-         plans: dict[str, dashboard.TrialPlan], launcher: launchers_mod.Launcher | None = None,
-         configs: dict[str, Any] | None = None) -> list[dict]:
+def _run(
+    spec: SweepSpec,
+    preset: str,
+    cells: list[Cell],
+    study_name: str,
+    out_dir: Path,
+    url: str,
+    quiet: bool,
+    grids: bool,
+    retry_failed: bool,
+    trials: int | None,
+    workers: int | str,
+    more: dict[str, Any],
+    plans: dict[str, dashboard.TrialPlan],
+    launcher: launchers_mod.Launcher | None = None,
+    configs: dict[str, Any] | None = None,
+) -> list[dict]:
     """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments;
     ``launcher``: who trains the cells (None: this machine, :class:`launchers_mod.LocalLauncher`);
     ``configs``: each cell's resolved config (:func:`validate_cells`)."""
     from synthlab.core.errors import naming
 
     with naming(out_dir):  # a write that names no file (a grid's, a library's): at least the sweep's directory
-        return _run_named(spec, preset, cells, study_name, out_dir, url, quiet, grids, retry_failed, trials, workers,
-                          more, plans, launcher, configs or {})
+        return _run_named(
+            spec,
+            preset,
+            cells,
+            study_name,
+            out_dir,
+            url,
+            quiet,
+            grids,
+            retry_failed,
+            trials,
+            workers,
+            more,
+            plans,
+            launcher,
+            configs or {},
+        )
 
 
-def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str, out_dir: Path, url: str,
-               quiet: bool, grids: bool, retry_failed: bool, trials: int | None, workers: int | str,
-               more: dict[str, Any], plans: dict[str, dashboard.TrialPlan],
-               launcher: launchers_mod.Launcher | None, configs: dict[str, Any]) -> list[dict]:
+def _run_named(
+    spec: SweepSpec,
+    preset: str,
+    cells: list[Cell],
+    study_name: str,
+    out_dir: Path,
+    url: str,
+    quiet: bool,
+    grids: bool,
+    retry_failed: bool,
+    trials: int | None,
+    workers: int | str,
+    more: dict[str, Any],
+    plans: dict[str, dashboard.TrialPlan],
+    launcher: launchers_mod.Launcher | None,
+    configs: dict[str, Any],
+) -> list[dict]:
     import optuna
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -271,20 +402,50 @@ def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str,
     st.set_user_attr("sweep", spec.name)
     _describe_study(st, spec, plans)
     if launcher is not None and launcher.name != "local":
-        pairs = launcher.run(launchers_mod.Grid(
-            spec=spec, preset=preset, cells=cells, study_name=study_name, out=out_dir, url=url, storage=store,
-            study=st, plans=plans, configs=configs, quiet=quiet, retry_failed=retry_failed, logger=more["logger"],
-            progress_every=more["progress_every"], poll=more["poll"]))
+        pairs = launcher.run(
+            launchers_mod.Grid(
+                spec=spec,
+                preset=preset,
+                cells=cells,
+                study_name=study_name,
+                out=out_dir,
+                url=url,
+                storage=store,
+                study=st,
+                plans=plans,
+                configs=configs,
+                quiet=quiet,
+                retry_failed=retry_failed,
+                logger=more["logger"],
+                progress_every=more["progress_every"],
+                poll=more["poll"],
+            )
+        )
         if launcher.detach:  # the cells run in the scheduler; a later run gathers them and draws the grids
             return [r for _, r in pairs]
         return _report(spec, preset, cells, pairs, study_name, out_dir, grids)
     mode = progress_mod.mode_for(quiet)
-    view = progress_mod.SweepProgress(mode, {c.key: c.label() for c in cells}, dashboard.objective_name(spec),
-                                      more["progress_every"])
+    view = progress_mod.SweepProgress(
+        mode, {c.key: c.label() for c in cells}, dashboard.objective_name(spec), more["progress_every"]
+    )
     # the trainer's own per-run bar only under the sweep's bar (a log file gets no bar)
-    runner = Runner(spec, preset, cells, store, st, out_dir, mode != progress_mod.BAR, more["heartbeat_interval"],
-                    more["grace_period"], more["poll"], progress=view, plans=plans, logger=more["logger"],
-                    batch_seeds=more["batch_seeds"], configs=configs)
+    runner = Runner(
+        spec,
+        preset,
+        cells,
+        store,
+        st,
+        out_dir,
+        mode != progress_mod.BAR,
+        more["heartbeat_interval"],
+        more["grace_period"],
+        more["poll"],
+        progress=view,
+        plans=plans,
+        logger=more["logger"],
+        batch_seeds=more["batch_seeds"],
+        configs=configs,
+    )
     helpers = []
     try:
         if retry_failed:  # before any helper starts, so none takes a failed cell for finished
@@ -296,12 +457,25 @@ def _run_named(spec: SweepSpec, preset: str, cells: list[Cell], study_name: str,
         if n_workers > 1:
             runner.log(f"[sweep] {n_workers} workers x {workers_mod.threads_per_worker(n_workers)} thread(s)")
             # helpers print nothing but errors: this process shows their cells (view.watch)
-            helpers = workers_mod.spawn(n_workers, _HELPER_MODULE, {
-                **more, "preset": preset, "trials": trials, "storage": url, "study": study_name, "out": str(out_dir),
-                "quiet": True})
+            helpers = workers_mod.spawn(
+                n_workers,
+                _HELPER_MODULE,
+                {
+                    **more,
+                    "preset": preset,
+                    "trials": trials,
+                    "storage": url,
+                    "study": study_name,
+                    "out": str(out_dir),
+                    "quiet": True,
+                },
+            )
             view.watch(runner.snapshot, [p.pid for p in helpers], more["poll"])
-        with (workers_mod.torch_threads(workers_mod.threads_per_worker(n_workers)) if helpers
-              else contextlib.nullcontext()):
+        with (
+            workers_mod.torch_threads(workers_mod.threads_per_worker(n_workers))
+            if helpers
+            else contextlib.nullcontext()
+        ):
             runner.loop(trials)
         codes = workers_mod.wait(helpers)
         view.observe(*runner.snapshot())  # the helpers' last cells
@@ -321,7 +495,7 @@ def _finished(cells: list[Cell], url: str, study_name: str, retry_failed: bool) 
     journal file or an SQLite file that does not exist yet, another database, a study not
     there: None (the full path decides)."""
     if "://" in url:
-        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
         if not path or path == ":memory:" or not os.path.isfile(path):
             return None
     elif not (os.path.isfile(url) and os.path.getsize(url)):
@@ -350,8 +524,9 @@ def _until_decided(task_or_file, seeds, max_seeds: int | None, until_decided: bo
     spec = load_sweep(task_or_file)
     preset = kwargs["preset"] or spec.default_preset
     if not any(preset in c.presets for c in spec.claims):
-        raise ValueError(f"--until-decided: {spec.name}'s sweep file states no claim for the {preset} preset: "
-                         "nothing to decide")
+        raise ValueError(
+            f"--until-decided: {spec.name}'s sweep file states no claim for the {preset} preset: nothing to decide"
+        )
     grids, reached = kwargs.pop("grids"), plan[0]
     decided_at: dict[str, int] = {}  # a decided claim's seeds: no more go to its cells
 
@@ -373,24 +548,43 @@ def _until_decided(task_or_file, seeds, max_seeds: int | None, until_decided: bo
     return sweep(task_or_file, grids=grids, _looks=(plan, reached), _claim_seeds=seeds_per_claim(reached), **kwargs)
 
 
-def _with_claim_seeds(spec: SweepSpec, preset: str, grid: list[Cell], more: list[Cell],
-                      seeds_per_claim: dict[str, int] | None = None) -> list[Cell]:
+def _with_claim_seeds(
+    spec: SweepSpec, preset: str, grid: list[Cell], more: list[Cell], seeds_per_claim: dict[str, int] | None = None
+) -> list[Cell]:
     """The grid at its own seeds plus, from ``more`` (the grid at the look's seeds), the cells
     a claim of ``preset`` reads (with ``seeds_per_claim``, at the seeds below that claim's
     count): in ``more``'s order, the grid's other seeds after."""
     from synthlab.model import parse_pe
 
     keys = {c.key for c in grid}
-    out = [c for c in more if c.key in keys or claims.reads(
-        spec, preset, c.task, parse_pe(c.pe).name,
-        {k: v for k, v in c.axes.items() if k not in ("task", "pe", "dape_k", "seed", "slot")},
-        seed=c.seed, seeds_per_claim=seeds_per_claim)]
+    out = [
+        c
+        for c in more
+        if c.key in keys
+        or claims.reads(
+            spec,
+            preset,
+            c.task,
+            parse_pe(c.pe).name,
+            {k: v for k, v in c.axes.items() if k not in ("task", "pe", "dape_k", "seed", "slot")},
+            seed=c.seed,
+            seeds_per_claim=seeds_per_claim,
+        )
+    ]
     seen = {c.key for c in out}
     return out + [c for c in grid if c.key not in seen]
 
 
-def _report(spec: SweepSpec, preset: str, cells: list[Cell], pairs: list[tuple[Cell, dict[str, Any]]],
-            study_name: str, out_dir: Path, grids: bool, looks: tuple[list[int], int] | None = None) -> list[dict]:
+def _report(
+    spec: SweepSpec,
+    preset: str,
+    cells: list[Cell],
+    pairs: list[tuple[Cell, dict[str, Any]]],
+    study_name: str,
+    out_dir: Path,
+    grids: bool,
+    looks: tuple[list[int], int] | None = None,
+) -> list[dict]:
     """The records of a run grid: study-results.jsonl, then (with ``grids``) the grids and the
     papers' verdicts drawn and printed (``looks``: the plan of --until-decided and the look
     reached, whose rule then judges the claims)."""
@@ -403,17 +597,25 @@ def _report(spec: SweepSpec, preset: str, cells: list[Cell], pairs: list[tuple[C
         if tuned:  # the CHE papers report the best run over seeds x learning rates: show that too
             tables += grids_mod.sweep_grids(records, spec, out_dir / "grids", best_of=tuple(tuned))
         missing = len(cells) - sum(1 for r in records if r.get("status") == "ok")
-        print(f"study {study_name}: {len(records)}/{len(cells)} cells finished"
-              + (f" ({missing} failed or not run)" if missing else "") + f"; results in {out_dir}")
+        print(
+            f"study {study_name}: {len(records)}/{len(cells)} cells finished"
+            + (f" ({missing} failed or not run)" if missing else "")
+            + f"; results in {out_dir}"
+        )
         if tuned:
-            print(f"tuned {', '.join(tuned)}: the grids show, per cell, the best of "
-                  f"{spec.preset_tune(preset)['trials_per_cell']} settings by {spec.metric} on {objective_split(spec)} "
-                  "(mean over seeds); study-results.jsonl holds every run")
+            print(
+                f"tuned {', '.join(tuned)}: the grids show, per cell, the best of "
+                f"{spec.preset_tune(preset)['trials_per_cell']} settings by {spec.metric} on {objective_split(spec)} "
+                "(mean over seeds); study-results.jsonl holds every run"
+            )
         for g in tables:
             print()
             print(g.markdown())
-        verdicts = (claims.sequential_verdicts(shown, spec, looks[0], looks[1], out=str(out_dir)) if looks
-                    else claims.verdicts(shown, spec, out=str(out_dir)))
+        verdicts = (
+            claims.sequential_verdicts(shown, spec, looks[0], looks[1], out=str(out_dir))
+            if looks
+            else claims.verdicts(shown, spec, out=str(out_dir))
+        )
         if verdicts:
             claims.save(verdicts, spec.show, out_dir / "grids")
             print()
@@ -466,11 +668,17 @@ def _warn_dead_helpers(helpers, codes: list[int], trials, cells: dict[str, Cell]
     for p, code in zip(helpers, codes):
         if code == 0:
             continue
-        left = [cells[k].label() if k in cells else f"trial {t.number}" for t in trials
-                if t.state == TrialState.RUNNING and by(t, p.pid) for k in [t.user_attrs.get("cell_key")]]
-        print(f"synthlab sweep: warning: worker process {p.pid} exited with code {code}"
-              + (f"; its running cell ({', '.join(left)}) runs again on the next sweep" if left else ""),
-              file=sys.stderr)
+        left = [
+            cells[k].label() if k in cells else f"trial {t.number}"
+            for t in trials
+            if t.state == TrialState.RUNNING and by(t, p.pid)
+            for k in [t.user_attrs.get("cell_key")]
+        ]
+        print(
+            f"synthlab sweep: warning: worker process {p.pid} exited with code {code}"
+            + (f"; its running cell ({', '.join(left)}) runs again on the next sweep" if left else ""),
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m synthlab.study.sweeping PAYLOAD` by hand

@@ -15,9 +15,36 @@ from typing import Any, Iterable
 from synthlab.core.errors import did_you_mean
 
 # columns of every results table (synthlab.analysis.tables._base_row), whatever the task
-_COLUMNS = ("record", "study", "trial", "run_id", "status", "error", "task", "pe", "positions", "rope_scaling", "seed",
-            "task_revision", "pe_revision", "d_model", "n_layers", "n_heads", "params", "steps", "batch_size", "lr",
-            "train_len", "wall_s", "dape_k", "pose_chunks", "split", "length", "slot", "preset")
+_COLUMNS = (
+    "record",
+    "study",
+    "trial",
+    "run_id",
+    "status",
+    "error",
+    "task",
+    "pe",
+    "positions",
+    "rope_scaling",
+    "seed",
+    "task_revision",
+    "pe_revision",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "params",
+    "steps",
+    "batch_size",
+    "lr",
+    "train_len",
+    "wall_s",
+    "dape_k",
+    "pose_chunks",
+    "split",
+    "length",
+    "slot",
+    "preset",
+)
 _MAX_COMBOS = 64  # task-parameter axis values built together; more: each value on its own
 
 
@@ -73,7 +100,9 @@ def preset_tasks(spec, presets: Iterable[str] | None = None) -> dict[str, list[A
             params = {k: n for k in axes for n in _task_params(cls, {k: 0})}
             varied = [(params[k], axes[k]) for k in params]
             if varied and _product(len(v) for _, v in varied) <= _MAX_COMBOS:
-                combos = [dict(zip([n for n, _ in varied], vals)) for vals in itertools.product(*(v for _, v in varied))]
+                combos = [
+                    dict(zip([n for n, _ in varied], vals)) for vals in itertools.product(*(v for _, v in varied))
+                ]
             else:
                 combos = [{}] + [{n: v} for n, vals in varied for v in vals]
             for c in combos:
@@ -136,8 +165,10 @@ def _check_grid_names(spec, tasks: dict[str, list[Any]], at: str, in_dist: bool 
         splits = _splits(built)
         metrics = sorted(set().union(*(metrics_of(t) for t in built)))
         if spec.metric not in metrics:
-            raise ValueError(f"{where}: sweep.metric: task {task!r} records no metric {spec.metric!r}"
-                             f"{did_you_mean(spec.metric, metrics)} (its metrics{at}: {', '.join(metrics)})")
+            raise ValueError(
+                f"{where}: sweep.metric: task {task!r} records no metric {spec.metric!r}"
+                f"{did_you_mean(spec.metric, metrics)} (its metrics{at}: {', '.join(metrics)})"
+            )
         named = [("sweep.in_dist" + ("" if "in_dist" in spec.given else " (default)"), spec.in_dist)] if in_dist else []
         named += [("sweep.ood", s) for s in spec.ood]
         if spec.objective_split is not None:
@@ -146,8 +177,10 @@ def _check_grid_names(spec, tasks: dict[str, list[Any]], at: str, in_dist: bool 
             named.append(("sweep.in_dist" + ("" if "in_dist" in spec.given else " (default)"), spec.in_dist))
         for key, split in named:
             if split not in splits:
-                raise ValueError(f"{where}: {key}: task {task!r} has no split {split!r}"
-                                 f"{did_you_mean(split, splits)} (its splits{at}: {', '.join(splits)})")
+                raise ValueError(
+                    f"{where}: {key}: task {task!r} has no split {split!r}"
+                    f"{did_you_mean(split, splits)} (its splits{at}: {', '.join(splits)})"
+                )
 
 
 def _known_column(name: str, spec, tasks: dict[str, list[Any]]) -> bool:
@@ -188,8 +221,10 @@ def _check_axis_names(spec, tasks: dict[str, list[Any]]) -> None:
         for part in str(value).split(","):
             part = part.strip()
             if not part or not _known_column(part, spec, tasks):
-                raise ValueError(f"{spec.path}: sweep.{key}: {part!r} names no setting or record field"
-                                 f"{did_you_mean(part, _column_names(spec, tasks))}")
+                raise ValueError(
+                    f"{spec.path}: sweep.{key}: {part!r} names no setting or record field"
+                    f"{did_you_mean(part, _column_names(spec, tasks))}"
+                )
 
 
 def _axis_values(spec, preset: str, key: str, task_params: tuple[str, ...]) -> list[Any] | None:
@@ -219,8 +254,14 @@ def _axis_values(spec, preset: str, key: str, task_params: tuple[str, ...]) -> l
     return None
 
 
-def _check_cell(spec, where: str, cell: dict[str, Any], presets: tuple[str, ...],
-                tasks: dict[str, list[Any]], all_tasks: dict[str, list[Any]]) -> None:
+def _check_cell(
+    spec,
+    where: str,
+    cell: dict[str, Any],
+    presets: tuple[str, ...],
+    tasks: dict[str, list[Any]],
+    all_tasks: dict[str, list[Any]],
+) -> None:
     """One paper or claim cell: its keys name columns, its encoding parses, its task is the
     file's, its split one its task has, and an axis value is a value of that axis."""
     from synthlab import generators
@@ -229,22 +270,27 @@ def _check_cell(spec, where: str, cell: dict[str, Any], presets: tuple[str, ...]
 
     for k in cell:
         if not _known_column(k, spec, all_tasks):
-            raise ValueError(f"{where}.{k}: names no setting or record field"
-                             f"{did_you_mean(k, _column_names(spec, all_tasks))}")
+            raise ValueError(
+                f"{where}.{k}: names no setting or record field{did_you_mean(k, _column_names(spec, all_tasks))}"
+            )
     if "pe" in cell:
         try:
             parse_pe(str(cell["pe"]), dape_k=int(cell["dape_k"]) if "dape_k" in cell else None)
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}.pe: {' '.join(str(e).split())}") from None
     if "task" in cell and cell["task"] not in tasks:
-        raise ValueError(f"{where}.task: {cell['task']!r} is no task of this sweep"
-                         f"{did_you_mean(str(cell['task']), list(tasks))} (its tasks: {', '.join(tasks)})")
+        raise ValueError(
+            f"{where}.task: {cell['task']!r} is no task of this sweep"
+            f"{did_you_mean(str(cell['task']), list(tasks))} (its tasks: {', '.join(tasks)})"
+        )
     named = [cell["task"]] if "task" in cell else list(tasks)
     if "split" in cell:
         splits = _splits([t for n in named for t in tasks[n]])
         if splits and cell["split"] not in splits:
-            raise ValueError(f"{where}.split: no task of this sweep has a split {cell['split']!r}"
-                             f"{did_you_mean(str(cell['split']), splits)} (splits: {', '.join(splits)})")
+            raise ValueError(
+                f"{where}.split: no task of this sweep has a split {cell['split']!r}"
+                f"{did_you_mean(str(cell['split']), splits)} (splits: {', '.join(splits)})"
+            )
     for k, v in cell.items():
         if k in ("pe", "task", "split", "length", "seed"):
             continue
@@ -255,8 +301,9 @@ def _check_cell(spec, where: str, cell: dict[str, Any], presets: tuple[str, ...]
         allowed = [x for vals in per_preset if vals is not None for x in vals]
         if not any(same(v, x) for x in allowed):
             shown = ", ".join(dict.fromkeys(map(str, allowed)))
-            raise ValueError(f"{where}.{k}: {v!r} is not a value this sweep gives {k} at its presets "
-                             f"{', '.join(presets)} ({shown})")
+            raise ValueError(
+                f"{where}.{k}: {v!r} is not a value this sweep gives {k} at its presets {', '.join(presets)} ({shown})"
+            )
 
 
 def check_file(spec) -> None:

@@ -26,7 +26,8 @@ ENV_DEFAULT = "SYNTHLAB_WORKERS"
 
 def default_workers() -> str:
     """``synthlab sweep``'s ``--workers`` when none is given: ``auto`` (on a CPU one process per
-    core beats one process with every thread for the flip-flop main command: docs/performance.md), or the ``SYNTHLAB_WORKERS`` environment variable (the test suite sets 1)."""
+    core beats one process with every thread for the flip-flop main command: docs/performance.md),
+    or the ``SYNTHLAB_WORKERS`` environment variable (the test suite sets 1)."""
     return os.environ.get(ENV_DEFAULT, AUTO)
 
 
@@ -127,8 +128,11 @@ def spawn(n_workers: int, module: str, sweep_kwargs: dict[str, Any]) -> list[sub
             payload = json.dumps({**sweep_kwargs, "threads": threads, "parent": os.getpid()})
             # a new process group: a Ctrl-C at the terminal reaches the main process only, which
             # then stops the helpers itself (so they never race it to the journal)
-            procs.append(subprocess.Popen(helper_argv(module, payload), env=env,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    helper_argv(module, payload), env=env, stdin=subprocess.DEVNULL, start_new_session=True
+                )
+            )
     except BaseException:  # Ctrl-C (or a failed start) half-way: the caller never sees these helpers
         stop(procs)
         raise

@@ -129,8 +129,9 @@ def test_two_deterministic_gpu_runs_of_one_seed_agree():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
-    proc = subprocess.run([sys.executable, "-c", DETERMINISTIC_TWICE],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", DETERMINISTIC_TWICE], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     for pe, (device, a, b) in json.loads(proc.stdout.strip().splitlines()[-1]).items():
         assert device == "cuda" and a == b, pe
@@ -175,8 +176,12 @@ def test_training_steps_between_checks_never_wait_for_the_gpu(monkeypatch):
             torch.cuda.set_sync_debug_mode("default")
 
         def on_train_start(self, trainer, pl_module):
-            Watch.setup.append((bool(getattr(trainer.train_dataloader, "pin_memory", False)),  # pinned batches
-                                bool(trainer.optimizers[0].defaults.get("fused"))))  # fused AdamW
+            Watch.setup.append(
+                (
+                    bool(getattr(trainer.train_dataloader, "pin_memory", False)),  # pinned batches
+                    bool(trainer.optimizers[0].defaults.get("fused")),
+                )
+            )  # fused AdamW
 
     fit = pipeline.fit
     monkeypatch.setattr(pipeline, "fit", lambda *a, callbacks=(), **k: fit(*a, callbacks=[*callbacks, Watch()], **k))

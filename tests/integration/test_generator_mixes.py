@@ -108,8 +108,7 @@ def test_tiny_automaton_spaces_stay_disjoint_and_solved(name):
     """In a tiny string space (1-2 segments of <= 2 symbols over 2: 6 one-segment strings) the
     held-out bucket may lack a label at a count: samples still come quickly, match the solver,
     and never cross the partition; train stays balanced at every count it holds both labels."""
-    task = generators.get_task(name, n_sets=2, set_size=2, n_symbols=2, seg_len=2, max_segments=2,
-                               ood_max_segments=4)
+    task = generators.get_task(name, n_sets=2, set_size=2, n_symbols=2, seg_len=2, max_segments=2, ood_max_segments=4)
     train = task.sample("train", 400, seed=1)
     test = task.sample("test", 200, seed=1)
     assert not {tuple(s.ids) for s in train} & {tuple(s.ids) for s in test}
@@ -152,18 +151,21 @@ def test_arithmetic_uniform_mix_is_the_old_draw():
     assert [s.tokens for s in c.sample("train", 30, seed=9)] == [s.tokens for s in c.sample("train", 30, seed=9)]
 
 
-@pytest.mark.parametrize("params,match", [
-    (dict(n_ops=3, train_mix="1,2"), "must give 3 weights"),
-    (dict(n_ops=3, train_mix="1,2,3,4"), "must give 3 weights"),
-    (dict(n_ops=3, train_mix="1,-1,2"), "finite, >= 0"),
-    (dict(n_ops=3, train_mix="0,0,0"), "not all 0"),
-    (dict(n_ops=3, train_mix="1,nan,2"), "finite"),
-    (dict(n_ops=3, train_mix="one,two,three"), "comma-separated weights"),
-    (dict(n_ops=3, train_mix="1,,2"), "comma-separated weights"),
-    (dict(n_ops=3, train_mix=5), "must be \"uniform\""),
-    (dict(n_ops=3, train_mix=[1, True, 2]), "must be \"uniform\""),
-    (dict(n_ops=3, min_ops=2, train_mix="1,1,1"), "below min_ops=2"),
-])
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        (dict(n_ops=3, train_mix="1,2"), "must give 3 weights"),
+        (dict(n_ops=3, train_mix="1,2,3,4"), "must give 3 weights"),
+        (dict(n_ops=3, train_mix="1,-1,2"), "finite, >= 0"),
+        (dict(n_ops=3, train_mix="0,0,0"), "not all 0"),
+        (dict(n_ops=3, train_mix="1,nan,2"), "finite"),
+        (dict(n_ops=3, train_mix="one,two,three"), "comma-separated weights"),
+        (dict(n_ops=3, train_mix="1,,2"), "comma-separated weights"),
+        (dict(n_ops=3, train_mix=5), 'must be "uniform"'),
+        (dict(n_ops=3, train_mix=[1, True, 2]), 'must be "uniform"'),
+        (dict(n_ops=3, min_ops=2, train_mix="1,1,1"), "below min_ops=2"),
+    ],
+)
 def test_arithmetic_train_mix_bad_values(params, match):
     with pytest.raises(ValueError, match=match) as e:
         generators.get_task("arithmetic", **params)
@@ -203,7 +205,7 @@ def test_arithmetic_chains_have_the_generators_law():
     assert set(ours) == set(theirs) and tv(ours, theirs, 6000) < 0.08  # ~100 chains
 
     def shape(toks):  # length, brackets, operators of E_3, answer
-        prompt = toks[:toks.index("=")]
+        prompt = toks[: toks.index("=")]
         return len(toks), prompt.count("("), "".join(t for t in prompt if t in "+-*/"), toks[-2]
 
     ours, theirs = law(3, 6000, lambda t: shape(t)[:2])
@@ -257,8 +259,17 @@ def test_mix_script_prints_a_train_mix_the_task_takes(mix_script, capsys):
     assert task.op_counts("test-mix") == (1, 2, 3)
 
 
-@pytest.mark.parametrize("argv", [["--modulus", "12"], ["--n-ops", "0"], ["--size", "0"], ["--size", "many"],
-                                  ["--seed", "-1"], ["--modulus", "2", "--n-ops", "1", "--size", "100"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--modulus", "12"],
+        ["--n-ops", "0"],
+        ["--size", "0"],
+        ["--size", "many"],
+        ["--seed", "-1"],
+        ["--modulus", "2", "--n-ops", "1", "--size", "100"],
+    ],
+)
 def test_mix_script_refuses_bad_input_with_exit_2(mix_script, argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         mix_script["main"](argv)
@@ -269,8 +280,10 @@ def test_mix_script_refuses_bad_input_with_exit_2(mix_script, argv, capsys):
 
 # -- the presets -------------------------------------------------------------------------------
 #: scripts/arithmetic_mix.py at size 1,000,000, seed 2023 (the commands in sweeps/arithmetic.toml)
-SCRIPT_MIX = {"quick": (5, 4, "0.000095,0.003534,0.141798,0.854573"),
-              "paper": (11, 6, "0.000473,0.03479,0.140678,0.190442,0.238095,0.395522")}
+SCRIPT_MIX = {
+    "quick": (5, 4, "0.000095,0.003534,0.141798,0.854573"),
+    "paper": (11, 6, "0.000473,0.03479,0.140678,0.190442,0.238095,0.395522"),
+}
 #: the reference's own data.py --under (guyuntian/CoT_benchmark @ 650a246), distinct chains per
 #: operator count in its 1M training set, run here: --number_range 11 --length 6 / 5 --length 4
 REFERENCE_COUNTS = {"quick": [95, 3533, 140986, 855386], "paper": [473, 34882, 140602, 190455, 238095, 395493]}

@@ -85,8 +85,10 @@ def test_bad_precision_is_refused_before_writing(tmp_path, capsys):
     with pytest.raises(ValueError, match="train.precision must be one of fp32, bf16-mixed"):
         resolve_config("flipflop", "rope", "smoke", {"train.precision": "fp16"})
     out = tmp_path / "runs"
-    assert main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--out", str(out),
-                 "--set", "precision=half"]) == 2
+    assert (
+        main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--out", str(out), "--set", "precision=half"])
+        == 2
+    )
     assert "train.precision" in capsys.readouterr().err and not out.exists()
 
 
@@ -113,8 +115,12 @@ def test_compile_mode_goes_to_torch_compile_and_the_record(monkeypatch):
     # (stubbed: the compilation itself is the slow test above) and the record says it
     modes = []
     monkeypatch.setattr(torch, "compile", lambda model, mode=None, **kw: modes.append(mode) or model)
-    rec = train("flipflop", "rope", preset="smoke",
-                overrides={"steps": 3, "train.compile": True, "train.compile_mode": "reduce-overhead"})
+    rec = train(
+        "flipflop",
+        "rope",
+        preset="smoke",
+        overrides={"steps": 3, "train.compile": True, "train.compile_mode": "reduce-overhead"},
+    )
     assert rec["status"] == "ok" and modes == ["reduce-overhead"]
     assert rec["train"]["compile"] is True and rec["train"]["compile_mode"] == "reduce-overhead"
     assert train("flipflop", "rope", preset="smoke", overrides={"steps": 3})["train"]["compile_mode"] == "default"
@@ -123,8 +129,10 @@ def test_compile_mode_goes_to_torch_compile_and_the_record(monkeypatch):
 
 def test_a_compile_mode_without_compile_or_unknown_exits_2(tmp_path, capsys):
     out = tmp_path / "runs"
-    for bad in (["--set", "train.compile_mode=reduce-overhead"],
-                ["--set", "train.compile=true", "--set", "train.compile_mode=fast"]):
+    for bad in (
+        ["--set", "train.compile_mode=reduce-overhead"],
+        ["--set", "train.compile=true", "--set", "train.compile_mode=fast"],
+    ):
         assert main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--out", str(out), *bad]) == 2
         err = capsys.readouterr().err
         assert "train.compile" in err and len(err.strip().splitlines()) == 1 and not out.exists()

@@ -43,11 +43,21 @@ def test_grid_per_length_redraw(tmp_path, monkeypatch, capsys):
     docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text(encoding="utf-8").split())
     assert "synthlab grid results.jsonl --kind ood --x length" in docs  # README links it
     monkeypatch.chdir(tmp_path)
-    rec = {"schema": 1, "run_id": "r0", "task": "even_pairs", "task_params": {}, "pe": "rope", "positions": None,
-           "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1},
-           "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": 0, "train_len": 20},
-           "metrics": {"test": {"token_acc": 0.9}, "ood": {"token_acc": 0.6}},
-           "by_length": {"41": 0.7, "42": 0.5}, "study": None, "trial": None, "status": "ok"}
+    rec = {
+        "schema": 1,
+        "run_id": "r0",
+        "task": "even_pairs",
+        "task_params": {},
+        "pe": "rope",
+        "positions": None,
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1},
+        "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": 0, "train_len": 20},
+        "metrics": {"test": {"token_acc": 0.9}, "ood": {"token_acc": 0.6}},
+        "by_length": {"41": 0.7, "42": 0.5},
+        "study": None,
+        "trial": None,
+        "status": "ok",
+    }
     Path("results.jsonl").write_text(json.dumps(rec) + "\n")
     assert main(["grid", "results.jsonl", "--kind", "ood", "--x", "length"]) == 0
     assert "| 41 | 42 |" in capsys.readouterr().out and Path("grid-ood.png").is_file()
@@ -74,15 +84,19 @@ def test_python_example(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     import synthlab
 
-    for line in ('synthlab.train("flipflop", "cope", preset="smoke")',
-                 'synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff")',
-                 'synthlab.load_run("runs/ff/runs/<run_id>")',
-                 'synthlab.build_model(pe="kerple+dape:k=3", vocab_size=8, d_model=64, n_layers=2, n_heads=4, max_len=512)'):
+    for line in (
+        'synthlab.train("flipflop", "cope", preset="smoke")',
+        'synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff")',
+        'synthlab.load_run("runs/ff/runs/<run_id>")',
+        'synthlab.build_model(pe="kerple+dape:k=3", vocab_size=8, d_model=64, n_layers=2, n_heads=4, max_len=512)',
+    ):
         assert line in README
     assert synthlab.train("flipflop", "cope", preset="smoke")["status"] == "ok"
     recs = synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff")
     assert {r["pe"] for r in recs} == {"cope", "rope"}
-    line = 'synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff", seeds=3)  # seeds 0-2: 1 and 2 train'
+    line = (
+        'synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff", seeds=3)  # seeds 0-2: 1 and 2 train'
+    )
     assert line in README
     more = synthlab.sweep("flipflop", pe="cope,rope", preset="smoke", out="runs/ff", seeds=3)
     assert sorted(r["train"]["seed"] for r in more) == [0, 0, 1, 1, 2, 2]

@@ -60,28 +60,41 @@ def test_each_seed_is_clipped_and_decayed_by_its_own(pe, tmp_path):
         assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
 
 
-@pytest.mark.parametrize("task, overrides, match", [
-    ("flipflop", {"dropout": 0.1}, "dropout"),
-    ("flipflop", {"eval_every": 10}, "eval_every"),
-    ("even_pairs", {"warmup": 0}, "one length per batch"),
-])
+@pytest.mark.parametrize(
+    "task, overrides, match",
+    [
+        ("flipflop", {"dropout": 0.1}, "dropout"),
+        ("flipflop", {"eval_every": 10}, "eval_every"),
+        ("even_pairs", {"warmup": 0}, "one length per batch"),
+    ],
+)
 def test_seeds_that_cannot_stack_are_refused_before_writing(task, overrides, match, tmp_path):
     with pytest.raises(NotBatchable, match=match):
-        train_seeds(task, "rope", SEEDS, preset="smoke" if task == "flipflop" else "quick",
-                    overrides={**TINY, **overrides}, out=tmp_path / "out")
+        train_seeds(
+            task,
+            "rope",
+            SEEDS,
+            preset="smoke" if task == "flipflop" else "quick",
+            overrides={**TINY, **overrides},
+            out=tmp_path / "out",
+        )
     assert not (tmp_path / "out").exists()
 
 
 def test_a_diverged_batch_records_each_seed_as_failed(tmp_path):
-    recs = train_seeds("flipflop", "rope", SEEDS, preset="smoke", overrides={**TINY, "lr": 1e9, "grad_clip": 0},
-                       out=tmp_path)
+    recs = train_seeds(
+        "flipflop", "rope", SEEDS, preset="smoke", overrides={**TINY, "lr": 1e9, "grad_clip": 0}, out=tmp_path
+    )
     assert [r["status"] for r in recs] == ["failed"] * 3
     assert all(r["error"].startswith("diverged") for r in recs)
 
 
 # test_sweep's tiny flip-flop sweep with three seeds a cell and CoPE beside RoPE
-SWEEP = (TINY_SWEEP.replace('pe = ["rope", "nope"]', 'pe = ["rope", "cope"]').replace("seed = [0, 1]", "seed = [0, 1, 2]")
-         .replace("steps = 10,", "steps = 20, lr = 3e-3,"))
+SWEEP = (
+    TINY_SWEEP.replace('pe = ["rope", "nope"]', 'pe = ["rope", "cope"]')
+    .replace("seed = [0, 1]", "seed = [0, 1, 2]")
+    .replace("steps = 10,", "steps = 20, lr = 3e-3,")
+)
 assert SWEEP.count("seed = [0, 1, 2]") == 1 and "cope" in SWEEP and "steps = 20" in SWEEP
 
 
@@ -94,8 +107,9 @@ def test_sweep_batch_seeds_records_every_cell_as_separate_runs_do(tmp_path, caps
     for r in batched:
         assert r["status"] == "ok" and r["train"]["batched"] == 3
         other = by_cell[(r["pe"], r["train"]["seed"])]
-        assert r["metrics"]["ood-sparse"]["token_acc"] == pytest.approx(other["metrics"]["ood-sparse"]["token_acc"],
-                                                                        abs=0.02)
+        assert r["metrics"]["ood-sparse"]["token_acc"] == pytest.approx(
+            other["metrics"]["ood-sparse"]["token_acc"], abs=0.02
+        )
     # a rerun finds every cell finished and trains nothing
     again = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "batched", grids=False, batch_seeds=True)
     assert sorted(r["run_id"] for r in again) == sorted(r["run_id"] for r in batched)
@@ -119,7 +133,7 @@ def test_ctrl_c_in_a_batch_gives_every_taken_cell_back(tmp_path, monkeypatch):
 
 
 def test_a_sweep_trains_seeds_that_cannot_stack_one_by_one(tmp_path, capsys):
-    (tmp_path / "s.toml").write_text(SWEEP.replace('model = {', 'model = { dropout = 0.1,'))
+    (tmp_path / "s.toml").write_text(SWEEP.replace("model = {", "model = { dropout = 0.1,"))
     recs = sweeping.sweep(tmp_path / "s.toml", out=tmp_path / "o", grids=False, batch_seeds=True, quiet=False)
     assert len(recs) == 6 and all(r["status"] == "ok" and "batched" not in r["train"] for r in recs)
     assert capsys.readouterr().err.count("train one by one") == 2  # once per cell, not per seed

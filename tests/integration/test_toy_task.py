@@ -72,8 +72,18 @@ def test_toy_task_samples_are_solved_and_addressable(toy):
 
 def test_toy_task_trains_end_to_end(toy, tmp_path):
     assert preset_family(toy) is None  # no installed sweep file lists it: the config defaults
-    rec = train(toy, "alibi", preset="smoke", out=tmp_path, steps=30, d_model=32, n_layers=1, n_heads=2,
-                batch_size=16, eval_samples=16)
+    rec = train(
+        toy,
+        "alibi",
+        preset="smoke",
+        out=tmp_path,
+        steps=30,
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        batch_size=16,
+        eval_samples=16,
+    )
     assert rec["status"] == "ok" and rec["task"] == toy and rec["task_params"] == {"n": 6, "ood_n": 9}
     assert set(rec["metrics"]) == {"test", "ood"} and 0.0 <= rec["metrics"]["ood"]["token_acc"] <= 1.0
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
@@ -118,5 +128,25 @@ def test_train_preset_for_a_task_without_presets_exits_2_before_anything_is_writ
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has no presets" in err[0] and "--set" in err[0]
     assert not (tmp_path / "o").exists()
-    assert main(["train", toy, "--pe", "rope", "--set", "steps=5", "--set", "d_model=16", "--set", "n_layers=1",
-                 "--set", "eval_samples=8", "--quiet", "--out", str(tmp_path / "o")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                toy,
+                "--pe",
+                "rope",
+                "--set",
+                "steps=5",
+                "--set",
+                "d_model=16",
+                "--set",
+                "n_layers=1",
+                "--set",
+                "eval_samples=8",
+                "--quiet",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )

@@ -20,8 +20,26 @@ from synthlab.run.modules import lr_factor
 from synthlab.run.training import resolve_config, train
 
 CHE_TASKS = tuple(che.TASKS)
-RECORD_KEYS = {"schema", "run_id", "task", "task_params", "pe", "pe_params", "positions", "model", "train", "metrics",
-               "by_length", "wall_s", "device", "synthlab", "git", "study", "trial", "status"}
+RECORD_KEYS = {
+    "schema",
+    "run_id",
+    "task",
+    "task_params",
+    "pe",
+    "pe_params",
+    "positions",
+    "model",
+    "train",
+    "metrics",
+    "by_length",
+    "wall_s",
+    "device",
+    "synthlab",
+    "git",
+    "study",
+    "trial",
+    "status",
+}
 MACHINE_KEYS = {"cpu", "arch", "isa", "torch", "python", "lightning", "numpy", "optuna"}
 
 
@@ -37,8 +55,16 @@ def _no_nan(x):
 
 
 # one encoding per task, varied so the smoke runs cover several encoder families
-_PE = {"flipflop": "rope", "selective_copy": "alibi", "counting": "nope", "arithmetic": "bipe-rope", "binfa": "bipe-alibi",
-       "nfa": "sinusoidal", "mqar": "nope+dape", "passkey": "rope"}
+_PE = {
+    "flipflop": "rope",
+    "selective_copy": "alibi",
+    "counting": "nope",
+    "arithmetic": "bipe-rope",
+    "binfa": "bipe-alibi",
+    "nfa": "sinusoidal",
+    "mqar": "nope+dape",
+    "passkey": "rope",
+}
 
 
 @pytest.mark.parametrize("name", sorted(generators.TASKS))
@@ -90,9 +116,12 @@ def test_strict_determinism_switch_is_scoped_to_the_run(monkeypatch):
     seen = {}
 
     def fake_fit(module, dm, cfg, progress=False, desc=""):
-        seen.update(on=torch.are_deterministic_algorithms_enabled(),
-                    warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
-                    cublas=os.environ.get("CUBLAS_WORKSPACE_CONFIG"), cudnn=torch.backends.cudnn.deterministic)
+        seen.update(
+            on=torch.are_deterministic_algorithms_enabled(),
+            warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
+            cublas=os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+            cudnn=torch.backends.cudnn.deterministic,
+        )
         return {"device": "cpu", "root_device": torch.device("cpu"), "steps_done": 0}
 
     monkeypatch.setattr(pipeline, "fit", fake_fit)
@@ -106,15 +135,37 @@ def test_strict_determinism_switch_is_scoped_to_the_run(monkeypatch):
 
 
 def test_record_fields(tmp_path):
-    rec = train("flipflop", "ROPE", preset="smoke", out=tmp_path, study="s", trial=3,
-                overrides={"d_model": 16, "task.n_pairs": 8}, steps=5)
+    rec = train(
+        "flipflop",
+        "ROPE",
+        preset="smoke",
+        out=tmp_path,
+        study="s",
+        trial=3,
+        overrides={"d_model": 16, "task.n_pairs": 8},
+        steps=5,
+    )
     assert rec["pe"] == "rope" and rec["pe_params"] == {"rope": {"base": 10000.0}}
     assert rec["model"]["d_model"] == 16 and rec["model"]["params"] > 0
     # the thread count is recorded: CPU results repeat exactly for the same seed and thread count
-    assert rec["train"] == {"steps": 5, "batch_size": 16, "lr": 3e-3, "seed": 0, "train_len": 16, "threads": 1,
-                            "warmup": 2, "schedule": "linear", "weight_decay": 0.1, "grad_clip": 1.0, "n_train": None,
-                            "eval_samples": 32, "deterministic": False, "precision": "fp32", "compile": False,
-                            "compile_mode": "default"}
+    assert rec["train"] == {
+        "steps": 5,
+        "batch_size": 16,
+        "lr": 3e-3,
+        "seed": 0,
+        "train_len": 16,
+        "threads": 1,
+        "warmup": 2,
+        "schedule": "linear",
+        "weight_decay": 0.1,
+        "grad_clip": 1.0,
+        "n_train": None,
+        "eval_samples": 32,
+        "deterministic": False,
+        "precision": "fp32",
+        "compile": False,
+        "compile_mode": "default",
+    }
     assert (rec["model"]["dropout"], rec["model"]["causal"], rec["model"]["tie_embeddings"]) == (0.0, True, False)
     assert rec["task_params"]["n_pairs"] == 8
     assert (rec["study"], rec["trial"], rec["schema"], rec["device"]) == ("s", 3, 1, "cpu")
@@ -163,22 +214,25 @@ def test_huge_lr_fails_cleanly_or_is_finite(tmp_path):
         assert rec["error"].startswith("diverged")
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"overrides": {"d_modl": 3}}, "unknown setting 'd_modl'"),
-    ({"overrides": {"d_model": "x"}}, "model.d_model: expected an integer"),
-    ({"overrides": {"lr": -1}}, "train.lr must be > 0"),
-    ({"overrides": {"task.n_pairs": 1}}, "n_pairs"),
-    ({"overrides": {"task.p_i": 2}}, "p_i"),
-    ({"pe": "ropey"}, "unknown pe component 'ropey'"),
-    ({"task": "flipflap"}, "unknown task 'flipflap'"),
-    ({"preset": "huge"}, "preset 'huge'"),
-    ({"positions": "pose:chunks=2,target=64", "pe": "nope"}, "needs an encoding that reads token indices"),
-    ({"positions": "randomized:max=8"}, "must cover the longest evaluated sequence"),
-    ({"rope_scaling": "yarn", "pe": "alibi"}, "needs a rotary encoding"),
-    ({"positions": "pose:chunks=2,target=16"}, "training sequences \\(32 tokens\\) are longer"),
-    ({"overrides": {"causal": False}}, "causal=false"),
-    ({"overrides": {"max_len": 8}, "pe": "learned"}, "max_len=8"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"overrides": {"d_modl": 3}}, "unknown setting 'd_modl'"),
+        ({"overrides": {"d_model": "x"}}, "model.d_model: expected an integer"),
+        ({"overrides": {"lr": -1}}, "train.lr must be > 0"),
+        ({"overrides": {"task.n_pairs": 1}}, "n_pairs"),
+        ({"overrides": {"task.p_i": 2}}, "p_i"),
+        ({"pe": "ropey"}, "unknown pe component 'ropey'"),
+        ({"task": "flipflap"}, "unknown task 'flipflap'"),
+        ({"preset": "huge"}, "preset 'huge'"),
+        ({"positions": "pose:chunks=2,target=64", "pe": "nope"}, "needs an encoding that reads token indices"),
+        ({"positions": "randomized:max=8"}, "must cover the longest evaluated sequence"),
+        ({"rope_scaling": "yarn", "pe": "alibi"}, "needs a rotary encoding"),
+        ({"positions": "pose:chunks=2,target=16"}, "training sequences \\(32 tokens\\) are longer"),
+        ({"overrides": {"causal": False}}, "causal=false"),
+        ({"overrides": {"max_len": 8}, "pe": "learned"}, "max_len=8"),
+    ],
+)
 def test_bad_input_raises_before_writing(tmp_path, kwargs, match):
     args = {"task": "flipflop", "pe": "rope", "preset": "smoke", **kwargs}
     out = tmp_path / "runs"
@@ -250,8 +304,12 @@ def test_greedy_decoding_budget_is_per_sample_whatever_the_batch():
         ids = [int(i) for i in s.ids[:-1]]
         verbose.append(SimpleNamespace(ids=np.array(ids + [eq, ids[-1]] * (len(s) // 2) + [eos])))
     model = _Oracle(verbose, len(task.vocab) + 1)
-    accs = [greedy_right(model, samples, EvalContext(task=task, pad_id=len(task.vocab), batch_size=bs,
-                                                     device=torch.device("cpu"))).mean() for bs in (1, 24)]
+    accs = [
+        greedy_right(
+            model, samples, EvalContext(task=task, pad_id=len(task.vocab), batch_size=bs, device=torch.device("cpu"))
+        ).mean()
+        for bs in (1, 24)
+    ]
     assert accs[0] == accs[1] < 1.0, accs
 
 
@@ -275,8 +333,15 @@ def test_rope_scaling_factor_is_eval_over_train_length():
     sets = eval_sets(task, seed=0, n=2)
     m = _Recorder(len(task.vocab) + 1)
     train_len = 6  # parity: N inputs + 1 placeholder
-    ctx = EvalContext(task=task, pad_id=len(task.vocab), batch_size=8, device=torch.device("cpu"),
-                      rope_scaling="yarn", rotary=True, train_len=train_len)
+    ctx = EvalContext(
+        task=task,
+        pad_id=len(task.vocab),
+        batch_size=8,
+        device=torch.device("cpu"),
+        rope_scaling="yarn",
+        rotary=True,
+        train_len=train_len,
+    )
     metrics, groups = evaluate(m, sets, ctx)
     fwd = [c for c in m.calls if c and c[0] == "forward"]
     assert [(T, s) for _, T, s in fwd] == [(7, ("yarn", 7 / 6)), (8, ("yarn", 8 / 6)), (9, ("yarn", 9 / 6))]
@@ -294,8 +359,15 @@ def test_rope_scaling_factor_is_each_samples_own_in_a_mixed_length_split():
     m = _Recorder(len(task.vocab) + 1)
     seen = []
     m.forward = lambda ids, positions=None: (seen.append((ids, m.scale)), torch.zeros(*ids.shape, m.V))[1]
-    ctx = EvalContext(task=task, pad_id=len(task.vocab), batch_size=8, device=torch.device("cpu"),
-                      rope_scaling="linear", rotary=True, train_len=10)
+    ctx = EvalContext(
+        task=task,
+        pad_id=len(task.vocab),
+        batch_size=8,
+        device=torch.device("cpu"),
+        rope_scaling="linear",
+        rotary=True,
+        train_len=10,
+    )
     score_samples(m, samples, ctx)
     assert sum(ids.shape[0] for ids, _ in seen) == len(samples)
     for ids, scale in seen:
@@ -334,16 +406,44 @@ def test_greedy_decoding_scales_each_sample_at_its_own_length_whatever_the_batch
     assert len({task.prompt_length(s) for s in samples}) > 2
     pad = len(task.vocab)
     model = _ScaledOracle(samples, pad + 1, pad, train_len=4)
-    accs = [greedy_right(model, samples, EvalContext(task=task, pad_id=pad, batch_size=bs, device=torch.device("cpu"),
-                                                     rope_scaling="linear", rotary=True, train_len=4)).mean()
-            for bs in (1, 24)]
+    accs = [
+        greedy_right(
+            model,
+            samples,
+            EvalContext(
+                task=task,
+                pad_id=pad,
+                batch_size=bs,
+                device=torch.device("cpu"),
+                rope_scaling="linear",
+                rotary=True,
+                train_len=4,
+            ),
+        ).mean()
+        for bs in (1, 24)
+    ]
     assert accs == [1.0, 1.0], accs
 
 
 def test_cli_train_prints_table_and_appends(tmp_path, capsys):
     out = tmp_path / "runs"
-    rc = main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--set", "steps=4", "--set", "model.d_model=16",
-               "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "train",
+            "flipflop",
+            "--pe",
+            "rope",
+            "--preset",
+            "smoke",
+            "--set",
+            "steps=4",
+            "--set",
+            "model.d_model=16",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "read_error %" in text and "ood-dense" in text
@@ -351,13 +451,16 @@ def test_cli_train_prints_table_and_appends(tmp_path, capsys):
     assert rec["train"]["steps"] == 4 and rec["model"]["d_model"] == 16
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--set", "d_modl=3"], "unknown setting 'd_modl'"),
-    (["--set", "steps=abc"], "train.steps: expected an integer"),
-    (["--set", "steps=0"], "train.steps must be >= 1"),
-    (["--set", "steps"], "--set expects key=value"),
-    (["--pe", "nosuch"], "unknown pe component"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--set", "d_modl=3"], "unknown setting 'd_modl'"),
+        (["--set", "steps=abc"], "train.steps: expected an integer"),
+        (["--set", "steps=0"], "train.steps must be >= 1"),
+        (["--set", "steps"], "--set expects key=value"),
+        (["--pe", "nosuch"], "unknown pe component"),
+    ],
+)
 def test_cli_bad_input_exit_2_nothing_written(tmp_path, capsys, argv, match):
     out = tmp_path / "runs"
     base = ["train", "flipflop", "--preset", "smoke", "--out", str(out), "--quiet"]
@@ -378,7 +481,9 @@ def test_cli_unknown_task_exit_2(tmp_path, capsys):
 def test_positions_and_rope_scaling_run(tmp_path):
     rec = train("parity_check", "rope", preset="smoke", positions="randomized:max=64", steps=5)
     assert rec["status"] == "ok" and rec["positions"] == "randomized:max=64"
-    rec = train("parity_check", "rope", preset="smoke", positions="pose:chunks=2,target=32", rope_scaling="linear", steps=5)
+    rec = train(
+        "parity_check", "rope", preset="smoke", positions="pose:chunks=2,target=32", rope_scaling="linear", steps=5
+    )
     assert rec["status"] == "ok" and rec["rope_scaling"] == "linear"
 
 
@@ -387,8 +492,9 @@ def test_flipflop_quick_rope_learns():
     """A real learning check at the quick preset's model and optimizer, shrunk to keep CI
     short (T = 64 instead of 128, 700 steps at lr 2e-3; ~1 min on 2 cores): < 5% in-distribution
     read error (chance: 50%; measured 0.0%)."""
-    rec = train("flipflop", "rope", preset="quick",
-                overrides={"n_pairs": 32, "steps": 700, "lr": 2e-3, "eval_samples": 300})
+    rec = train(
+        "flipflop", "rope", preset="quick", overrides={"n_pairs": 32, "steps": 700, "lr": 2e-3, "eval_samples": 300}
+    )
     assert rec["status"] == "ok"
     assert rec["metrics"]["test"]["read_error"] < 0.05, rec["metrics"]
 
@@ -396,7 +502,9 @@ def test_flipflop_quick_rope_learns():
 @pytest.mark.slow
 def test_parity_nope_stays_near_chance_out_of_distribution():
     """Parity with NoPE does not extrapolate: OOD accuracy near 50% (no OOD leakage)."""
-    rec = train("parity_check", "nope", preset="quick", overrides={"steps": 400, "test_max_length": 60, "eval_samples": 16})
+    rec = train(
+        "parity_check", "nope", preset="quick", overrides={"steps": 400, "test_max_length": 60, "eval_samples": 16}
+    )
     assert rec["status"] == "ok"
     long = [v for k, v in rec["by_length"].items() if k.startswith("ood/") and int(k.split("/")[1]) >= 40]
     assert len(long) > 10
@@ -436,8 +544,9 @@ def test_load_run_reloads_runs_saved_with_the_old_rotary_pair_layout(tmp_path):
 
     import synthlab
 
-    rec = train("flipflop", "rope", preset="smoke", out=tmp_path, overrides={"d_model": 16, "task.n_pairs": 8},
-                steps=20)
+    rec = train(
+        "flipflop", "rope", preset="smoke", out=tmp_path, overrides={"d_model": 16, "task.n_pairs": 8}, steps=20
+    )
     run_dir = tmp_path / rec["run_id"]
     assert json.loads((run_dir / "config.json").read_text())["rotary_pairs"] == "interleaved"
     run = synthlab.load_run(run_dir)
@@ -518,8 +627,20 @@ def test_batched_seeds_with_a_data_worker_equal_in_process():
 def test_cli_train_prints_heartbeat_lines_to_a_log(tmp_path, capsys):
     """Issue 33: on a stderr that is no terminal (a batch log) `synthlab train` printed nothing
     until it ended (34 minutes under load): now the heartbeat lines a sweep prints."""
-    argv = ["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--set", "steps=20", "--out", str(tmp_path),
-            "--progress-every", "0.001"]
+    argv = [
+        "train",
+        "flipflop",
+        "--pe",
+        "rope",
+        "--preset",
+        "smoke",
+        "--set",
+        "steps=20",
+        "--out",
+        str(tmp_path),
+        "--progress-every",
+        "0.001",
+    ]
     assert main(argv) == 0
     beats = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[train] flipflop rope: step ")]
     assert len(beats) >= 2 and "/20, loss " in beats[0] and beats[-1].endswith("elapsed"), beats

@@ -50,7 +50,9 @@ def test_a_curve_changes_no_weight_and_ends_at_the_final_metrics(tmp_path):
     assert [(p["step"], p["split"]) for p in b["curve"]] == [(s, sp) for s in (5, 10, 12) for sp in splits]
     for p in b["curve"]:  # flat and numeric, the metric names of record["metrics"]
         assert set(p) == {"step", "split", *b["metrics"][p["split"]]}
-    last = {p["split"]: {k: v for k, v in p.items() if k not in ("step", "split")} for p in b["curve"] if p["step"] == 12}
+    last = {
+        p["split"]: {k: v for k, v in p.items() if k not in ("step", "split")} for p in b["curve"] if p["step"] == 12
+    }
     assert last == b["metrics"]  # exactly: the same sets, code path and weights
 
     la, lb = _lines(tmp_path / "a", a), _lines(tmp_path / "b", b)
@@ -69,8 +71,13 @@ def test_a_curve_changes_no_weight_and_ends_at_the_final_metrics(tmp_path):
 def test_report_gets_the_loss_at_log_steps_and_the_metrics_at_each_point(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     calls = []
-    rec = train("flipflop", "nope", preset="smoke", overrides={"steps": 8, "d_model": 16, "eval_samples": 8,
-                                                               "eval_every": 4}, report=lambda s, v: calls.append((s, v)))
+    rec = train(
+        "flipflop",
+        "nope",
+        preset="smoke",
+        overrides={"steps": 8, "d_model": 16, "eval_samples": 8, "eval_every": 4},
+        report=lambda s, v: calls.append((s, v)),
+    )
     assert list(tmp_path.iterdir()) == []  # no out: nothing written, no logger
     assert rec["logs"] is None
     losses = [(s, v) for s, v in calls if "loss" in v]
@@ -93,20 +100,28 @@ def test_a_failing_report_hook_warns_once_and_the_run_goes_on():
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rec = train("flipflop", "nope", preset="smoke", overrides={"steps": 6, "d_model": 16, "eval_samples": 8,
-                                                                   "eval_every": 3}, report=broken)
+        rec = train(
+            "flipflop",
+            "nope",
+            preset="smoke",
+            overrides={"steps": 6, "d_model": 16, "eval_samples": 8, "eval_every": 3},
+            report=broken,
+        )
     assert rec["status"] == "ok"
     assert len(seen) == 6 + 2  # called at every log step and point, in spite of the errors
     mine = [w for w in caught if "report hook raised RuntimeError: dashboard down" in str(w.message)]
     assert len(mine) == 1
 
 
-@pytest.mark.parametrize("value,match", [
-    ("0", r"train.eval_every must be >= 1 \(none = off\), got 0"),
-    ("-3", r"train.eval_every must be >= 1 \(none = off\), got -3"),
-    ("21", r"train.eval_every must be <= train.steps \(20; none = off\), got 21"),
-    ("x", "train.eval_every: expected an integer or none"),
-])
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        ("0", r"train.eval_every must be >= 1 \(none = off\), got 0"),
+        ("-3", r"train.eval_every must be >= 1 \(none = off\), got -3"),
+        ("21", r"train.eval_every must be <= train.steps \(20; none = off\), got 21"),
+        ("x", "train.eval_every: expected an integer or none"),
+    ],
+)
 def test_bad_eval_every_is_refused(value, match):
     with pytest.raises(ValueError, match=match):
         resolve_config("flipflop", "rope", "smoke", {"eval_every": value})
@@ -120,8 +135,21 @@ def test_eval_every_defaults_to_off_and_none_turns_it_off():
 
 def test_cli_eval_every_zero_exits_2_with_nothing_written(tmp_path, capsys):
     out = tmp_path / "runs"
-    rc = main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--set", "train.eval_every=0",
-               "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "train",
+            "flipflop",
+            "--pe",
+            "rope",
+            "--preset",
+            "smoke",
+            "--set",
+            "train.eval_every=0",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "train.eval_every must be >= 1" in err[0]
     assert not out.exists()

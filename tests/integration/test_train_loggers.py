@@ -24,8 +24,9 @@ OV = {"steps": 10, "d_model": 16, "eval_samples": 8}
 
 def _run(tmp_path, logger, **kw):
     out = tmp_path / "out"
-    rec = train("flipflop", "nope", preset="smoke", out=out, overrides={**OV, **kw.pop("overrides", {})},
-                logger=logger, **kw)
+    rec = train(
+        "flipflop", "nope", preset="smoke", out=out, overrides={**OV, **kw.pop("overrides", {})}, logger=logger, **kw
+    )
     assert rec["status"] == "ok", rec.get("error")
     return rec, out / rec["run_id"]
 
@@ -46,8 +47,9 @@ def test_csv_is_the_default_with_loss_and_lr(tmp_path):
 @pytest.mark.slow
 def test_csv_rows_follow_lightnings_flush_grid_and_the_last_step(tmp_path):
     # 401 steps log every 2 steps; a tiny model and batch keep it short
-    rec, run_dir = _run(tmp_path, "csv", overrides={"steps": 401, "batch_size": 2, "d_model": 8, "task.n_pairs": 4,
-                                                     "eval_samples": 4})
+    rec, run_dir = _run(
+        tmp_path, "csv", overrides={"steps": 401, "batch_size": 2, "d_model": 8, "task.n_pairs": 4, "eval_samples": 4}
+    )
     rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").open()))
     # Lightning flushes batch k when (k + 1) % log_every == 0: the loss of batches 1, 3, ..., 399,
     # and the last batch, 400, off that grid
@@ -66,8 +68,10 @@ def test_none_and_no_out_log_nothing(tmp_path, monkeypatch):
 
 
 def test_tensorboard_writes_event_files_in_the_run_directory(tmp_path):
-    EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
-                                           reason="tensorboard is not installed (pip install 'synthlab-pe[tensorboard]')").EventAccumulator
+    EventAccumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="tensorboard is not installed (pip install 'synthlab-pe[tensorboard]')",
+    ).EventAccumulator
 
     rec, run_dir = _run(tmp_path, "tensorboard", overrides={"eval_every": 5})
     assert rec["logs"] == {"logger": "tensorboard", "dir": "logs"}
@@ -143,14 +147,19 @@ def test_a_missing_logger_package_names_its_extra_before_writing(tmp_path, monke
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name,match", [
-    ("nosuch", "--logger 'nosuch' is not allowed (allowed: csv, tensorboard, wandb, mlflow, none)"),
-    ("wandb", "--logger wandb needs the wandb package: pip install 'synthlab-pe[wandb]'"),
-])
+@pytest.mark.parametrize(
+    "name,match",
+    [
+        ("nosuch", "--logger 'nosuch' is not allowed (allowed: csv, tensorboard, wandb, mlflow, none)"),
+        ("wandb", "--logger wandb needs the wandb package: pip install 'synthlab-pe[wandb]'"),
+    ],
+)
 def test_cli_bad_logger_exits_2_with_one_line_and_nothing_written(tmp_path, capsys, monkeypatch, name, match):
     monkeypatch.setattr(loggers, "installed", lambda module: False)
     out = tmp_path / "runs"
-    rc = main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--logger", name, "--out", str(out), "--quiet"])
+    rc = main(
+        ["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--logger", name, "--out", str(out), "--quiet"]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0] == f"synthlab train: error: {match}"
     assert not out.exists()
@@ -158,8 +167,26 @@ def test_cli_bad_logger_exits_2_with_one_line_and_nothing_written(tmp_path, caps
 
 def test_cli_logger_reaches_the_record(tmp_path, capsys):
     out = tmp_path / "runs"
-    rc = main(["train", "flipflop", "--pe", "nope", "--preset", "smoke", "--set", "steps=4", "--set", "d_model=16",
-               "--logger", "none", "--out", str(out), "--quiet", "--json"])
+    rc = main(
+        [
+            "train",
+            "flipflop",
+            "--pe",
+            "nope",
+            "--preset",
+            "smoke",
+            "--set",
+            "steps=4",
+            "--set",
+            "d_model=16",
+            "--logger",
+            "none",
+            "--out",
+            str(out),
+            "--quiet",
+            "--json",
+        ]
+    )
     assert rc == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["logs"] is None and not (out / rec["run_id"] / "logs").exists()

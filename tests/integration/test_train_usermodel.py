@@ -80,13 +80,16 @@ def _returns(value):
     return lambda cfg, vocab_size, max_len: value
 
 
-@pytest.mark.parametrize("factory,kwargs,match", [
-    (42, {}, "model must be a factory model\\(cfg, vocab_size, max_len\\) -> torch.nn.Module, got int"),
-    (_returns("lstm"), {}, "returned str, not a torch.nn.Module"),
-    (_returns(torch.nn.ReLU()), {}, "returned a module without trainable parameters"),
-    (lstm, {"positions": "randomized:max=128", "pe": "rope"}, "takes no positions= argument"),
-    (lstm, {"rope_scaling": "yarn", "pe": "rope"}, "has no set_rope_scaling method"),
-])
+@pytest.mark.parametrize(
+    "factory,kwargs,match",
+    [
+        (42, {}, "model must be a factory model\\(cfg, vocab_size, max_len\\) -> torch.nn.Module, got int"),
+        (_returns("lstm"), {}, "returned str, not a torch.nn.Module"),
+        (_returns(torch.nn.ReLU()), {}, "returned a module without trainable parameters"),
+        (lstm, {"positions": "randomized:max=128", "pe": "rope"}, "takes no positions= argument"),
+        (lstm, {"rope_scaling": "yarn", "pe": "rope"}, "has no set_rope_scaling method"),
+    ],
+)
 def test_bad_factories_are_refused_before_writing(tmp_path, factory, kwargs, match):
     pe = kwargs.pop("pe", "nope")
     out = tmp_path / "out"

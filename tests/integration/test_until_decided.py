@@ -90,11 +90,14 @@ def test_an_undecided_claim_runs_every_look_up_to_the_cap(tmp_path, fake, capsys
     assert "**inconclusive**: no difference in these seeds (look 2 of 2, 10 seeds" in text
 
 
-@pytest.mark.parametrize("extra, msg", [
-    (["--max-seeds", "5"], "--max-seeds must be an integer of at least 6"),
-    (["--seeds", "3"], "--until-decided chooses the seeds itself"),
-    (["--trials", "2"], "--until-decided runs whole looks"),
-])
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        (["--max-seeds", "5"], "--max-seeds must be an integer of at least 6"),
+        (["--seeds", "3"], "--until-decided chooses the seeds itself"),
+        (["--trials", "2"], "--until-decided runs whole looks"),
+    ],
+)
 def test_bad_until_decided_values_exit_2_before_anything_is_written(tmp_path, fake, capsys, extra, msg):
     path = write_sweep(tmp_path, TINY + CLAIMS)
     out = tmp_path / "runs"
@@ -169,17 +172,33 @@ def test_a_claim_decided_at_a_look_takes_no_more_seeds(tmp_path, fake, capsys):
     learned's cells go on to 10 seeds, and the decided claim keeps its look-1 verdict."""
     path = write_sweep(tmp_path, TINY + CLAIMS + OTHER_PAIR_EQUAL)
     out = tmp_path / "runs"
-    argv = ["sweep", str(path), "--pe", "rope,nope,alibi,learned", "--out", str(out), "--until-decided",
-            "--max-seeds", "10", "--quiet"]
+    argv = [
+        "sweep",
+        str(path),
+        "--pe",
+        "rope,nope,alibi,learned",
+        "--out",
+        str(out),
+        "--until-decided",
+        "--max-seeds",
+        "10",
+        "--quiet",
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "look 1 of 2 (8 seeds): 1 of 2 claims decided" in text
     assert "look 2 of 2 (10 seeds): 1 of 2 claims decided" in text
     assert "**supported**: the claimed way (look 1 of 2, 8 seeds" in text
     recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
-    seeds = {pe: sorted(r["train"]["seed"] for r in recs if r["pe"] == pe) for pe in ("rope", "nope", "alibi", "learned")}
-    assert seeds == {"rope": list(range(8)), "nope": list(range(8)), "alibi": list(range(10)),
-                     "learned": list(range(10))}
+    seeds = {
+        pe: sorted(r["train"]["seed"] for r in recs if r["pe"] == pe) for pe in ("rope", "nope", "alibi", "learned")
+    }
+    assert seeds == {
+        "rope": list(range(8)),
+        "nope": list(range(8)),
+        "alibi": list(range(10)),
+        "learned": list(range(10)),
+    }
     assert len(fake.calls) == 36
     assert main(argv) == 0 and len(fake.calls) == 36  # finished: the same looks, nothing trained again
     assert "36/36 cells finished" in capsys.readouterr().out

@@ -19,14 +19,27 @@ SEP = 1  # BiPE's separator token: several segments per row
 
 # every registered encoding, and the combinations / variants the sweeps and the native paths use
 SPECS = list(COMPONENTS) + [
-    "kerple+dape:k=3", "nope+dape", "rope+dape", "fire+dape:k=5", "cope+rope", "cope:npos=8",
-    "cope:sep_keys=1", "cope-alibi:sep_keys=1", "cope+t5", "cope-alibi+t5", "cope:layer_tables=1",
-    "t5:layer_tables=1", "kerple:kind=power", "fire:L=8",
+    "kerple+dape:k=3",
+    "nope+dape",
+    "rope+dape",
+    "fire+dape:k=5",
+    "cope+rope",
+    "cope:npos=8",
+    "cope:sep_keys=1",
+    "cope-alibi:sep_keys=1",
+    "cope+t5",
+    "cope-alibi+t5",
+    "cope:layer_tables=1",
+    "t5:layer_tables=1",
+    "kerple:kind=power",
+    "fire:L=8",
 ]
 BIDIRECTIONAL = [s for s in SPECS if not parse_pe(s).causal_only]
 
-needs_kernels = pytest.mark.skipif(native._compiler() is None or native.cope_kernel() is None
-                                   or native.dape_kernel() is None, reason="native kernels unavailable")
+needs_kernels = pytest.mark.skipif(
+    native._compiler() is None or native.cope_kernel() is None or native.dape_kernel() is None,
+    reason="native kernels unavailable",
+)
 
 
 @pytest.fixture(params=["native", "pytorch"])
@@ -43,8 +56,17 @@ def _models(pe, causal=True, n=S, dropout=0.0):
     models = []
     for seed in range(n):
         torch.manual_seed(seed)
-        m = build_model(pe=pe, vocab_size=V, d_model=16, n_layers=2, n_heads=2, max_len=32, dropout=dropout,
-                        causal=causal, separator_ids=(SEP,))
+        m = build_model(
+            pe=pe,
+            vocab_size=V,
+            d_model=16,
+            n_layers=2,
+            n_heads=2,
+            max_len=32,
+            dropout=dropout,
+            causal=causal,
+            separator_ids=(SEP,),
+        )
         with torch.no_grad():
             for name, p in m.named_parameters():
                 if "pos_emb" in name:  # CoPE's table starts at 0: make the position term matter
@@ -77,8 +99,13 @@ def _check(pe, causal):
             if p.grad is None:
                 assert got is None or not got[s].any(), name
                 continue
-            torch.testing.assert_close(got[s], p.grad, atol=1e-5, rtol=1e-4,
-                                       msg=lambda msg, s=s, name=name: f"seed {s} gradient of {name}: {msg}")
+            torch.testing.assert_close(
+                got[s],
+                p.grad,
+                atol=1e-5,
+                rtol=1e-4,
+                msg=lambda msg, s=s, name=name: f"seed {s} gradient of {name}: {msg}",
+            )
 
 
 @pytest.mark.parametrize("pe", SPECS)

@@ -61,11 +61,21 @@ SYS = "/sys/synthlab-test"  # sysfs: creating anything there is refused, even to
 
 
 def rec(pe="rope", seed=0, task="flipflop", acc=0.9, status="ok", by_length=None):
-    r = {"schema": 1, "run_id": f"{task}-{pe}-{seed}-{status}", "task": task, "task_params": {"n_pairs": 16},
-         "pe": pe, "positions": None, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1},
-         "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32},
-         "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc / 2}},
-         "by_length": by_length, "study": None, "trial": None, "status": status}
+    r = {
+        "schema": 1,
+        "run_id": f"{task}-{pe}-{seed}-{status}",
+        "task": task,
+        "task_params": {"n_pairs": 16},
+        "pe": pe,
+        "positions": None,
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1},
+        "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32},
+        "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc / 2}},
+        "by_length": by_length,
+        "study": None,
+        "trial": None,
+        "status": status,
+    }
     if status != "ok":
         r.update(metrics={}, error="diverged: non-finite training loss (nan) at step 1")
     return r
@@ -101,8 +111,11 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "dir.toml").mkdir()
     (tmp_path / "base.toml").write_text(TINY.replace('task = "flipflop"', 'task = "flipflop"\nbase = "flipflp"'))
     (tmp_path / "latin1.toml").write_bytes(TINY.replace("[axes]", "# caf\xe9\n[axes]").encode("latin-1"))
-    big = TINY.replace("seed = [0, 1]", "seed = [%s]\nd_model = [%s]" % (
-        ", ".join(map(str, range(1000))), ", ".join(str(2 * i + 2) for i in range(500))))
+    big = TINY.replace(
+        "seed = [0, 1]",
+        "seed = [%s]\nd_model = [%s]"
+        % (", ".join(map(str, range(1000))), ", ".join(str(2 * i + 2) for i in range(500))),
+    )
     (tmp_path / "big.toml").write_text(big)  # 2 x 1000 x 500 = 10^6 cells
     (tmp_path / "results.jsonl").write_text(lines(rec("rope", 0), rec("nope", 0, acc=0.5)))
     nan = json.dumps(rec()).replace('"token_acc": 0.9', '"token_acc": NaN')
@@ -114,8 +127,16 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "x.png").mkdir()
     (tmp_path / "y.csv").mkdir()
     # special files (issue 33): never replaced by a regular file, never opened where that blocks
-    for name in ("fifo", "fifo.png", "fifo.toml", "fifo.csv", "side.csv", "fifodir/results.jsonl",
-                 "jdir/study.journal", "s.db"):
+    for name in (
+        "fifo",
+        "fifo.png",
+        "fifo.toml",
+        "fifo.csv",
+        "side.csv",
+        "fifodir/results.jsonl",
+        "jdir/study.journal",
+        "s.db",
+    ):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         os.mkfifo(tmp_path / name)
     with socket.socket(socket.AF_UNIX) as sock:
@@ -160,59 +181,115 @@ CASES = {
     "train --results DIR": (["train", "flipflop", *SMOKE, "--results", "adir"], 2, "'adir' is a directory"),
     "train --out not writable": (["train", "flipflop", *SMOKE, "--out", f"{SYS}/runs"], 1, SYS),
     "train d_model=1e12": (["train", "flipflop", *SMOKE, "--set", "d_model=1e12"], 2, "model.d_model must be <="),
-    "train batch_size=1e12": (["train", "flipflop", *SMOKE, "--set", "batch_size=1e12"], 2,
-                              "train.batch_size must be <="),
+    "train batch_size=1e12": (
+        ["train", "flipflop", *SMOKE, "--set", "batch_size=1e12"],
+        2,
+        "train.batch_size must be <=",
+    ),
     "train steps=1e15": (["train", "flipflop", *SMOKE, "--set", "steps=1e15"], 2, "train.steps must be <="),
-    "train --seed 2**70": (["train", "flipflop", *SMOKE, "--seed", str(2**70)], 2,
-                           "--seed must be an integer from 0 to 4294967295"),
+    "train --seed 2**70": (
+        ["train", "flipflop", *SMOKE, "--seed", str(2**70)],
+        2,
+        "--seed must be an integer from 0 to 4294967295",
+    ),
     "train --seed -1": (["train", "flipflop", *SMOKE, "--seed", "-1"], 2, "--seed must be an integer from 0"),
     # generate
     "generate -o FILE/x.jsonl": (["generate", "flipflop", "-o", "afile/x.jsonl"], 2, "'afile' is a file"),
     "generate -o DIR": (["generate", "flipflop", "-o", "adir"], 2, "'adir' is a directory"),
-    "generate -o not writable": (["generate", "flipflop", "-o", "/sys/synthlab-test.jsonl"], 1,
-                                 "/sys/synthlab-test.jsonl:"),
-    "generate n_pairs=1e12": (["generate", "flipflop", "--set", "n_pairs=1e12"], 2,
-                              "'n_pairs' must be at most 1,000,000"),
+    "generate -o not writable": (
+        ["generate", "flipflop", "-o", "/sys/synthlab-test.jsonl"],
+        1,
+        "/sys/synthlab-test.jsonl:",
+    ),
+    "generate n_pairs=1e12": (
+        ["generate", "flipflop", "--set", "n_pairs=1e12"],
+        2,
+        "'n_pairs' must be at most 1,000,000",
+    ),
     "generate --seed -1": (["generate", "flipflop", "--seed", "-1"], 2, "--seed must be an integer from 0 to"),
     "generate --seed 2**70": (["generate", "flipflop", "--seed", str(2**70)], 2, "--seed must be an integer"),
     # issue 33: every size a command takes is bounded
-    "generate -n 10^10": (["generate", "flipflop", "-n", "10000000000"], 2,
-                          "-n must be an integer from 0 to 1,000,000,000, got 10000000000"),
+    "generate -n 10^10": (
+        ["generate", "flipflop", "-n", "10000000000"],
+        2,
+        "-n must be an integer from 0 to 1,000,000,000, got 10000000000",
+    ),
     "generate -n -1": (["generate", "flipflop", "-n", "-1"], 2, "-n must be an integer from 0 to"),
-    "generate --start 2**63": (["generate", "flipflop", "--start", str(2**63)], 2, "--start must be an integer from 0 to"),
-    "generate --start 2**63 - 5 -n 10": (["generate", "flipflop", "--start", str(2**63 - 5), "-n", "10"], 2,
-                                         "--start must be an integer from 0 to 9,223,372,036,854,775,797"),
+    "generate --start 2**63": (
+        ["generate", "flipflop", "--start", str(2**63)],
+        2,
+        "--start must be an integer from 0 to",
+    ),
+    "generate --start 2**63 - 5 -n 10": (
+        ["generate", "flipflop", "--start", str(2**63 - 5), "-n", "10"],
+        2,
+        "--start must be an integer from 0 to 9,223,372,036,854,775,797",
+    ),
     "generate --start -1": (["generate", "flipflop", "--start", "-1"], 2, "--start must be an integer from 0 to"),
-    "plot bias --max-distance 10^9": (["plot", "bias", "alibi", "--max-distance", "1000000000", "-o", "b.png"], 2,
-                                      "--max-distance must be an integer from 1 to 4,096, got 1000000000"),
-    "plot bias --max-distance 0": (["plot", "bias", "alibi", "--max-distance", "0", "-o", "b.png"], 2,
-                                   "--max-distance must be an integer from 1 to 4,096, got 0"),
-    "plot attention --sample 2**70": (["plot", "attention", "adir", "--sample", str(2**70), "-o", "a.png"], 2,
-                                      "--sample must be an integer from 0 to 9,223,372,036,854,775,807"),
-    "plot attention --sample -1": (["plot", "attention", "adir", "--sample", "-1", "-o", "a.png"], 2,
-                                   "--sample must be an integer from 0 to"),
-    "plot glitches -n 10^12": (["plot", "glitches", "adir", "-n", str(10**12), "-o", "g.png"], 2,
-                               "-n must be an integer from 1 to 1,000,000, got 1000000000000"),
-    "plot glitches -n 0": (["plot", "glitches", "adir", "-n", "0", "-o", "g.png"], 2, "-n must be an integer from 1 to"),
+    "plot bias --max-distance 10^9": (
+        ["plot", "bias", "alibi", "--max-distance", "1000000000", "-o", "b.png"],
+        2,
+        "--max-distance must be an integer from 1 to 4,096, got 1000000000",
+    ),
+    "plot bias --max-distance 0": (
+        ["plot", "bias", "alibi", "--max-distance", "0", "-o", "b.png"],
+        2,
+        "--max-distance must be an integer from 1 to 4,096, got 0",
+    ),
+    "plot attention --sample 2**70": (
+        ["plot", "attention", "adir", "--sample", str(2**70), "-o", "a.png"],
+        2,
+        "--sample must be an integer from 0 to 9,223,372,036,854,775,807",
+    ),
+    "plot attention --sample -1": (
+        ["plot", "attention", "adir", "--sample", "-1", "-o", "a.png"],
+        2,
+        "--sample must be an integer from 0 to",
+    ),
+    "plot glitches -n 10^12": (
+        ["plot", "glitches", "adir", "-n", str(10**12), "-o", "g.png"],
+        2,
+        "-n must be an integer from 1 to 1,000,000, got 1000000000000",
+    ),
+    "plot glitches -n 0": (
+        ["plot", "glitches", "adir", "-n", "0", "-o", "g.png"],
+        2,
+        "-n must be an integer from 1 to",
+    ),
     # sweep
     "sweep --out under a file": (["sweep", "tiny.toml", "--out", "afile/sw"], 2, "'afile' is a file"),
     "sweep --out not writable": (["sweep", "tiny.toml", "--out", f"{SYS}/sw"], 1, SYS),
     # a file that is no journal (the sweep file itself, by a slip): the torn-tail repair cut its last line off
-    "sweep --storage a file that is no journal": (["sweep", "tiny.toml", "--storage", "tiny.toml", "--out", "sw"], 2,
-                                                  "--storage 'tiny.toml' is not an Optuna journal file (line 1:"),
-    "sweep --storage DIR": (["sweep", "tiny.toml", "--storage", "adir", "--out", "sw"], 2,
-                            "--storage 'adir' is a directory"),
-    "sweep --study of 300 characters": (["sweep", "tiny.toml", "--study", "s" * 300], 2,
-                                        "a study name is 1 to 200 characters"),
+    "sweep --storage a file that is no journal": (
+        ["sweep", "tiny.toml", "--storage", "tiny.toml", "--out", "sw"],
+        2,
+        "--storage 'tiny.toml' is not an Optuna journal file (line 1:",
+    ),
+    "sweep --storage DIR": (
+        ["sweep", "tiny.toml", "--storage", "adir", "--out", "sw"],
+        2,
+        "--storage 'adir' is a directory",
+    ),
+    "sweep --study of 300 characters": (
+        ["sweep", "tiny.toml", "--study", "s" * 300],
+        2,
+        "a study name is 1 to 200 characters",
+    ),
     "sweep --study ''": (["sweep", "tiny.toml", "--study", ""], 2, "--study '': a study name is 1 to 200"),
     "sweep unreadable file": (["sweep", "/proc/self/mem"], 1, "/proc/self/mem: Input/output error"),
     "sweep DIR as sweep file": (["sweep", "dir.toml"], 2, "sweep file 'dir.toml' is a directory"),
     "sweep non-UTF-8 file": (["sweep", "latin1.toml"], 2, "sweep file 'latin1.toml' is not UTF-8"),
     "sweep of 10^6 cells": (["sweep", "big.toml"], 2, "1,000,000 cells"),
-    "sweep --set an axis": (["sweep", "arithmetic", "--preset", "smoke", "--set", "d_model=16"], 2,
-                            "--set d_model: model.d_model is an axis of this sweep (16, 24)"),
-    "sweep --set a tuned key": (["sweep", "even_pairs", "--preset", "paper", "--set", "lr=1e-3"], 2,
-                                "--set lr: train.lr is tuned by this preset"),
+    "sweep --set an axis": (
+        ["sweep", "arithmetic", "--preset", "smoke", "--set", "d_model=16"],
+        2,
+        "--set d_model: model.d_model is an axis of this sweep (16, 24)",
+    ),
+    "sweep --set a tuned key": (
+        ["sweep", "even_pairs", "--preset", "paper", "--set", "lr=1e-3"],
+        2,
+        "--set lr: train.lr is tuned by this preset",
+    ),
     "sweep --set pe": (["sweep", "tiny.toml", "--set", "pe=alibi"], 2, "set it with --pe, not --set"),
     "sweep --set train.seed": (["sweep", "tiny.toml", "--set", "train.seed=3"], 2, "the seed axis (0, 1)"),
     "sweep --set unknown": (["sweep", "tiny.toml", "--set", "bogus=1"], 2, "unknown setting 'bogus'"),
@@ -229,67 +306,115 @@ CASES = {
     # grid
     "grid -o x.png, a directory": (["grid", "results.jsonl", "-o", "x.png"], 2, "'x.png' is a directory"),
     "grid -o y.png, y.csv a directory": (["grid", "results.jsonl", "-o", "y.png"], 2, "'y.csv' is a directory"),
-    "grid -o not writable": (["grid", "results.jsonl", "-o", "/sys/synthlab-test.png"], 1,
-                             "/sys/synthlab-test.png:"),
+    "grid -o not writable": (["grid", "results.jsonl", "-o", "/sys/synthlab-test.png"], 1, "/sys/synthlab-test.png:"),
     "grid unreadable RESULTS": (["grid", "/proc/self/mem", "-o", "g.png"], 1, "/proc/self/mem: Input/output error"),
-    "grid DIR without results as RESULTS": (["grid", "adir", "-o", "g.png"], 2,
-                                            "'adir' is a directory without results.jsonl or study-results.jsonl"),
-    "grid DIR whose results.jsonl is a FIFO": (["grid", "fifodir", "-o", "g.png"], 2,
-                                               "'fifodir/results.jsonl' is not a regular file"),
+    "grid DIR without results as RESULTS": (
+        ["grid", "adir", "-o", "g.png"],
+        2,
+        "'adir' is a directory without results.jsonl or study-results.jsonl",
+    ),
+    "grid DIR whose results.jsonl is a FIFO": (
+        ["grid", "fifodir", "-o", "g.png"],
+        2,
+        "'fifodir/results.jsonl' is not a regular file",
+    ),
     "grid NaN literal": (["grid", "nan.jsonl", "-o", "g.png"], 2, "metrics.test.token_acc is NaN"),
     "grid text metric": (["grid", "text.jsonl", "-o", "g.png"], 2, "metrics.test.token_acc is not a number ('high')"),
     "grid unknown task": (["grid", "unknown.jsonl", "-o", "g.png"], 2, "unknown task 'nosuchtask'"),
-    "grid --x length without per-length metrics": (["grid", "results.jsonl", "--x", "length", "-o", "g.png"], 2,
-                                                   "no per-length metrics"),
+    "grid --x length without per-length metrics": (
+        ["grid", "results.jsonl", "--x", "length", "-o", "g.png"],
+        2,
+        "no per-length metrics",
+    ),
     # issue 33, cause 1: an output that is a FIFO, a device or a socket is refused, never replaced
     "generate -o FIFO": (["generate", "flipflop", "-o", "fifo"], 2, "-o 'fifo' is not a regular file"),
     "generate -o device": (["generate", "flipflop", "-o", "dev"], 2, "-o 'dev' is not a regular file"),
     "generate -o socket": (["generate", "flipflop", "-o", "sock"], 2, "-o 'sock' is not a regular file"),
-    "generate parquet -o FIFO": (["generate", "flipflop", "--format", "parquet", "-o", "fifo"], 2,
-                                 "-o 'fifo' is not a regular file"),
+    "generate parquet -o FIFO": (
+        ["generate", "flipflop", "--format", "parquet", "-o", "fifo"],
+        2,
+        "-o 'fifo' is not a regular file",
+    ),
     "export -o FIFO": (["export", "results.jsonl", "-o", "fifo.csv"], 2, "-o 'fifo.csv' is not a regular file"),
     "export -o device": (["export", "results.jsonl", "--format", "csv", "-o", "dev"], 2, "-o 'dev' is not a regular"),
     "export -o socket": (["export", "results.jsonl", "--format", "csv", "-o", "sock"], 2, "-o 'sock' is not a regular"),
     "grid -o FIFO": (["grid", "results.jsonl", "-o", "fifo.png"], 2, "'fifo.png' is not a regular file"),
-    "grid -o PNG whose CSV is a FIFO": (["grid", "results.jsonl", "-o", "side.png"], 2,
-                                        "'side.csv' is not a regular file"),
+    "grid -o PNG whose CSV is a FIFO": (
+        ["grid", "results.jsonl", "-o", "side.png"],
+        2,
+        "'side.csv' is not a regular file",
+    ),
     "grid -o device": (["grid", "results.jsonl", "-o", "dev.png"], 2, "'dev.png' is not a regular file"),
     "plot -o FIFO": (["plot", "bias", "alibi", "-o", "fifo.png"], 2, "-o 'fifo.png' is not a regular file"),
     "plot -o device": (["plot", "bias", "alibi", "-o", "dev.png"], 2, "-o 'dev.png' is not a regular file"),
     "report -o FIFO": (["report", "adir", "-o", "fifo"], 2, "'fifo' is not a regular file"),
     "report -o device": (["report", "adir", "-o", "dev"], 2, "'dev' is not a regular file"),
     "train --results FIFO": (["train", "flipflop", *SMOKE, "--results", "fifo"], 2, "'fifo' is not a regular file"),
-    "train --out whose results.jsonl is a FIFO": (["train", "flipflop", *SMOKE, "--out", "fifodir"], 2,
-                                                 "'fifodir/results.jsonl' is not a regular file"),
+    "train --out whose results.jsonl is a FIFO": (
+        ["train", "flipflop", *SMOKE, "--out", "fifodir"],
+        2,
+        "'fifodir/results.jsonl' is not a regular file",
+    ),
     # issue 33, cause 6: a FIFO that a command would read or open is refused at once, not waited on
-    "sweep --storage FIFO": (["sweep", "tiny.toml", "--storage", "fifo", "--out", "sw"], 2,
-                             "--storage 'fifo' is not a regular file"),
-    "sweep --storage sqlite FIFO": (["sweep", "tiny.toml", "--storage", "sqlite:///s.db", "--out", "sw"], 2,
-                                    "--storage 's.db' is not a regular file"),
-    "sweep OUT/results.jsonl FIFO": (["sweep", "tiny.toml", "--out", "fifodir"], 2,
-                                     "'fifodir/results.jsonl' is not a regular file"),
-    "sweep OUT/study.journal FIFO": (["sweep", "tiny.toml", "--out", "jdir"], 2,
-                                     "'jdir/study.journal' is not a regular file"),
+    "sweep --storage FIFO": (
+        ["sweep", "tiny.toml", "--storage", "fifo", "--out", "sw"],
+        2,
+        "--storage 'fifo' is not a regular file",
+    ),
+    "sweep --storage sqlite FIFO": (
+        ["sweep", "tiny.toml", "--storage", "sqlite:///s.db", "--out", "sw"],
+        2,
+        "--storage 's.db' is not a regular file",
+    ),
+    "sweep OUT/results.jsonl FIFO": (
+        ["sweep", "tiny.toml", "--out", "fifodir"],
+        2,
+        "'fifodir/results.jsonl' is not a regular file",
+    ),
+    "sweep OUT/study.journal FIFO": (
+        ["sweep", "tiny.toml", "--out", "jdir"],
+        2,
+        "'jdir/study.journal' is not a regular file",
+    ),
     "sweep file FIFO": (["sweep", "fifo.toml"], 2, "sweep file 'fifo.toml' is not a regular file"),
     "grid RESULTS FIFO": (["grid", "fifo", "-o", "g.png"], 2, "'fifo' is not a regular file"),
     "export RESULTS FIFO": (["export", "fifo", "-o", "e.csv"], 2, "'fifo' is not a regular file"),
     "curves RESULTS FIFO": (["curves", "fifo", "--out", "c"], 2, "'fifo' is not a regular file"),
-    "export DIR whose results.jsonl is a FIFO": (["export", "fifodir", "-o", "e.csv"], 2,
-                                                 "'fifodir/results.jsonl' is not a regular file"),
+    "export DIR whose results.jsonl is a FIFO": (
+        ["export", "fifodir", "-o", "e.csv"],
+        2,
+        "'fifodir/results.jsonl' is not a regular file",
+    ),
     "report ROOT FIFO": (["report", "fifo", "-o", "r.md"], 2, "'fifo'"),
     # issue 33, usability: a typo gets the closest name, on one short line (TYPOS below: its length)
     "train task typo": (["train", "flipfolp", *SMOKE], 2, "unknown task 'flipfolp' (did you mean flipflop?)"),
-    "train --set typo": (["train", "flipflop", *SMOKE, "--set", "stpes=10"], 2,
-                         "unknown setting 'stpes' (did you mean train.steps?)"),
-    "train --set dotted typo": (["train", "flipflop", *SMOKE, "--set", "model.d_modle=16"], 2,
-                                "unknown setting 'model.d_modle' (did you mean model.d_model"),
-    "train --set task typo": (["train", "flipflop", *SMOKE, "--set", "task.n_pair=16"], 2,
-                              "unknown setting 'task.n_pair' (did you mean task.n_pairs"),
+    "train --set typo": (
+        ["train", "flipflop", *SMOKE, "--set", "stpes=10"],
+        2,
+        "unknown setting 'stpes' (did you mean train.steps?)",
+    ),
+    "train --set dotted typo": (
+        ["train", "flipflop", *SMOKE, "--set", "model.d_modle=16"],
+        2,
+        "unknown setting 'model.d_modle' (did you mean model.d_model",
+    ),
+    "train --set task typo": (
+        ["train", "flipflop", *SMOKE, "--set", "task.n_pair=16"],
+        2,
+        "unknown setting 'task.n_pair' (did you mean task.n_pairs",
+    ),
     "generate task typo": (["generate", "flipfolp"], 2, "unknown task 'flipfolp' (did you mean flipflop?)"),
-    "sweep --set typo": (["sweep", "tiny.toml", "--set", "stpes=10"], 2,
-                         "unknown setting 'stpes' (did you mean train.steps?)"),
+    "sweep --set typo": (
+        ["sweep", "tiny.toml", "--set", "stpes=10"],
+        2,
+        "unknown setting 'stpes' (did you mean train.steps?)",
+    ),
     "train task far from any": (["train", "zzzz", *SMOKE], 2, "unknown task 'zzzz' (see `synthlab tasks`)"),
-    "sweep base typo": (["sweep", "base.toml"], 2, "base.toml: sweep.base: unknown sweep 'flipflp' (did you mean flipflop"),
+    "sweep base typo": (
+        ["sweep", "base.toml"],
+        2,
+        "base.toml: sweep.base: unknown sweep 'flipflp' (did you mean flipflop",
+    ),
 }
 TYPOS = [c for c in CASES if "typo" in c or "far from any" in c]
 
@@ -350,7 +475,9 @@ def test_train_disk_full_leaves_no_run_directory_and_no_record(ws, capsys, monke
     before = listing(ws)
     code, err = run_cli(["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "runs/new", "--quiet"], capsys)
     assert (code, len(err)) == (1, 1), err
-    assert err[0].startswith("synthlab train: error: runs/new/") and "model.safetensors: No space left on device" in err[0]
+    assert (
+        err[0].startswith("synthlab train: error: runs/new/") and "model.safetensors: No space left on device" in err[0]
+    )
     # no run directory and no record; what stays is the resumable state synthlab.run.checkpoints
     # keeps on purpose when a run is interrupted (OUT/.checkpoints/<key>/)
     after = {k: v for k, v in listing(ws).items() if not k.startswith("runs/new/.checkpoints")}
@@ -417,8 +544,9 @@ def _namespace_reason() -> str | None:
         return "needs root on Linux to mount a tmpfs in a private mount namespace"
     if shutil.which("unshare") is None:
         return "needs util-linux unshare"
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o ro,size=16k tmpfs /mnt"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o ro,size=16k tmpfs /mnt"], capture_output=True
+    )
     return None if probe.returncode == 0 else "mount in a private namespace refused here"
 
 
@@ -426,9 +554,14 @@ def in_namespace(ws: Path, mount: str, argv: list[str]) -> subprocess.CompletedP
     """``synthlab argv`` in a private mount namespace where ``mount`` (sh) ran first; prints
     what ws/mnt holds afterwards (the mount vanishes with the namespace)."""
     (ws / "mnt").mkdir(exist_ok=True)
-    cmd = (f"{mount} || exit 99; \"$@\"; rc=$?; echo '--- mnt'; find mnt | sort; exit $rc")
-    return subprocess.run(["unshare", "-m", "sh", "-c", cmd, "sh", sys.executable, "-m", "synthlab.cli", *argv],
-                          cwd=ws, capture_output=True, text=True, timeout=300)
+    cmd = f"{mount} || exit 99; \"$@\"; rc=$?; echo '--- mnt'; find mnt | sort; exit $rc"
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", cmd, "sh", sys.executable, "-m", "synthlab.cli", *argv],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 RO = "mount -t tmpfs -o ro,size=64k tmpfs mnt"
@@ -438,11 +571,17 @@ READ_ONLY = {
     "train --out": (RO, ["train", "flipflop", *SMOKE, "--out", "mnt/runs"], "mnt/runs: Read-only file system"),
     "generate -o": (RO, ["generate", "flipflop", "-o", "mnt/x.jsonl"], "mnt/x.jsonl: Read-only file system"),
     "sweep --out": (RO, ["sweep", "tiny.toml", "--out", "mnt/sw"], "mnt/sw: Read-only file system"),
-    "sweep --storage sqlite": (RO, ["sweep", "tiny.toml", "--storage", "sqlite:///mnt/s.db", "--out", "sw"],
-                               "mnt/s.db: Read-only file system"),
+    "sweep --storage sqlite": (
+        RO,
+        ["sweep", "tiny.toml", "--storage", "sqlite:///mnt/s.db", "--out", "sw"],
+        "mnt/s.db: Read-only file system",
+    ),
     "grid -o": (RO, ["grid", "results.jsonl", "-o", "mnt/g.png"], "mnt/g.png: Read-only file system"),
-    "grid RESULTS in a read-only directory": (RO_RESULTS, ["grid", "mnt/results.jsonl"],
-                                              "mnt/grid-ood.png: Read-only file system"),
+    "grid RESULTS in a read-only directory": (
+        RO_RESULTS,
+        ["grid", "mnt/results.jsonl"],
+        "mnt/grid-ood.png: Read-only file system",
+    ),
 }
 
 
@@ -468,8 +607,11 @@ def test_train_on_a_full_tmpfs_leaves_nothing_half_made(ws):
     if reason:
         pytest.skip(reason)
     # room for config.json and metrics.jsonl, not for the weights
-    p = in_namespace(ws, "mount -t tmpfs -o size=24k tmpfs mnt",
-                     ["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "mnt/runs", "--quiet"])
+    p = in_namespace(
+        ws,
+        "mount -t tmpfs -o size=24k tmpfs mnt",
+        ["train", "flipflop", *SMOKE, "--set", "steps=2", "--out", "mnt/runs", "--quiet"],
+    )
     # library warnings (Lightning's, e.g. "The `srun` command is available" where SLURM is) aside
     err = [ln for ln in p.stderr.splitlines() if ln.strip() and "warn" not in ln.lower() and "srun" not in ln]
     assert p.returncode == 1 and len(err) == 1 and "No space left on device" in err[0], p.stderr
@@ -481,7 +623,7 @@ def test_train_on_a_full_tmpfs_leaves_nothing_half_made(ws):
 # issue 33: a hostile working directory, and a stop while the helpers import
 
 
-PROBE = '''
+PROBE = """
 import json, sys, time
 import torch  # a helper's slow import: a stop may land in it
 from synthlab.study import workers
@@ -500,7 +642,7 @@ def _helper(payload):
 
 if __name__ == "__main__":  # what `python -m` ran before the fix
     sys.exit(_helper(sys.argv[1]))
-'''
+"""
 
 
 def plant(d: Path) -> None:
@@ -561,7 +703,10 @@ def test_a_stop_while_the_helpers_import_prints_no_traceback(tmp_path, capfd, pr
 # ----------------------------------------------------------------------------------------
 # issue 33: sweep files that name nothing their task has: refused before anything runs
 
-CLAIM = '\n[[claim]]\ntext = "t"\nsource = "s"\npresets = ["smoke"]\nbetter = {%s}\nworse = { pe = "nope", split = "test" }\n'
+CLAIM = (
+    '\n[[claim]]\ntext = "t"\nsource = "s"\npresets = ["smoke"]\nbetter = {%s}\n'
+    'worse = { pe = "nope", split = "test" }\n'
+)
 PAPER = '\n[[paper]]\nsource = "s"\npresets = ["smoke"]\ncell = {%s}\nvalue = 10\n'
 PARTIAL = """
 [sweep]
@@ -584,46 +729,75 @@ def tiny(old: str = "", new: str = "", extra: str = "") -> str:
 
 # name -> (sweep file text, what the one line says)
 SWEEP_FILES = {
-    "metric the task does not record": (tiny('metric = "token_acc"', 'metric = "token_accuracy"'),
-                                        "sweep.metric: task 'flipflop' records no metric 'token_accuracy' (did you mean "
-                                        "token_acc"),
+    "metric the task does not record": (
+        tiny('metric = "token_acc"', 'metric = "token_accuracy"'),
+        "sweep.metric: task 'flipflop' records no metric 'token_accuracy' (did you mean token_acc",
+    ),
     "metric of another task": (tiny('metric = "token_acc"', 'metric = "answer_acc"'), "records no metric 'answer_acc'"),
-    "ood split the task does not have": (tiny('ood = ["ood-sparse"]', 'ood = ["ood-sparse", "ood-long"]'),
-                                         "sweep.ood: task 'flipflop' has no split 'ood-long'"),
-    "ood split misspelt": (tiny('ood = ["ood-sparse"]', 'ood = ["ood_sparse"]'),
-                           "has no split 'ood_sparse' (did you mean ood-sparse"),
-    "objective_split the task does not have": (tiny('show = "error"', 'show = "error"\nobjective_split = "valid"'),
-                                               "sweep.objective_split: task 'flipflop' has no split 'valid'"),
-    "in_dist the task does not have": (tiny('show = "error"', 'show = "error"\nin_dist = "tset"'),
-                                       "sweep.in_dist: task 'flipflop' has no split 'tset' (did you mean test?)"),
+    "ood split the task does not have": (
+        tiny('ood = ["ood-sparse"]', 'ood = ["ood-sparse", "ood-long"]'),
+        "sweep.ood: task 'flipflop' has no split 'ood-long'",
+    ),
+    "ood split misspelt": (
+        tiny('ood = ["ood-sparse"]', 'ood = ["ood_sparse"]'),
+        "has no split 'ood_sparse' (did you mean ood-sparse",
+    ),
+    "objective_split the task does not have": (
+        tiny('show = "error"', 'show = "error"\nobjective_split = "valid"'),
+        "sweep.objective_split: task 'flipflop' has no split 'valid'",
+    ),
+    "in_dist the task does not have": (
+        tiny('show = "error"', 'show = "error"\nin_dist = "tset"'),
+        "sweep.in_dist: task 'flipflop' has no split 'tset' (did you mean test?)",
+    ),
     "partial [sweep]: the default in_dist missing at the preset": (
-        PARTIAL, "sweep.in_dist (default): task 'even_pairs' has no split 'test' (its splits at preset smoke: train, ood)"),
-    "unknown task": (tiny('task = "flipflop"', 'task = "flipflap"'), "sweep.task: unknown task 'flipflap' (did you "
-                                                                     "mean flipflop?)"),
-    "capacity_x names nothing": (tiny('show = "error"', 'show = "error"\ncapacity_x = "dmodel"'),
-                                 "sweep.capacity_x: 'dmodel' names no setting or record field (did you mean d_model"),
-    "ood_y part names nothing": (tiny('show = "error"', 'show = "error"\nood_y = "task,pee"'),
-                                 "sweep.ood_y: 'pee' names no setting"),
-    "claim cell names an unknown key": (tiny(extra=CLAIM % 'pe = "rope", split = "test", d_modle = 16'),
-                                        "claim[0].better.d_modle: names no setting or record field (did you mean "
-                                        "d_model"),
-    "claim cell names an unknown split": (tiny(extra=CLAIM % 'pe = "rope", split = "ood-sprase"'),
-                                          "claim[0].better.split: no task of this sweep has a split 'ood-sprase'"),
-    "claim cell names an unknown encoding": (tiny(extra=CLAIM % 'pe = "ropee", split = "test"'),
-                                             "claim[0].better.pe: unknown"),
-    "claim cell names another task": (tiny(extra=CLAIM % 'pe = "rope", split = "test", task = "counting"'),
-                                      "claim[0].better.task: 'counting' is no task of this sweep"),
-    "claim cell names a value no preset gives": (tiny(extra=CLAIM % 'pe = "rope", split = "test", d_model = 64'),
-                                                 "claim[0].better.d_model: 64 is not a value this sweep gives d_model "
-                                                 "at its presets smoke (16)"),
+        PARTIAL,
+        "sweep.in_dist (default): task 'even_pairs' has no split 'test' (its splits at preset smoke: train, ood)",
+    ),
+    "unknown task": (
+        tiny('task = "flipflop"', 'task = "flipflap"'),
+        "sweep.task: unknown task 'flipflap' (did you mean flipflop?)",
+    ),
+    "capacity_x names nothing": (
+        tiny('show = "error"', 'show = "error"\ncapacity_x = "dmodel"'),
+        "sweep.capacity_x: 'dmodel' names no setting or record field (did you mean d_model",
+    ),
+    "ood_y part names nothing": (
+        tiny('show = "error"', 'show = "error"\nood_y = "task,pee"'),
+        "sweep.ood_y: 'pee' names no setting",
+    ),
+    "claim cell names an unknown key": (
+        tiny(extra=CLAIM % 'pe = "rope", split = "test", d_modle = 16'),
+        "claim[0].better.d_modle: names no setting or record field (did you mean d_model",
+    ),
+    "claim cell names an unknown split": (
+        tiny(extra=CLAIM % 'pe = "rope", split = "ood-sprase"'),
+        "claim[0].better.split: no task of this sweep has a split 'ood-sprase'",
+    ),
+    "claim cell names an unknown encoding": (
+        tiny(extra=CLAIM % 'pe = "ropee", split = "test"'),
+        "claim[0].better.pe: unknown",
+    ),
+    "claim cell names another task": (
+        tiny(extra=CLAIM % 'pe = "rope", split = "test", task = "counting"'),
+        "claim[0].better.task: 'counting' is no task of this sweep",
+    ),
+    "claim cell names a value no preset gives": (
+        tiny(extra=CLAIM % 'pe = "rope", split = "test", d_model = 64'),
+        "claim[0].better.d_model: 64 is not a value this sweep gives d_model at its presets smoke (16)",
+    ),
     "claim cell names a task-parameter value no preset gives": (
         tiny(extra=CLAIM % 'pe = "rope", split = "test", n_pairs = 9'),
-        "claim[0].better.n_pairs: 9 is not a value this sweep gives n_pairs at its presets smoke (8)"),
-    "paper cell names an unknown key": (tiny(extra=PAPER % 'pe = "rope", split = "test", n_pair = 8'),
-                                        "paper[0].cell.n_pair: names no setting or record field (did you mean "
-                                        "n_pairs"),
-    "paper cell names an unknown split": (tiny(extra=PAPER % 'pe = "rope", split = "ood"'),
-                                          "paper[0].cell.split: no task of this sweep has a split 'ood'"),
+        "claim[0].better.n_pairs: 9 is not a value this sweep gives n_pairs at its presets smoke (8)",
+    ),
+    "paper cell names an unknown key": (
+        tiny(extra=PAPER % 'pe = "rope", split = "test", n_pair = 8'),
+        "paper[0].cell.n_pair: names no setting or record field (did you mean n_pairs",
+    ),
+    "paper cell names an unknown split": (
+        tiny(extra=PAPER % 'pe = "rope", split = "ood"'),
+        "paper[0].cell.split: no task of this sweep has a split 'ood'",
+    ),
 }
 
 
@@ -667,8 +841,22 @@ def test_every_installed_sweep_names_only_what_its_tasks_have():
 def trained_run(tmp_path_factory):
     """One finished smoke run (alibi: `plot bias` draws it), trained once for the module."""
     out = tmp_path_factory.mktemp("run")
-    code = main(["train", "flipflop", "--pe", "alibi", "--preset", "smoke", "--set", "steps=2", "--out", str(out),
-                 "--quiet", "--json"])
+    code = main(
+        [
+            "train",
+            "flipflop",
+            "--pe",
+            "alibi",
+            "--preset",
+            "smoke",
+            "--set",
+            "steps=2",
+            "--out",
+            str(out),
+            "--quiet",
+            "--json",
+        ]
+    )
     assert code == 0
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     return run, json.loads((out / "results.jsonl").read_text().splitlines()[0])
@@ -681,6 +869,7 @@ def _tensors(edit):
         d = load_file(run / "model.safetensors")
         edit(d)
         save_file(d, run / "model.safetensors")
+
     return damage
 
 
@@ -689,6 +878,7 @@ def _config(edit):
         cfg = json.loads((run / "config.json").read_text())
         edit(cfg)
         (run / "config.json").write_text(json.dumps(cfg))
+
     return damage
 
 
@@ -698,39 +888,76 @@ def _first_key(d):
 
 # name -> (damage, the file named, what the line says)
 DAMAGED_RUNS = {
-    "weights: random bytes": (lambda r: (r / "model.safetensors").write_bytes(os.urandom(3000)),
-                              "model.safetensors", "not a safetensors file"),
-    "weights: empty": (lambda r: (r / "model.safetensors").write_bytes(b""), "model.safetensors",
-                       "not a safetensors file"),
-    "weights: cut short": (lambda r: (r / "model.safetensors").write_bytes((r / "model.safetensors").read_bytes()[:2000]),
-                           "model.safetensors", "not a safetensors file"),
-    "weights: a pickle": (lambda r: (r / "model.safetensors").write_bytes(__import__("pickle").dumps({"w": [1.0] * 64})),
-                          "model.safetensors", "not a safetensors file"),
-    "weights: a tensor of the wrong shape": (_tensors(lambda d: d.update({_first_key(d): d[_first_key(d)].flatten()[:3].clone()})),
-                                             "model.safetensors", "its tensors do not fit the run's model (size mismatch"),
-    "weights: a tensor missing": (_tensors(lambda d: d.pop(_first_key(d))), "model.safetensors",
-                                  "its tensors do not fit the run's model (Missing key"),
-    "weights: a tensor too many": (_tensors(lambda d: d.update({"extra.weight": d[_first_key(d)].clone()})),
-                                   "model.safetensors", "its tensors do not fit the run's model (Unexpected key"),
-    "config: random bytes": (lambda r: (r / "config.json").write_bytes(os.urandom(3000)), "config.json",
-                             "not a run's config.json"),
-    "config: a JSON list": (lambda r: (r / "config.json").write_text("[1, 2]"), "config.json",
-                            "not a run's config.json (a JSON list"),
+    "weights: random bytes": (
+        lambda r: (r / "model.safetensors").write_bytes(os.urandom(3000)),
+        "model.safetensors",
+        "not a safetensors file",
+    ),
+    "weights: empty": (
+        lambda r: (r / "model.safetensors").write_bytes(b""),
+        "model.safetensors",
+        "not a safetensors file",
+    ),
+    "weights: cut short": (
+        lambda r: (r / "model.safetensors").write_bytes((r / "model.safetensors").read_bytes()[:2000]),
+        "model.safetensors",
+        "not a safetensors file",
+    ),
+    "weights: a pickle": (
+        lambda r: (r / "model.safetensors").write_bytes(__import__("pickle").dumps({"w": [1.0] * 64})),
+        "model.safetensors",
+        "not a safetensors file",
+    ),
+    "weights: a tensor of the wrong shape": (
+        _tensors(lambda d: d.update({_first_key(d): d[_first_key(d)].flatten()[:3].clone()})),
+        "model.safetensors",
+        "its tensors do not fit the run's model (size mismatch",
+    ),
+    "weights: a tensor missing": (
+        _tensors(lambda d: d.pop(_first_key(d))),
+        "model.safetensors",
+        "its tensors do not fit the run's model (Missing key",
+    ),
+    "weights: a tensor too many": (
+        _tensors(lambda d: d.update({"extra.weight": d[_first_key(d)].clone()})),
+        "model.safetensors",
+        "its tensors do not fit the run's model (Unexpected key",
+    ),
+    "config: random bytes": (
+        lambda r: (r / "config.json").write_bytes(os.urandom(3000)),
+        "config.json",
+        "not a run's config.json",
+    ),
+    "config: a JSON list": (
+        lambda r: (r / "config.json").write_text("[1, 2]"),
+        "config.json",
+        "not a run's config.json (a JSON list",
+    ),
     "config: empty object": (lambda r: (r / "config.json").write_text("{}"), "config.json", "(no 'task')"),
-    "config: task_params a list": (_config(lambda c: c.update(task_params=[1])), "config.json",
-                                   "(task_params is list)"),
+    "config: task_params a list": (
+        _config(lambda c: c.update(task_params=[1])),
+        "config.json",
+        "(task_params is list)",
+    ),
     "config: model a string": (_config(lambda c: c.update(model="big")), "config.json", "(model is str)"),
     "config: max_len text": (_config(lambda c: c.update(max_len="64")), "config.json", "(max_len is str)"),
-    "config: d_model text": (_config(lambda c: c["model"].update(d_model="x")), "config.json",
-                             "not a run's config"),
-    "config: a task parameter out of range": (_config(lambda c: c["task_params"].update(n_pairs=-5)), "config.json",
-                                              "its task does not build"),
-    "config: an unknown encoding": (_config(lambda c: c.update(pe="no-such-pe")), "config.json",
-                                    "not a run's config"),
-    "metrics.jsonl: random bytes": (lambda r: (r / "metrics.jsonl").write_bytes(os.urandom(3000)), "metrics.jsonl",
-                                    "not JSON lines"),
-    "metrics.jsonl: a torn object": (lambda r: (r / "metrics.jsonl").write_text('{"step": 1, "loss"\n'),
-                                     "metrics.jsonl", "not JSON lines"),
+    "config: d_model text": (_config(lambda c: c["model"].update(d_model="x")), "config.json", "not a run's config"),
+    "config: a task parameter out of range": (
+        _config(lambda c: c["task_params"].update(n_pairs=-5)),
+        "config.json",
+        "its task does not build",
+    ),
+    "config: an unknown encoding": (_config(lambda c: c.update(pe="no-such-pe")), "config.json", "not a run's config"),
+    "metrics.jsonl: random bytes": (
+        lambda r: (r / "metrics.jsonl").write_bytes(os.urandom(3000)),
+        "metrics.jsonl",
+        "not JSON lines",
+    ),
+    "metrics.jsonl: a torn object": (
+        lambda r: (r / "metrics.jsonl").write_text('{"step": 1, "loss"\n'),
+        "metrics.jsonl",
+        "not JSON lines",
+    ),
 }
 RUN_COMMANDS = {
     "plot bias": lambda run: ["plot", "bias", run, "-o", "b.png"],

@@ -1,5 +1,6 @@
 """The scripts in benchmarks/ still start against today's modules (they import internals that
-move, e.g. ``fit`` into synthlab.run.fitting), each run from its own folder as a user would. Nothing here times anything: the scripts print the ratios."""
+move, e.g. ``fit`` into synthlab.run.fitting), each run from its own folder as a user would.
+Nothing here times anything: the scripts print the ratios."""
 
 from __future__ import annotations
 
@@ -34,8 +35,19 @@ def test_the_training_benchmark_runs_both_loops():
 
 @pytest.mark.slow
 def test_the_training_benchmark_runs_under_bf16_autocast():
-    proc = _run("training.py", "--steps", "4", "--skip-mfu", "--threads", "1", "--encodings", "cope",
-                "--precision", "bf16-mixed", timeout=600)
+    proc = _run(
+        "training.py",
+        "--steps",
+        "4",
+        "--skip-mfu",
+        "--threads",
+        "1",
+        "--encodings",
+        "cope",
+        "--precision",
+        "bf16-mixed",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "bf16-mixed" in proc.stdout and any(ln.split()[:1] == ["cope"] for ln in proc.stdout.splitlines())
 
@@ -51,7 +63,9 @@ def test_the_attention_kernel_benchmark_runs_on_cpu():
     proc = _run("attention_kernels.py", "--rounds", "1", "--k", "3", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {ln.split("|")[1].strip(): ln for ln in proc.stdout.splitlines() if ln.startswith("| ") and "---" not in ln}
-    assert {"sdpa", "cope pytorch", "cope fused", "cope term fused", "dape:k=3 pytorch", "dape:k=3 fused"} <= set(rows), rows
+    assert {"sdpa", "cope pytorch", "cope fused", "cope term fused", "dape:k=3 pytorch", "dape:k=3 fused"} <= set(
+        rows
+    ), rows
     assert rows["cope fused"].rstrip(" |").endswith("x")  # its ratio over the PyTorch path
     assert rows["cope term fused"].rstrip(" |").endswith("x")
     # which instruction set the kernels were built for, and how
@@ -59,8 +73,22 @@ def test_the_attention_kernel_benchmark_runs_on_cpu():
 
 
 def test_the_step_profile_runs_on_cpu(tmp_path):
-    proc = _run("profile_step.py", "--pe", "rope", "--size", "host", "--warmup", "2", "--steps", "2",
-                "--threads", "1", "--trace-dir", str(tmp_path), timeout=300)
+    proc = _run(
+        "profile_step.py",
+        "--pe",
+        "rope",
+        "--size",
+        "host",
+        "--warmup",
+        "2",
+        "--steps",
+        "2",
+        "--threads",
+        "1",
+        "--trace-dir",
+        str(tmp_path),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "== rope" in proc.stdout and "host (CPU) time a step" in proc.stdout
     assert (tmp_path / "trace-rope.json").stat().st_size > 0
@@ -84,7 +112,7 @@ def _kit_commands() -> list[list[str]]:
     out = []
     for line in text.splitlines():
         if "python3 benchmarks/" in line:
-            argv = shlex.split(line[line.index("python3 benchmarks/"):])
+            argv = shlex.split(line[line.index("python3 benchmarks/") :])
             out.append([a.replace("$out", "/tmp/kit-out") for a in argv[1:]])
     return out
 

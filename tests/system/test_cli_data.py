@@ -12,11 +12,29 @@ from synthlab import generators
 from synthlab.cli import main
 
 ALL_TASKS = [
-    "flipflop", "selective_copy", "counting", "arithmetic", "binfa", "nfa", "mqar", "passkey",
-    "even_pairs", "modular_arithmetic", "parity_check", "cycle_navigation", "stack_manipulation",
-    "reverse_string", "modular_arithmetic_brackets", "solve_equation", "duplicate_string",
-    "missing_duplicate_string", "odds_first", "binary_addition", "binary_multiplication",
-    "compute_sqrt", "bucket_sort",
+    "flipflop",
+    "selective_copy",
+    "counting",
+    "arithmetic",
+    "binfa",
+    "nfa",
+    "mqar",
+    "passkey",
+    "even_pairs",
+    "modular_arithmetic",
+    "parity_check",
+    "cycle_navigation",
+    "stack_manipulation",
+    "reverse_string",
+    "modular_arithmetic_brackets",
+    "solve_equation",
+    "duplicate_string",
+    "missing_duplicate_string",
+    "odds_first",
+    "binary_addition",
+    "binary_multiplication",
+    "compute_sqrt",
+    "bucket_sort",
 ]
 RECORD_FIELDS = ["task", "split", "seed", "index", "params", "tokens", "ids", "scored", "targets"]
 
@@ -88,8 +106,19 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_pa
 
 def test_console_script_exit_code_and_stderr(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "synthlab.cli", "generate", "flipflop", "--set", "n_pairs=-3", "-o", str(tmp_path / "x.jsonl")],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "synthlab.cli",
+            "generate",
+            "flipflop",
+            "--set",
+            "n_pairs=-3",
+            "-o",
+            str(tmp_path / "x.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "n_pairs" in proc.stderr

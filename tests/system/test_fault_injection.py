@@ -144,8 +144,9 @@ for line in sys.stdin:
 
 class Driver:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=_env())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env()
+        )
         assert self.proc.stdout.readline().strip() == "ready"
         self.n = 0
         self.pending = False
@@ -162,8 +163,12 @@ class Driver:
         self.pending = True
         self.n += 1
         self.last = (out.parent / f"{out.name}.{self.n}.stdout", out.parent / f"{out.name}.{self.n}.stderr")
-        job = {"argv": ["sweep", str(sweep), "--out", str(out), *args], "stdout": str(self.last[0]),
-               "stderr": str(self.last[1]), "crash": crash}
+        job = {
+            "argv": ["sweep", str(sweep), "--out", str(out), *args],
+            "stdout": str(self.last[0]),
+            "stderr": str(self.last[1]),
+            "crash": crash,
+        }
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline())
@@ -304,10 +309,12 @@ def test_sigkill_at_random_moments_never_trains_a_finished_cell_again(driver, se
         assert code == 0 and "4/4 cells finished" in so, se
         retrained += check_exactly_once(out, cells)
         stats.update(_trial_counts(out))
-    print(f"\n[fault-injection] SIGKILL at random moments: {stats['kills']} kills ({stats['kills mid-cell']} mid-cell, "
-          f"{stats['finished before the kill']} runs finished first) over {len(rounds)} grids; finished cells "
-          f"trained again: {retrained}; trials reaped and re-queued: {stats['reaped and re-queued']}, closed from "
-          f"their record: {stats['closed from its record']}, from results.jsonl: {stats['closed from results.jsonl']}")
+    print(
+        f"\n[fault-injection] SIGKILL at random moments: {stats['kills']} kills ({stats['kills mid-cell']} mid-cell, "
+        f"{stats['finished before the kill']} runs finished first) over {len(rounds)} grids; finished cells "
+        f"trained again: {retrained}; trials reaped and re-queued: {stats['reaped and re-queued']}, closed from "
+        f"their record: {stats['closed from its record']}, from results.jsonl: {stats['closed from results.jsonl']}"
+    )
     assert stats["kills"] == N_KILLS and retrained == 0
 
 
@@ -339,8 +346,10 @@ def test_a_kill_at_each_step_of_recording_a_run(driver, setup, tmp_path):
         assert trained == runs, name
         how = ", ".join(f"{k}: {v}" for k, v in sorted(_trial_counts(out).items()))
         report.append(f"{name}: {trained} runs for 4 cells ({how})")
-    print("\n[fault-injection] a kill at each step of recording a run (finished cells trained again: 0):\n  "
-          + "\n  ".join(report))
+    print(
+        "\n[fault-injection] a kill at each step of recording a run (finished cells trained again: 0):\n  "
+        + "\n  ".join(report)
+    )
 
 
 def test_a_kill_while_reaping_a_recorded_trial_loses_no_record(driver, setup, tmp_path):
@@ -384,13 +393,15 @@ def test_a_journal_cut_at_random_offsets_recovers(driver, setup, tmp_path):
             (out / "results.jsonl").write_bytes(results)
         # what the cut journal still holds finished (its whole entries, read from a copy)
         probe = tmp_path / f"probe{i}.journal"
-        probe.write_bytes(journal[:max(e for e in ends | {0} if e <= cut)])
+        probe.write_bytes(journal[: max(e for e in ends | {0} if e <= cut)])
         store = sweeping.open_storage(str(probe))
         kept = {}
         if any(s.study_name == STUDY for s in store.get_all_studies()):
-            kept = {t.user_attrs["cell_key"]: t.user_attrs["record"]["run_id"]
-                    for t in optuna.load_study(study_name=STUDY, storage=store).get_trials()
-                    if t.state == TrialState.COMPLETE}
+            kept = {
+                t.user_attrs["cell_key"]: t.user_attrs["record"]["run_id"]
+                for t in optuna.load_study(study_name=STUDY, storage=store).get_trials()
+                if t.state == TrialState.COMPLETE
+            }
         code, so, se = driver.run(out, sweep=path)
         assert code == 0 and "4/4 cells finished" in so, f"cut at {cut}: {se}"
         torn = cut not in ends and cut > 0
@@ -408,10 +419,12 @@ def test_a_journal_cut_at_random_offsets_recovers(driver, setup, tmp_path):
                 assert t.user_attrs["record"]["run_id"] == kept[t.user_attrs["cell_key"]]
         stats["recovered"] += 1
         stats["torn tails cut"] += torn
-    print(f"\n[fault-injection] journal cut at {N_OFFSETS} random offsets: {stats['recovered']} recovered "
-          f"({stats['torn tails cut']} torn tails cut with a warning); lost cells re-run: "
-          f"{stats['lost cells re-run']}, taken from results.jsonl: {stats['cells taken from results.jsonl']}; "
-          "finished cells re-run: 0")
+    print(
+        f"\n[fault-injection] journal cut at {N_OFFSETS} random offsets: {stats['recovered']} recovered "
+        f"({stats['torn tails cut']} torn tails cut with a warning); lost cells re-run: "
+        f"{stats['lost cells re-run']}, taken from results.jsonl: {stats['cells taken from results.jsonl']}; "
+        "finished cells re-run: 0"
+    )
     assert stats["recovered"] == N_OFFSETS
 
 
@@ -475,8 +488,10 @@ def test_two_workers_sigterm_and_sigkill_of_the_main_process(tmp_path):
         else:  # the helper re-queued its cell; the main process's is left to the next sweep's reaper
             trials = {t.number: t for t in study_trials(out, STUDY)[1]}
             assert trials[helper.number].state == TrialState.FAIL and "record" not in trials[helper.number].user_attrs
-    print("\n[fault-injection] --workers 2: SIGTERM -> 130 with both cells re-queued; SIGKILL of the main "
-          "process -> its helper stopped and re-queued its cell")
+    print(
+        "\n[fault-injection] --workers 2: SIGTERM -> 130 with both cells re-queued; SIGKILL of the main "
+        "process -> its helper stopped and re-queued its cell"
+    )
 
 
 def test_sigkill_at_random_moments_with_batched_seeds(driver, setup, tmp_path):
@@ -504,9 +519,11 @@ def test_sigkill_at_random_moments_with_batched_seeds(driver, setup, tmp_path):
         assert code == 0 and "4/4 cells finished" in so, se
         retrained += check_exactly_once(out, cells)
         batched += sum(1 for r in _lines(out) if r["status"] == "ok" and r["train"].get("batched"))
-    print(f"\n[fault-injection] --batch-seeds, SIGKILL at random moments: {kills} kills, {finished_first} runs "
-          f"finished first, over {len(rounds)} grids; cells trained in a batch: {batched}; finished cells trained "
-          f"again: {retrained}")
+    print(
+        f"\n[fault-injection] --batch-seeds, SIGKILL at random moments: {kills} kills, {finished_first} runs "
+        f"finished first, over {len(rounds)} grids; cells trained in a batch: {batched}; finished cells trained "
+        f"again: {retrained}"
+    )
     assert kills == 10 and retrained == 0 and batched > 0
 
 
@@ -529,16 +546,29 @@ def test_two_workers_run_nothing_from_a_hostile_working_directory(tmp_path):
     cwd.mkdir()
     plant(cwd)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-P", "-m", "synthlab.cli", "sweep", str(path), "--out", str(out), "--workers", "2",
-           "--quiet"]
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "synthlab.cli",
+        "sweep",
+        str(path),
+        "--out",
+        str(out),
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     p = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0 and "4/4 cells finished" in p.stdout, p.stderr
     # the helper loads the task plugins whether or not it trains a cell (it validates the grid
     # first), so before the fix the entry point's marker was written even when the main process
     # had run every cell
     assert not list(cwd.glob("PLANTED-*")), "a helper ran code from the working directory"
-    print("\n[fault-injection] --workers 2 in a directory with a planted jsonlines.py and entry point: "
-          "planted code run: 0")
+    print(
+        "\n[fault-injection] --workers 2 in a directory with a planted jsonlines.py and entry point: "
+        "planted code run: 0"
+    )
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.5, 2.0])
@@ -573,8 +603,22 @@ def test_a_train_killed_outright_leaves_nothing_the_next_run_keeps(tmp_path, cap
     out = tmp_path / "runs"
     live = out / "live-run"  # another train on the same OUT, still running (this process)
     rundir.make(live, {"k": 1})
-    cmd = [sys.executable, "-m", "synthlab.cli", "train", "flipflop", "--pe", "rope", "--preset", "smoke",
-           "--set", "steps=100000", "--out", str(out), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "synthlab.cli",
+        "train",
+        "flipflop",
+        "--pe",
+        "rope",
+        "--preset",
+        "smoke",
+        "--set",
+        "steps=100000",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while time.time() < deadline and not list(out.glob("*-flipflop-*/config.json")):

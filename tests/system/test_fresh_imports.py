@@ -10,8 +10,10 @@ import sys
 
 
 def test_listing_encodings_does_not_import_torch():
-    code = ("import sys; from synthlab.model import ENCODINGS, parse_pe; parse_pe('kerple+dape:k=3'); "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; from synthlab.model import ENCODINGS, parse_pe; parse_pe('kerple+dape:k=3'); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

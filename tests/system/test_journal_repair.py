@@ -37,12 +37,15 @@ def _trials(path: Path):
     return optuna.load_study(study_name="s", storage=storage.open_storage(str(path))).get_trials()
 
 
-@pytest.mark.parametrize("tail", [
-    b'{"op_code":5,"worker_id":"w","trial_id":0,"user_attr":{"x":',  # a write cut by a kill
-    b"\x00" * 300,  # a power loss: the size grew, the data never came
-    b'{"op_code":5,"worker_id":"w","tri\n',  # torn, then a newline from elsewhere
-    b"garbage\n",
-])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b'{"op_code":5,"worker_id":"w","trial_id":0,"user_attr":{"x":',  # a write cut by a kill
+        b"\x00" * 300,  # a power loss: the size grew, the data never came
+        b'{"op_code":5,"worker_id":"w","tri\n',  # torn, then a newline from elsewhere
+        b"garbage\n",
+    ],
+)
 def test_a_torn_last_entry_is_cut_off_kept_aside_and_the_study_goes_on(tmp_path, capsys, tail):
     path = tmp_path / "study.journal"
     numbers = _journal_with_trials(path)
@@ -100,19 +103,38 @@ def test_corruption_before_the_last_entry_is_refused_with_its_offset(tmp_path, c
 
 def test_readers_keep_one_record_per_cell_the_latest_in_the_first_place():
     def rec(run_id, cell=None, seed=0, study="s", status="ok", lr=1e-3):
-        r = {"task": "flipflop", "pe": "rope", "model": {"d_model": 16}, "train": {"seed": seed, "lr": lr},
-             "study": study, "trial": 0, "status": status, "run_id": run_id}
+        r = {
+            "task": "flipflop",
+            "pe": "rope",
+            "model": {"d_model": 16},
+            "train": {"seed": seed, "lr": lr},
+            "study": study,
+            "trial": 0,
+            "status": status,
+            "run_id": run_id,
+        }
         if cell is not None:
             r["cell"] = cell
         return r
 
-    recs = [rec("a", "c1", status="failed"), rec("b", "c2"), rec("c", "c1"),  # c1 retried: c is its latest
-            rec("old1", seed=5), rec("old2", seed=5), rec("old3", seed=6),  # before cell keys: by settings
-            rec("t1", study=None), rec("t2", study=None),  # `synthlab train` runs: all count
-            rec("x", "c1", study="other")]
+    recs = [
+        rec("a", "c1", status="failed"),
+        rec("b", "c2"),
+        rec("c", "c1"),  # c1 retried: c is its latest
+        rec("old1", seed=5),
+        rec("old2", seed=5),
+        rec("old3", seed=6),  # before cell keys: by settings
+        rec("t1", study=None),
+        rec("t2", study=None),  # `synthlab train` runs: all count
+        rec("x", "c1", study="other"),
+    ]
     assert [r["run_id"] for r in records.latest_records(recs)] == ["c", "b", "old2", "old3", "t1", "t2", "x"]
-    assert records.with_cell({"study": "s", "trial": 3, "status": "ok"}, "K") == \
-        {"study": "s", "trial": 3, "cell": "K", "status": "ok"}
+    assert records.with_cell({"study": "s", "trial": 3, "status": "ok"}, "K") == {
+        "study": "s",
+        "trial": 3,
+        "cell": "K",
+        "status": "ok",
+    }
 
 
 def test_scan_records_reads_complete_lines_from_an_offset(tmp_path):
@@ -122,7 +144,7 @@ def test_scan_records_reads_complete_lines_from_an_offset(tmp_path):
     got, end = records.scan_records(p)
     assert got == [{"a": 1}, {"b": 2}] and end == len('{"a": 1}\nnot json\n{"b": 2}\n')
     with open(p, "a") as f:
-        f.write(' 3}\n')
+        f.write(" 3}\n")
     assert records.scan_records(p, end) == ([{"c": 3}], p.stat().st_size)
 
 
@@ -195,8 +217,9 @@ def test_a_cell_in_results_jsonl_is_not_trained_again_when_the_journal_lost_it(t
     assert len(_ok_lines(out)) == 4
     # records from before records carried their cell: found by trial number, task, seed, encoding
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
-    (out / "results.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "cell"}) + "\n"
-                                               for r in lines))
+    (out / "results.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "cell"}) + "\n" for r in lines)
+    )
     (out / storage.JOURNAL_NAME).unlink()
     recs = sweeping.sweep(path, out=out, grids=False)
     assert len(fake.calls) == 4 and sorted(r["run_id"] for r in recs) == sorted(r["run_id"] for r in lines)
@@ -210,8 +233,9 @@ def test_a_trial_taken_by_a_worker_killed_before_it_wrote_its_name_is_rerun_at_o
     cells = sweeping.expand_cells(sweeping.load_sweep(path), "smoke")
     out = tmp_path / "out"
     pid = _dead_pid()
-    t = _running_trial(out, cells[0], {f"claim:{pid}@{socket.gethostname()}":
-                                       {"host": socket.gethostname(), "pid": pid, "start": "1"}})
+    t = _running_trial(
+        out, cells[0], {f"claim:{pid}@{socket.gethostname()}": {"host": socket.gethostname(), "pid": pid, "start": "1"}}
+    )
     start = time.time()
     sweeping.sweep(path, out=out, grids=False)  # grace period 180 s: not waited for
     assert time.time() - start < 60 and len(fake.calls) == 4
@@ -389,10 +413,22 @@ def test_the_file_system_type_decides_the_flock(tmp_path, monkeypatch):
             mnt = next(line.split()[1] for line in f.read().splitlines() if line.startswith("mnt_id:"))
     finally:
         os.close(fd)
-    for fstype, local in (("ext4", True), ("xfs", True), ("btrfs", True), ("tmpfs", True), ("overlay", True),
-                          ("nfs4", False), ("nfs", False), ("cifs", False), ("fuse.sshfs", False), ("lustre", False)):
-        info = (f"{int(mnt) + 1} 1 0:99 / /elsewhere rw - ext4 /dev/y rw\n"
-                f"{mnt} 1 0:12 / /data rw,relatime shared:1 - {fstype} /dev/x rw\n")
+    for fstype, local in (
+        ("ext4", True),
+        ("xfs", True),
+        ("btrfs", True),
+        ("tmpfs", True),
+        ("overlay", True),
+        ("nfs4", False),
+        ("nfs", False),
+        ("cifs", False),
+        ("fuse.sshfs", False),
+        ("lustre", False),
+    ):
+        info = (
+            f"{int(mnt) + 1} 1 0:99 / /elsewhere rw - ext4 /dev/y rw\n"
+            f"{mnt} 1 0:12 / /data rw,relatime shared:1 - {fstype} /dev/x rw\n"
+        )
         monkeypatch.setattr("builtins.open", _fake_open("/proc/self/mountinfo", info))
         assert journallock._local_fs(str(tmp_path)) is local, fstype
         monkeypatch.undo()
@@ -435,8 +471,9 @@ def test_a_child_forked_while_the_lock_was_held_does_not_keep_it(tmp_path, monke
     monkeypatch.setattr(journallock, "_local_fs", lambda folder: True)
     path = tmp_path / "study.journal"
     _journal_with_trials(path, 1)
-    holder = subprocess.Popen([sys.executable, "-c", FORK_HOLDER, str(path)], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", FORK_HOLDER, str(path)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         holder.kill()

@@ -143,6 +143,7 @@ def test_a_run_killed_after_its_record_is_not_resumed_and_recorded_twice(tmp_pat
     """Killed between its record and its checkpoint's removal: the same command again is a new
     run, not the recorded one resumed under the same run id (a second record of it, its
     finished directory removed and trained again)."""
+
     def killed(self):  # the process dies here: the checkpoint stays, unlocked
         self.release()
         raise SystemExit("killed")
@@ -176,8 +177,13 @@ def test_sigkilled_run_resumes_bit_identical(uninterrupted, tmp_path):
         from synthlab.run.training import train
         train("flipflop", "rope", out=sys.argv[1], preset="smoke", seed=3, positions={POS!r}, overrides={OV!r})
     """)
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
     _, state = _state(tmp_path)
     assert (tmp_path / state["run_id"] / "config.json").exists()  # what the kill left
@@ -190,12 +196,15 @@ def test_sigkilled_run_resumes_bit_identical(uninterrupted, tmp_path):
 # ---- runs too large for this machine: one line, exit 2, nothing written
 
 
-@pytest.mark.parametrize("sets", [
-    ["n_pairs=1000000"],                                # sequences of 2M tokens
-    ["n_pairs=4096", "batch_size=16384"],               # attention maps of petabytes
-    ["d_model=65536", "n_layers=2", "n_heads=1"],       # 100 G parameters' worth of AdamW
-    ["steps=1e15"],                                     # a typo, not a run
-])
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["n_pairs=1000000"],  # sequences of 2M tokens
+        ["n_pairs=4096", "batch_size=16384"],  # attention maps of petabytes
+        ["d_model=65536", "n_layers=2", "n_heads=1"],  # 100 G parameters' worth of AdamW
+        ["steps=1e15"],  # a typo, not a run
+    ],
+)
 def test_too_large_runs_are_refused_before_anything_is_written(sets, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["train", "flipflop", "--pe", "cope", "--preset", "smoke", "--out", str(out)]
@@ -208,8 +217,20 @@ def test_too_large_runs_are_refused_before_anything_is_written(sets, tmp_path, c
 
 
 def test_the_memory_message_names_the_estimate_and_what_to_lower(tmp_path, capsys):
-    argv = ["train", "flipflop", "--pe", "cope", "--preset", "smoke", "--out", str(tmp_path / "o"),
-            "--set", "n_pairs=4096", "--set", "batch_size=4096"]
+    argv = [
+        "train",
+        "flipflop",
+        "--pe",
+        "cope",
+        "--preset",
+        "smoke",
+        "--out",
+        str(tmp_path / "o"),
+        "--set",
+        "n_pairs=4096",
+        "--set",
+        "batch_size=4096",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "needs ~" in err and "available" in err and "lower batch_size" in err and "attention maps" in err
@@ -269,8 +290,13 @@ def test_a_sigkilled_sweep_cell_resumes_from_its_checkpoint(tmp_path):
         sweep(sys.argv[1], out=sys.argv[2], quiet=True)
     """)
     out = tmp_path / "killed"
-    proc = subprocess.run([sys.executable, "-c", script, str(spec), str(out)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(spec), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert any((out / "runs" / ".checkpoints").rglob("last.ckpt"))  # what the kill left
     resumed = sweep(str(spec), out=str(out), quiet=True)

@@ -20,11 +20,22 @@ from synthlab.model.processors import DAPE
 pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C++ compiler: the PyTorch paths run")
 
 
-@pytest.mark.parametrize("name, is_runtime", [
-    ("libgomp.so.1", True), ("libgomp.so.1.0.0", True), ("libgomp-a34b3233.so.1", True),  # GCC; vendored by auditwheel
-    ("libomp.so.5", True), ("libomp.so", True), ("libomp.dylib", True), ("libiomp5.so", True),  # LLVM; Intel
-    ("libgompx.so", False), ("libcomp.so", False), ("libtorch_cpu.so", False), ("libgomp.txt", False),
-])
+@pytest.mark.parametrize(
+    "name, is_runtime",
+    [
+        ("libgomp.so.1", True),
+        ("libgomp.so.1.0.0", True),
+        ("libgomp-a34b3233.so.1", True),  # GCC; vendored by auditwheel
+        ("libomp.so.5", True),
+        ("libomp.so", True),
+        ("libomp.dylib", True),
+        ("libiomp5.so", True),  # LLVM; Intel
+        ("libgompx.so", False),
+        ("libcomp.so", False),
+        ("libtorch_cpu.so", False),
+        ("libgomp.txt", False),
+    ],
+)
 def test_openmp_runtime_names(name, is_runtime):
     assert bool(native._OPENMP_LIB.match(name)) == is_runtime
 
@@ -99,8 +110,11 @@ def test_default_build_runs_on_torchs_gnu_openmp():
     20-40 % slower there (benchmarks/encodings.py), torch's idle workers spinning on the cores."""
     cxx = native._compiler()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    if native.kernel("dape") is None or "clang" in version.lower() or not any(
-            "libgomp" in p for p in native._TORCH_OPENMP or ()):
+    if (
+        native.kernel("dape") is None
+        or "clang" in version.lower()
+        or not any("libgomp" in p for p in native._TORCH_OPENMP or ())
+    ):
         pytest.skip("not GCC beside a torch that runs libgomp")
     assert native._OPENMP_USABLE.get(cxx) is True and native.kernel("dape")._name.endswith("-omp.so")
     assert "OpenMP, on torch's runtime" in native.describe()
@@ -128,9 +142,11 @@ def test_a_compiler_without_openmp_falls_back_once(fresh_loader, monkeypatch):
     real = native._compiler()
     log = fresh_loader / "calls.log"
     fake = fresh_loader / "cxx-without-openmp"
-    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n"
-                    f"case \" $* \" in *\" -fopenmp \"*) echo 'fatal error: omp.h: not found' >&2; exit 1;; esac\n"
-                    f"exec {real} \"$@\"\n")
+    fake.write_text(
+        f'#!/bin/sh\necho "$*" >> {log}\n'
+        f'case " $* " in *" -fopenmp "*) echo \'fatal error: omp.h: not found\' >&2; exit 1;; esac\n'
+        f'exec {real} "$@"\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("CXX", str(fake))
     monkeypatch.setattr(native, "_TORCH_OPENMP", {"/opt/torch/lib/libgomp.so.1"})
@@ -206,8 +222,10 @@ def test_march_override_builds_for_that_instruction_set(fresh_loader, monkeypatc
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
-                    reason="no aarch64 cross compiler (apt install g++-aarch64-linux-gnu)")
+@pytest.mark.skipif(
+    shutil.which("aarch64-linux-gnu-g++") is None,
+    reason="no aarch64 cross compiler (apt install g++-aarch64-linux-gnu)",
+)
 @pytest.mark.parametrize("name", sorted(native.KERNELS))
 def test_kernel_compiles_for_arm64_neon(name, tmp_path):
     """The kernels' portable vector code (NEON's four lanes on arm64: Apple, Graviton) compiles,

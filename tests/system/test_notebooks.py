@@ -37,12 +37,27 @@ LESSONS = {
 
 # what a code cell may name from synthlab and synthlab.generators (the public API)
 PUBLIC = {
-    "synthlab": {"train", "sweep", "grid", "tidy", "load_run", "build_model", "parse_pe", "plot", "__version__",
-                 "judge_claims", "compare_seeds"},
+    "synthlab": {
+        "train",
+        "sweep",
+        "grid",
+        "tidy",
+        "load_run",
+        "build_model",
+        "parse_pe",
+        "plot",
+        "__version__",
+        "judge_claims",
+        "compare_seeds",
+    },
     "generators": {"get_task", "TASKS", "Sample"},
 }
-ALLOWED_IMPORTS = {"import synthlab", "from synthlab import generators, plot", "from synthlab import generators",
-                   "from synthlab import plot"}
+ALLOWED_IMPORTS = {
+    "import synthlab",
+    "from synthlab import generators, plot",
+    "from synthlab import generators",
+    "from synthlab import plot",
+}
 
 
 def _nb(path: Path) -> dict:
@@ -70,8 +85,11 @@ def _facts(nb: dict) -> dict:
     """The lesson's numbers: the JSON lines its check cells printed, merged."""
     facts: dict = {}
     for cell in _tagged(nb, "check"):
-        text = "".join("".join(o["text"]) for o in cell.get("outputs", [])
-                       if o["output_type"] == "stream" and o["name"] == "stdout")
+        text = "".join(
+            "".join(o["text"])
+            for o in cell.get("outputs", [])
+            if o["output_type"] == "stream" and o["name"] == "stdout"
+        )
         lines = [line for line in text.splitlines() if line.startswith("{")]
         assert len(lines) == 1, f"a check cell printed {len(lines)} JSON lines, expected 1"
         facts.update(json.loads(lines[0]))
@@ -183,8 +201,11 @@ def test_shipped_checkpoints_load_and_are_listed():
     assert shipped == sorted(made), "notebooks/checkpoints/ and make_checkpoints.CHECKPOINTS differ"
     needed = {name for ckpts, _ in LESSONS.values() for name in ckpts}
     assert needed <= set(shipped), f"lessons need {sorted(needed - set(shipped))}"
-    records = {json.loads(line)["checkpoint"]: json.loads(line)
-               for line in (CKPT_DIR / "results.jsonl").read_text().splitlines() if line.strip()}
+    records = {
+        json.loads(line)["checkpoint"]: json.loads(line)
+        for line in (CKPT_DIR / "results.jsonl").read_text().splitlines()
+        if line.strip()
+    }
     assert sorted(records) == shipped, "checkpoints/results.jsonl has one record per checkpoint"
     for name in shipped:
         d = CKPT_DIR / name
@@ -206,7 +227,9 @@ def _check_flipflop_glitches(r: dict) -> None:
     assert err["rope"]["ood-sparse"] > 0.10, "RoPE glitches on ood-sparse"
     assert err["cope"]["ood-sparse"] < 0.01, "CoPE does not"
     assert r["error_near"]["rope"] < 0.01 and r["error_far"]["rope"] > 0.2, "RoPE's errors are the long gaps"
-    assert r["far_share"]["train"] < 0.05 < 0.5 < r["far_share"]["ood-sparse"], "far reads: rare in training, common OOD"
+    assert r["far_share"]["train"] < 0.05 < 0.5 < r["far_share"]["ood-sparse"], (
+        "far reads: rare in training, common OOD"
+    )
     # the zoomed figure's sample: RoPE answers wrong, CoPE right
     assert r["answers"]["cope"] == r["target"] != r["answers"]["rope"]
     # on 20 glitching sequences CoPE's last layer looks at the start (the only write) far more than RoPE's
@@ -322,8 +345,9 @@ def test_lesson_runs_in_a_kernel_and_shows_its_effect(path):
     nbclient = pytest.importorskip("nbclient", reason="pip install -e '.[test]' (nbclient, nbformat, ipykernel)")
     pytest.importorskip("ipykernel", reason="pip install -e '.[test]' (nbclient, nbformat, ipykernel)")
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NB_DIR)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}
+    )
     client.execute()  # raises CellExecutionError naming the cell on any error
     outs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outs if o.output_type == "error"]

@@ -21,7 +21,9 @@ SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
 # `import generators`, `from sweeps.x import y`, a doctest's `>>> import generators`, an entry
 # point's value "generators.flipflop:FlipFlop": each names a top-level package that is not installed
-OLD_IMPORT = re.compile(r"""^\s*(>>>\s*)?(import|from)\s+(generators|sweeps)\b|["']\s*(generators|sweeps)[.:]\w""", re.M)
+OLD_IMPORT = re.compile(
+    r"""^\s*(>>>\s*)?(import|from)\s+(generators|sweeps)\b|["']\s*(generators|sweeps)[.:]\w""", re.M
+)
 
 
 def _package_folders(folder: Path, name: str) -> set[str]:
@@ -54,8 +56,9 @@ def test_the_sweep_files_are_read_as_package_data_of_synthlab_sweeps():
 def _sources() -> dict[str, str]:
     """Repository path -> the text its imports are in: Python files, the Markdown docs, the
     lessons' code cells, the sweep files' comments, pyproject files (entry points)."""
-    files = subprocess.run(["git", "ls-files", "*.py", "*.md", "*.ipynb", "*.toml"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "*.py", "*.md", "*.ipynb", "*.toml"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     out = {}
     for rel in files:
         text = (ROOT / rel).read_text(encoding="utf-8")
@@ -70,17 +73,33 @@ def test_nothing_imports_generators_or_sweeps_by_their_old_top_level_names():
     assert {"synthlab/run/training.py", "docs/plugins.md", "notebooks/encodings.ipynb"} <= set(sources)
     # the changelog tells users the old names; this file holds examples of them
     told = {"CHANGELOG.md", Path(__file__).relative_to(ROOT).as_posix()}
-    old = {rel: m.group(0).strip() for rel, text in sources.items() if rel not in told
-           for m in [OLD_IMPORT.search(text)] if m}
+    old = {
+        rel: m.group(0).strip()
+        for rel, text in sources.items()
+        if rel not in told
+        for m in [OLD_IMPORT.search(text)]
+        if m
+    }
     assert not old, f"imports of the old top-level packages (use synthlab.generators / synthlab.sweeps): {old}"
 
 
 def test_the_old_import_pattern_catches_what_it_is_for():
-    caught = ["import generators", "    from generators.base import X", ">>> import generators",
-              'flipflop = "generators.flipflop:FlipFlop"', "from sweeps import x"]
-    passed = ["from synthlab import generators", "import synthlab.generators", "from synthlab.generators import che",
-              "generators/flipflop.py scores", "the generators import numpy", "sweeps/flipflop.toml",
-              "task = generators.get_task('flipflop')"]
+    caught = [
+        "import generators",
+        "    from generators.base import X",
+        ">>> import generators",
+        'flipflop = "generators.flipflop:FlipFlop"',
+        "from sweeps import x",
+    ]
+    passed = [
+        "from synthlab import generators",
+        "import synthlab.generators",
+        "from synthlab.generators import che",
+        "generators/flipflop.py scores",
+        "the generators import numpy",
+        "sweeps/flipflop.toml",
+        "task = generators.get_task('flipflop')",
+    ]
     assert all(OLD_IMPORT.search(s) for s in caught)
     assert not any(OLD_IMPORT.search(s) for s in passed)
 
@@ -89,8 +108,9 @@ def _import_in(tree: Path, code: str) -> subprocess.CompletedProcess:
     """``code`` run with ``tree`` alone on the import path (-S: no site-packages, where an install
     of synthlab would answer first)."""
     env = {"PYTHONPATH": str(tree), "PATH": os.environ.get("PATH", "")}
-    return subprocess.run([sys.executable, "-S", "-c", code], cwd=tree, env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=tree, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def _copy_tree(dest: Path, *, with_pyproject: bool) -> Path:
@@ -102,9 +122,11 @@ def _copy_tree(dest: Path, *, with_pyproject: bool) -> Path:
     return dest
 
 
-FIND = ("import importlib.util as u, json; "
-        "print(json.dumps({n: getattr(u.find_spec(n), 'origin', None) for n in "
-        "['synthlab.generators', 'synthlab.sweeps']}))")
+FIND = (
+    "import importlib.util as u, json; "
+    "print(json.dumps({n: getattr(u.find_spec(n), 'origin', None) for n in "
+    "['synthlab.generators', 'synthlab.sweeps']}))"
+)
 
 
 def test_a_checkout_imported_without_an_install_finds_its_generators_and_sweeps(tmp_path):
@@ -114,8 +136,10 @@ def test_a_checkout_imported_without_an_install_finds_its_generators_and_sweeps(
     found = json.loads(proc.stdout)
     assert found["synthlab.generators"] == str(tree / "generators" / "__init__.py")
     assert found["synthlab.sweeps"] == str(tree / "sweeps" / "__init__.py")
-    sweeps = _import_in(tree, "from importlib import resources; "
-                              "print(sorted(e.name for e in resources.files('synthlab.sweeps').iterdir()))")
+    sweeps = _import_in(
+        tree,
+        "from importlib import resources; print(sorted(e.name for e in resources.files('synthlab.sweeps').iterdir()))",
+    )
     assert "flipflop.toml" in sweeps.stdout, sweeps.stderr
 
 

@@ -29,13 +29,16 @@ def _main(argv):
         return e.code
 
 
-@pytest.mark.parametrize("argv", [
-    ["attention", "{run}", "--sample", "3", "--split", "ood-sparse", "--layer", "0", "--head", "1"],
-    ["positions", "{run}", "--head", "0"],
-    ["bias", "alibi", "--max-distance", "16"],
-    ["bias", "rope"],
-    ["glitches", "{run}", "-n", "8"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["attention", "{run}", "--sample", "3", "--split", "ood-sparse", "--layer", "0", "--head", "1"],
+        ["positions", "{run}", "--head", "0"],
+        ["bias", "alibi", "--max-distance", "16"],
+        ["bias", "rope"],
+        ["glitches", "{run}", "-n", "8"],
+    ],
+)
 def test_each_picture_writes_a_png(run_dir, tmp_path, capsys, argv):
     out = tmp_path / "pic.png"
     assert _main([a.format(run=run_dir) for a in ["plot", *argv, "-o", str(out)]]) == 0
@@ -118,11 +121,21 @@ def test_the_installed_command_runs_headless(tmp_path):
     """A fresh process without a display: the entry point, the Agg canvas, the exit code."""
     out = tmp_path / "b.png"
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
-    ok = subprocess.run([sys.executable, "-m", "synthlab.cli", "plot", "bias", "xpos", "-o", str(out)],
-                        capture_output=True, text=True, env=env, timeout=300)
+    ok = subprocess.run(
+        [sys.executable, "-m", "synthlab.cli", "plot", "bias", "xpos", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr
     assert out.read_bytes()[:8] == PNG
-    bad = subprocess.run([sys.executable, "-m", "synthlab.cli", "plot", "bias", "cope", "-o", str(tmp_path / "c.png")],
-                         capture_output=True, text=True, env=env, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "synthlab.cli", "plot", "bias", "cope", "-o", str(tmp_path / "c.png")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "c.png").exists()

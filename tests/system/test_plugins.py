@@ -29,8 +29,10 @@ BROKEN_TASKS = {
     "not_a_task": ("synthlab.generators:Param", "not a synthlab.generators.Task subclass"),
     "renamed": ("synthlab.generators.flipflop:FlipFlop", "the task's name is 'flipflop'"),
 }
-SELF_REGISTERED = ("self_registered = synthlab_plugin_selfreg_task:SelfRegistered",
-                   "self-registered = synthlab_plugin_selfreg_pe:ROW")
+SELF_REGISTERED = (
+    "self_registered = synthlab_plugin_selfreg_task:SelfRegistered",
+    "self-registered = synthlab_plugin_selfreg_pe:ROW",
+)
 BROKEN_ENCODINGS = {
     "rope": ("synthlab_plugin_broken:ROPE", "encoding 'rope' is already registered"),
     "raises": ("synthlab_plugin_raises:ROW", "RuntimeError: broken on purpose"),
@@ -47,24 +49,30 @@ def broken_dist(tmp_path_factory) -> Path:
     (root / "synthlab_plugin_broken.py").write_text(
         "from synthlab.model.registry import Encoding\n"
         "ROPE = Encoding('rope', 'rotary', 'a second rope', 'none', build='synthlab_plugin_broken:Nothing')\n"
-        "NOT_A_ROW = 'rope'\n")
+        "NOT_A_ROW = 'rope'\n"
+    )
     (root / "synthlab_plugin_selfreg_task.py").write_text(
         "from synthlab import generators\n"
         "from synthlab.generators.flipflop import FlipFlop\n"
         "@generators.register\n"
         "class SelfRegistered(FlipFlop):\n"
-        "    name = 'self_registered'\n")
+        "    name = 'self_registered'\n"
+    )
     (root / "synthlab_plugin_selfreg_pe.py").write_text(
         "from synthlab.model.registry import Encoding, register\n"
-        "ROW = register(Encoding('self-registered', 'bias', 'ALiBi again', 'none', build='.encoders.bias:ALiBi'))\n")
+        "ROW = register(Encoding('self-registered', 'bias', 'ALiBi again', 'none', build='.encoders.bias:ALiBi'))\n"
+    )
     (root / "synthlab_plugin_raises.py").write_text("raise RuntimeError('broken on purpose')\n")
     info = root / "synthlab_plugin_broken-0.0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: synthlab-plugin-broken\nVersion: 0.0.1\n")
     groups = {"synthlab.tasks": BROKEN_TASKS, "synthlab.encodings": BROKEN_ENCODINGS}
-    (info / "entry_points.txt").write_text("".join(
-        f"[{g}]\n" + "".join(f"{name} = {value}\n" for name, (value, _) in eps.items()) + f"{self_reg}\n\n"
-        for (g, eps), self_reg in zip(groups.items(), SELF_REGISTERED)))
+    (info / "entry_points.txt").write_text(
+        "".join(
+            f"[{g}]\n" + "".join(f"{name} = {value}\n" for name, (value, _) in eps.items()) + f"{self_reg}\n\n"
+            for (g, eps), self_reg in zip(groups.items(), SELF_REGISTERED)
+        )
+    )
     return root
 
 
@@ -106,8 +114,12 @@ def installed(tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("site")
     # the build backend from this environment when it has one (offline); else pip's isolated build
     local = ["--no-build-isolation", "--no-index"] if importlib.util.find_spec("setuptools") else []
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *local, "--target", str(target), str(src)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *local, "--target", str(target), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert list(target.glob("synthlab_plugin_demo-0.1.0.dist-info"))
     return target
@@ -126,17 +138,33 @@ def test_an_installed_plugin_lists_and_trains(installed, broken_dist, tmp_path):
     _check_warnings(tasks.stderr, BROKEN_TASKS, "task")
 
     # listing encodings imports no torch, plugin rows included (their module is a lazy path)
-    script = ("import sys; from synthlab.cli import main; code = main(['encodings']); "
-              "assert 'torch' not in sys.modules, 'torch imported'; raise SystemExit(code)")
+    script = (
+        "import sys; from synthlab.cli import main; code = main(['encodings']); "
+        "assert 'torch' not in sys.modules, 'torch imported'; raise SystemExit(code)"
+    )
     encodings = _run(["-c", script], path, tmp_path, python=True)
     assert encodings.returncode == 0, encodings.stderr
     row = next(ln for ln in encodings.stdout.splitlines() if ln.startswith("plugin_pe "))
     assert row.split()[1:3] == ["bias", "w0=0.1"] and row.endswith(demo)
 
     out = tmp_path / "runs"
-    train = _run(["train", "plugin_task", "--pe", "plugin_pe+dape", "--out", str(out),
-                  *[a for kv in ("steps=20", "d_model=16", "n_layers=1", "n_heads=2", "batch_size=8",
-                                 "eval_samples=8") for a in ("--set", kv)]], path, tmp_path)
+    train = _run(
+        [
+            "train",
+            "plugin_task",
+            "--pe",
+            "plugin_pe+dape",
+            "--out",
+            str(out),
+            *[
+                a
+                for kv in ("steps=20", "d_model=16", "n_layers=1", "n_heads=2", "batch_size=8", "eval_samples=8")
+                for a in ("--set", kv)
+            ],
+        ],
+        path,
+        tmp_path,
+    )
     assert train.returncode == 0, train.stderr
     assert train.stdout.startswith("plugin_task  pe=plugin_pe+dape  seed=0  status=ok")
     (rec,) = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines()]

@@ -94,10 +94,29 @@ def test_two_workers_share_a_postgres_study(tmp_path, fresh_db):
     study = f"pg-{uuid.uuid4().hex[:10]}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     # two machines: separate output directories, one storage URL and study name
-    procs = [subprocess.Popen([sys.executable, "-m", "synthlab.cli", "sweep", str(path), "--storage", pg_url,
-                               "--study", study, "--out", str(tmp_path / f"worker{i}"), "--quiet"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "synthlab.cli",
+                "sweep",
+                str(path),
+                "--storage",
+                pg_url,
+                "--study",
+                study,
+                "--out",
+                str(tmp_path / f"worker{i}"),
+                "--quiet",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (so, se) in zip(procs, outs):
         assert p.returncode == 0, se
@@ -113,7 +132,8 @@ def test_two_workers_share_a_postgres_study(tmp_path, fresh_db):
         if f.exists():
             recs += grids.read_results(f)
     assert sorted((r["pe"], r["train"]["seed"]) for r in recs) == sorted(
-        (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2))
+        (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2)
+    )
     # and each worker rebuilt the full grid from the study
     for i in range(2):
         assert len(grids.read_results(tmp_path / f"worker{i}" / "study-results.jsonl")) == 6

@@ -66,8 +66,10 @@ def test_a_record_says_which_vector_set_torchs_kernels_used():
     import torch
 
     assert machine.describe()["torch_isa"] == torch.backends.cpu.get_cpu_capability()
-    code = ("import json, torch; from synthlab.run import machine; "
-            "print(json.dumps([machine.describe(), machine.vector_paths()]))")
+    code = (
+        "import json, torch; from synthlab.run import machine; "
+        "print(json.dumps([machine.describe(), machine.vector_paths()]))"
+    )
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}  # every x86 and ARM CPU has it
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     m, line = json.loads(out.stdout)
@@ -89,7 +91,9 @@ def _ask(path: Path) -> list[str]:
     code = "import synthlab; from synthlab.run import rundir; print(synthlab.__version__); print(rundir.git_hash())"
     # -S: no site-packages, where an editable install of synthlab would be found before PYTHONPATH
     env = {"PYTHONPATH": str(path), "PATH": os.environ.get("PATH", "")}
-    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=path, env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -109,8 +113,9 @@ def test_an_installed_wheel_names_the_commit_it_was_built_from_not_the_enclosing
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "other"], check=True)
     pkg = _copy_package(site)
-    (pkg / "_version.py").write_text("__version__ = version = '0.2.1.dev3+g1a2b3c4d5'\n"
-                                     "__commit_id__ = commit_id = 'g1a2b3c4d5'\n")
+    (pkg / "_version.py").write_text(
+        "__version__ = version = '0.2.1.dev3+g1a2b3c4d5'\n__commit_id__ = commit_id = 'g1a2b3c4d5'\n"
+    )
     assert _ask(site) == ["0.2.1.dev3+g1a2b3c4d5", "1a2b3c4"]
 
 

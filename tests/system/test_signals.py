@@ -15,8 +15,25 @@ import pytest
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_train_stopped_by_a_signal_exits_130_and_leaves_nothing(tmp_path, sig):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "synthlab.cli", "train", "flipflop", "--pe", "rope", "--preset", "quick",
-                             "--out", str(out), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "synthlab.cli",
+            "train",
+            "flipflop",
+            "--pe",
+            "rope",
+            "--preset",
+            "quick",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not (out.exists() and any(out.iterdir())) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)  # the run directory exists: training has started

@@ -33,14 +33,24 @@ LONG_STUDY = "flipflop-smoke-steps=1500-train.checkpoint_every=20"
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "SYNTHLAB_WORKERS": "1", **(extra or {})}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "SYNTHLAB_WORKERS": "1",
+        **(extra or {}),
+    }
     return env
 
 
 def _sweep(args: list[str], env: dict[str, str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "synthlab.cli", "sweep", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=kw.get("cwd"))
+    return subprocess.run(
+        [sys.executable, "-m", "synthlab.cli", "sweep", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=kw.get("cwd"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +74,13 @@ def cluster() -> dict[str, str]:
 
 
 def _squeue(env: dict[str, str], name: str) -> list[tuple[str, str]]:
-    out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i|%T", f"--name={name}"],
-                         capture_output=True, text=True, env=env, timeout=30)
+    out = subprocess.run(
+        ["squeue", "--noheader", "--array", "--format=%i|%T", f"--name={name}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     return [tuple(line.split("|", 1)) for line in out.stdout.split()]
 
 
@@ -112,8 +127,25 @@ def test_runs_outside_a_launcher_say_nothing_of_srun(tmp_path):
     env = _env({"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
     for k in [k for k in env if k.startswith("SLURM_")]:
         env.pop(k)
-    r = subprocess.run([sys.executable, "-m", "synthlab.cli", "train", "flipflop", "--pe", "rope", "--preset",
-                        "smoke", "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "synthlab.cli",
+            "train",
+            "flipflop",
+            "--pe",
+            "rope",
+            "--preset",
+            "smoke",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     # stderr is not a terminal: only the run's own heartbeat lines, nothing of srun
     assert all(line.startswith("[train] ") for line in r.stderr.splitlines()), r.stderr
@@ -135,17 +167,20 @@ def test_lightning_environment_inside_and_outside_slurm(monkeypatch):
     assert type(cluster_environment()) is LightningEnvironment
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--set", "launcher.time=soon"], "--set launcher.time='soon': a time limit is"),
-    (["--set", "launcher.colour=red"], "--set launcher.colour: unknown launcher setting"),
-    (["--set", "launcher.array_parallelism=0"], "--set launcher.array_parallelism='0': an integer from 1"),
-    (["--set", "launcher.gpus_per_task=-1"], "--set launcher.gpus_per_task='-1': an integer from 0"),
-    (["--set", "launcher.partition=a b"], "--set launcher.partition='a b': a partition name"),
-    (["--launcher", "local", "--set", "launcher.time=5"], "launcher settings go with --launcher slurm"),
-    (["--launcher", "local", "--detach"], "--detach goes with --launcher slurm"),
-    (["--workers", "2"], "--workers: not with --launcher slurm"),
-    (["--batch-seeds"], "--batch-seeds: not with --launcher slurm"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--set", "launcher.time=soon"], "--set launcher.time='soon': a time limit is"),
+        (["--set", "launcher.colour=red"], "--set launcher.colour: unknown launcher setting"),
+        (["--set", "launcher.array_parallelism=0"], "--set launcher.array_parallelism='0': an integer from 1"),
+        (["--set", "launcher.gpus_per_task=-1"], "--set launcher.gpus_per_task='-1': an integer from 0"),
+        (["--set", "launcher.partition=a b"], "--set launcher.partition='a b': a partition name"),
+        (["--launcher", "local", "--set", "launcher.time=5"], "launcher settings go with --launcher slurm"),
+        (["--launcher", "local", "--detach"], "--detach goes with --launcher slurm"),
+        (["--workers", "2"], "--workers: not with --launcher slurm"),
+        (["--batch-seeds"], "--batch-seeds: not with --launcher slurm"),
+    ],
+)
 def test_bad_launcher_settings_exit_2_before_anything_is_written(tmp_path, args, says):
     sweep_file = tmp_path / "tiny.toml"
     sweep_file.write_text(TINY)
@@ -178,8 +213,10 @@ def test_unknown_partition_exits_2_and_submits_nothing(tmp_path, cluster):
     sweep_file.write_text(TINY)
     env = _env(cluster)
     before = _submissions(env)
-    r = _sweep([str(sweep_file), "--out", str(tmp_path / "out"), "--launcher", "slurm",
-                "--set", "launcher.partition=nosuch"], env)
+    r = _sweep(
+        [str(sweep_file), "--out", str(tmp_path / "out"), "--launcher", "slurm", "--set", "launcher.partition=nosuch"],
+        env,
+    )
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     assert "--set launcher.partition='nosuch': no such partition" in r.stderr
     assert not (tmp_path / "out").exists()
@@ -239,7 +276,7 @@ def test_a_cancelled_task_is_rerun_and_finished_exactly_once(tmp_path, cluster):
     name = f"synthlab-{study}"
     run_id = _wait_until(lambda: _checkpoint_run(out), 300)
     assert run_id, "no checkpoint saved"
-    (job, state), = _squeue(env, name)
+    ((job, state),) = _squeue(env, name)
     assert state == "RUNNING"
     subprocess.run(["scancel", job], check=True, env=env, timeout=30)
     assert _wait_until(lambda: not _squeue(env, name), 120)
@@ -267,12 +304,17 @@ def test_a_requeued_task_resumes_from_its_checkpoint(tmp_path, cluster):
     args = ["flipflop", "--preset", "smoke", *LONG, "--out", str(out), "--launcher", "slurm"]
     study = LONG_STUDY
     name = f"synthlab-{study}"
-    with subprocess.Popen([sys.executable, "-m", "synthlab.cli", "sweep", *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env=env) as p:
+    with subprocess.Popen(
+        [sys.executable, "-m", "synthlab.cli", "sweep", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as p:
         try:
             run_id = _wait_until(lambda: _checkpoint_run(out), 300)
             assert run_id, "no checkpoint saved"
-            (job, state), = _squeue(env, name)
+            ((job, state),) = _squeue(env, name)
             subprocess.run(["scancel", "--signal=USR2", job], check=True, env=env, timeout=30)
             stdout, stderr = p.communicate(timeout=600)
         finally:
@@ -287,8 +329,9 @@ def test_a_requeued_task_resumes_from_its_checkpoint(tmp_path, cluster):
     log = (out / "slurm" / f"{job}_0_log.err").read_text()
     assert "this job is preempted" in log or "this job is timed-out" in log
     if env.get("SYNTHLAB_SLURM_LOG"):  # our cluster: the controller requeued the task
-        assert re.search(rf"Requeuing JobId={job.split('_')[0]}\b",
-                         Path(env["SYNTHLAB_SLURM_LOG"]).read_text(errors="replace"))
+        assert re.search(
+            rf"Requeuing JobId={job.split('_')[0]}\b", Path(env["SYNTHLAB_SLURM_LOG"]).read_text(errors="replace")
+        )
     assert re.search(rf"resuming {re.escape(run_id)} at step \d+", log), log
     assert "taken up again (requeued)" in log
     assert not list((out / "runs" / ".checkpoints").glob("*/last.ckpt"))  # gone with the record

@@ -60,19 +60,43 @@ class FakeTrain:
         self.fail_when = fail_when or (lambda pe, seed, ov: False)
         self.raise_when = raise_when or (lambda pe, seed, ov: False)
 
-    def __call__(self, task, pe, preset="quick", seed=0, out=None, positions=None, rope_scaling=None, quiet=True,
-                 results=None, study=None, trial=None, overrides=None, logger="csv", report=None):
+    def __call__(
+        self,
+        task,
+        pe,
+        preset="quick",
+        seed=0,
+        out=None,
+        positions=None,
+        rope_scaling=None,
+        quiet=True,
+        results=None,
+        study=None,
+        trial=None,
+        overrides=None,
+        logger="csv",
+        report=None,
+    ):
         ov = dict(overrides or {})
         self.calls.append((task, pe, seed, json.dumps(ov, sort_keys=True)))
         if self.raise_when(pe, seed, ov):
             raise RuntimeError("CUDA out of memory (fake)")
         acc = 0.9 if pe == "rope" else 0.6
-        rec = {"schema": 1, "run_id": f"{pe}-{seed}-{len(self.calls)}", "task": task, "task_params": {},
-               "pe": pe, "positions": positions,
-               "model": {"d_model": ov.get("model.d_model", 16), "n_layers": 1, "n_heads": 2, "params": 10},
-               "train": {"steps": 10, "batch_size": 8, "lr": ov.get("train.lr", 1e-3), "seed": seed, "train_len": 16},
-               "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc - 0.1 * seed}},
-               "by_length": None, "study": study, "trial": trial, "status": "ok"}
+        rec = {
+            "schema": 1,
+            "run_id": f"{pe}-{seed}-{len(self.calls)}",
+            "task": task,
+            "task_params": {},
+            "pe": pe,
+            "positions": positions,
+            "model": {"d_model": ov.get("model.d_model", 16), "n_layers": 1, "n_heads": 2, "params": 10},
+            "train": {"steps": 10, "batch_size": 8, "lr": ov.get("train.lr", 1e-3), "seed": seed, "train_len": 16},
+            "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc - 0.1 * seed}},
+            "by_length": None,
+            "study": study,
+            "trial": trial,
+            "status": "ok",
+        }
         if self.fail_when(pe, seed, ov):
             rec.update(status="failed", error="diverged: non-finite training loss (nan) at step 3", metrics={})
         if results is not None:
@@ -95,17 +119,31 @@ def as_run(train):
     synthlab.run.training.run: with each cell's resolved config (its settings as dotted overrides)."""
 
     def run(cfg, out=None, results=None, quiet=True, study=None, trial=None, t0=None, **options):
-        return train(cfg.task, cfg.pe, preset=cfg.preset, seed=cfg.train.seed, out=out, positions=cfg.positions,
-                     rope_scaling=cfg.rope_scaling, quiet=quiet, results=results, study=study, trial=trial,
-                     overrides=settings_of(cfg), **options)
+        return train(
+            cfg.task,
+            cfg.pe,
+            preset=cfg.preset,
+            seed=cfg.train.seed,
+            out=out,
+            positions=cfg.positions,
+            rope_scaling=cfg.rope_scaling,
+            quiet=quiet,
+            results=results,
+            study=study,
+            trial=trial,
+            overrides=settings_of(cfg),
+            **options,
+        )
 
     return run
 
 
 def failing_fake() -> FakeTrain:
     """nope seed 1 diverges (a failed record), rope seed 1 raises (no record from the trainer)."""
-    return FakeTrain(fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
-                     raise_when=lambda pe, seed, ov: pe == "rope" and seed == 1)
+    return FakeTrain(
+        fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
+        raise_when=lambda pe, seed, ov: pe == "rope" and seed == 1,
+    )
 
 
 @pytest.fixture
@@ -199,13 +237,14 @@ class ParamsTrain(FakeTrain):
 
     def __call__(self, task, pe, **kw):
         rec = super().__call__(task, pe, **kw)
-        rec["task_params"] = {k[len("task."):]: v for k, v in kw["overrides"].items() if k.startswith("task.")}
+        rec["task_params"] = {k[len("task.") :]: v for k, v in kw["overrides"].items() if k.startswith("task.")}
         return rec
 
 
 def _settings(recs):
-    return [(r["train"]["lr"], r["task_params"]["n_pairs"], r["task_params"]["loss"], r["model"]["d_model"])
-            for r in recs]
+    return [
+        (r["train"]["lr"], r["task_params"]["n_pairs"], r["task_params"]["loss"], r["model"]["d_model"]) for r in recs
+    ]
 
 
 @pytest.mark.parametrize("preset", ["smoke", "quick"])
@@ -229,8 +268,9 @@ def test_a_user_file_trains_its_own_presets_and_a_base_only_when_named(tmp_path,
     recs = sweeping.sweep(based, preset=preset, out=tmp_path / "based", grids=False)
     family = presets.preset_settings("flipflop", preset)
     assert family["model.d_model"] != 16 and family["train.lr"] != TrainConfig().lr
-    assert _settings(recs) == [(family["train.lr"], family["task.n_pairs"],
-                                family.get("task.loss", params["loss"].default), 16)]
+    assert _settings(recs) == [
+        (family["train.lr"], family["task.n_pairs"], family.get("task.loss", params["loss"].default), 16)
+    ]
 
 
 def test_every_cell_runs_once_and_a_rerun_resumes(tmp_path, fake, capsys):
@@ -254,8 +294,9 @@ def test_every_cell_runs_once_and_a_rerun_resumes(tmp_path, fake, capsys):
     # the JSONL rebuilt from the study holds the same records
     n = sweeping.export_results(str(out / sweeping.JOURNAL_NAME), "tiny-smoke", tmp_path / "rebuilt.jsonl")
     assert n == 4
-    assert sorted(r["run_id"] for r in grids.read_results(tmp_path / "rebuilt.jsonl")) == \
-        sorted(r["run_id"] for r in grids.read_results(out / "results.jsonl"))
+    assert sorted(r["run_id"] for r in grids.read_results(tmp_path / "rebuilt.jsonl")) == sorted(
+        r["run_id"] for r in grids.read_results(out / "results.jsonl")
+    )
 
 
 def test_more_seeds_later_run_only_the_new_seeds_cells(tmp_path, capsys):
@@ -322,7 +363,8 @@ def test_tuned_lr_the_grid_shows_the_best_setting_per_cell(tmp_path, monkeypatch
     f = LrTrain()
     monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     text = TINY.replace("seed = [0, 1]", "seed = [0]").replace(
-        "[presets.quick]", "[presets.smoke.tune]\ntrials_per_cell = 3\nlr = [1e-3, 3e-3, 1e-2]\n\n[presets.quick]")
+        "[presets.quick]", "[presets.smoke.tune]\ntrials_per_cell = 3\nlr = [1e-3, 3e-3, 1e-2]\n\n[presets.quick]"
+    )
     text = text.replace('capacity_x = "lr"', 'objective_split = "test"')
     out = tmp_path / "out"
     recs = sweeping.sweep(write_sweep(tmp_path, text), out=out, quiet=True)
@@ -330,7 +372,9 @@ def test_tuned_lr_the_grid_shows_the_best_setting_per_cell(tmp_path, monkeypatch
     assert len(grids.read_results(out / "study-results.jsonl")) == 6
     printed = capsys.readouterr().out
     assert "tuned lr: the grids show, per cell, the best of 3 settings by token_acc on test" in printed
-    assert "| rope | 5.0 (n 1) | 10.0 (n 1) |" in printed and "| nope | 5.0 (n 1) | 10.0 (n 1) |" in printed  # no "±": one run per cell
+    assert (
+        "| rope | 5.0 (n 1) | 10.0 (n 1) |" in printed and "| nope | 5.0 (n 1) | 10.0 (n 1) |" in printed
+    )  # no "±": one run per cell
     md = (out / "grids" / "ood.md").read_text()
     assert "lr=" not in md
 
@@ -359,8 +403,7 @@ def test_a_trial_of_a_dead_process_is_rerun_once(tmp_path, fake):
     dead.wait()
     st.enqueue_trial({}, user_attrs={"cell_key": cells[0].key, "cell": cells[0].axes})
     t = st.ask()
-    storage.set_trial_user_attr(t._trial_id, "worker", {"host": socket.gethostname(), "pid": dead.pid,
-                                                         "start": "1"})
+    storage.set_trial_user_attr(t._trial_id, "worker", {"host": socket.gethostname(), "pid": dead.pid, "start": "1"})
     storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time())
     sweeping.sweep(path, out=out, grids=False)
     assert len(fake.calls) == 4  # the killed cell ran again, once
@@ -384,8 +427,7 @@ def test_a_silent_trial_elsewhere_is_rerun_after_the_grace_period(tmp_path, fake
     st.enqueue_trial({}, user_attrs={"cell_key": cells[1].key, "cell": cells[1].axes})
     t = st.ask()
     # its worker beat every 0.2 s: its old heartbeat, unchanged for three beats here, is dead
-    storage.set_trial_user_attr(t._trial_id, "worker", {"host": "another-machine", "pid": 1, "start": "1",
-                                                         "beat": 0.2})
+    storage.set_trial_user_attr(t._trial_id, "worker", {"host": "another-machine", "pid": 1, "start": "1", "beat": 0.2})
     storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time() - 1000)
     sweeping.sweep(path, out=out, grids=False, grace_period=60, poll=0.1)
     _, trials = study_trials(out, "tiny-smoke")
@@ -511,14 +553,20 @@ def test_a_failed_cell_is_recorded_the_sweep_goes_on_and_the_grid_shows_it_missi
     assert "nope,test,40.0,,1,1,,," in csv  # no paper number for this cell
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["sweep", "nosuch-task"], "unknown sweep or task"),
-    (["sweep", "flipflop", "--pe", "cope,bogus"], "bogus"),
-    (["sweep", "flipflop", "--preset", "smoke", "--storage", "postgresql://nobody@127.0.0.1:1/none"], "cannot connect"),
-    (["sweep", "flipflop", "--preset", "smoke", "--storage", "/nonexistent-dir/x.journal"], "does not exist"),
-    (["sweep", "flipflop", "--trials", "0"], "--trials"),
-    (["sweep", "flipflop", "--study", "a/b"], "--study"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["sweep", "nosuch-task"], "unknown sweep or task"),
+        (["sweep", "flipflop", "--pe", "cope,bogus"], "bogus"),
+        (
+            ["sweep", "flipflop", "--preset", "smoke", "--storage", "postgresql://nobody@127.0.0.1:1/none"],
+            "cannot connect",
+        ),
+        (["sweep", "flipflop", "--preset", "smoke", "--storage", "/nonexistent-dir/x.journal"], "does not exist"),
+        (["sweep", "flipflop", "--trials", "0"], "--trials"),
+        (["sweep", "flipflop", "--study", "a/b"], "--study"),
+    ],
+)
 def test_bad_input_exits_2_and_creates_nothing(tmp_path, argv, match, capsys):
     out = tmp_path / "out"
     assert main([*argv, "--out", str(out)]) == 2
@@ -527,12 +575,15 @@ def test_bad_input_exits_2_and_creates_nothing(tmp_path, argv, match, capsys):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("text, match", [
-    ('[sweep]\ntask = "flipflop"\n[axes]\npe = ["rope"\n', "malformed TOML"),
-    (TINY.replace("seed = [0, 1]", 'seed = ["zero"]'), "axes.seed: value 'zero' has the wrong type"),
-    (TINY.replace("[axes]", "[axes]\nd_model = [16]\nbogus_key = [1]"), "bogus_key"),
-    (TINY.replace('pe = ["rope", "nope"]', 'pe = ["rope", "nope"]\npose_chunks = [2]'), "pose"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ('[sweep]\ntask = "flipflop"\n[axes]\npe = ["rope"\n', "malformed TOML"),
+        (TINY.replace("seed = [0, 1]", 'seed = ["zero"]'), "axes.seed: value 'zero' has the wrong type"),
+        (TINY.replace("[axes]", "[axes]\nd_model = [16]\nbogus_key = [1]"), "bogus_key"),
+        (TINY.replace('pe = ["rope", "nope"]', 'pe = ["rope", "nope"]\npose_chunks = [2]'), "pose"),
+    ],
+)
 def test_bad_sweep_files_exit_2_and_create_nothing(tmp_path, text, match, capsys):
     path = write_sweep(tmp_path, text, "bad.toml")
     out = tmp_path / "out"
@@ -559,6 +610,7 @@ def test_grid_command(tmp_path, fake, capsys):
 # --------------------------------------------------------------------------------------------
 # real processes (smoke-scale training)
 
+
 def _cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "synthlab.cli", "sweep", *args, "--quiet"]
 
@@ -574,11 +626,17 @@ def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 400,").replace("seed = [0, 1]", "seed = [0]"))
     out = tmp_path / "out"
     # the first cell finishes in a run of its own (--trials 1), so the kill below cannot race it
-    r = subprocess.run(_cmd(str(path), "--out", str(out), "--trials", "1"), env=_env(), capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        _cmd(str(path), "--out", str(out), "--trials", "1"), env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
-    proc = subprocess.Popen(_cmd(str(path), "--out", str(out)), env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        _cmd(str(path), "--out", str(out)),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     killed_number = None
     deadline = time.time() + 120
     while time.time() < deadline and killed_number is None and proc.poll() is None:
@@ -592,8 +650,9 @@ def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
     assert killed_number is not None, "the sweep never took its second cell"
     assert proc.returncode == -signal.SIGKILL
     _, before = study_trials(out, "tiny-smoke")
-    finished_before = {t.user_attrs["cell_key"]: t.user_attrs["record"]["run_id"]
-                       for t in before if t.state == TrialState.COMPLETE}
+    finished_before = {
+        t.user_attrs["cell_key"]: t.user_attrs["record"]["run_id"] for t in before if t.state == TrialState.COMPLETE
+    }
     assert len(finished_before) == 1
     with open(out / "results.jsonl", "a") as f:  # a record torn by the kill
         f.write('{"schema": 1, "run_id": "torn", "task": "flip')
@@ -604,8 +663,12 @@ def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
     keys = completed_keys(after)
     assert len(keys) == 2 == len(set(keys))
     for key, run_id in finished_before.items():  # nothing finished was lost or re-run
-        assert next(t for t in after if t.state == TrialState.COMPLETE and t.user_attrs["cell_key"] == key) \
-            .user_attrs["record"]["run_id"] == run_id
+        assert (
+            next(t for t in after if t.state == TrialState.COMPLETE and t.user_attrs["cell_key"] == key).user_attrs[
+                "record"
+            ]["run_id"]
+            == run_id
+        )
     killed = next(t for t in after if t.number == killed_number)
     assert killed.state == TrialState.FAIL and "stale" in killed.user_attrs
     recs = grids.read_results(out / "results.jsonl")
@@ -616,12 +679,22 @@ def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
 def test_two_workers_share_one_study_without_duplicates(tmp_path):
     from optuna.trial import TrialState
 
-    path = write_sweep(tmp_path, TINY.replace("seed = [0, 1]", "seed = [0, 1, 2]").replace("steps = 10,", "steps = 60,"))
+    path = write_sweep(
+        tmp_path, TINY.replace("seed = [0, 1]", "seed = [0, 1, 2]").replace("steps = 10,", "steps = 60,")
+    )
     out = tmp_path / "out"
     # --trials 3 each: the 6 cells finish only if both workers take 3 (a worker that started late
     # once found every cell done; that says nothing about sharing, so the split is not left to timing)
-    procs = [subprocess.Popen(_cmd(str(path), "--out", str(out), "--trials", "3"), env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            _cmd(str(path), "--out", str(out), "--trials", "3"),
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (_, se) in zip(procs, outs):
         assert p.returncode == 0, se
@@ -639,12 +712,18 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
     # a worker takes it, or still waits when both had run their 3 trials first; never trained
     extra = [t for t in trials if t.state != TrialState.COMPLETE]
     assert all("record" not in t.user_attrs for t in extra)
-    assert all(t.state == TrialState.PRUNED and "duplicate_of" in t.user_attrs
-               or t.state == TrialState.WAITING and "worker" not in t.user_attrs and t.user_attrs["cell_key"] in keys
-               for t in extra)
+    assert all(
+        t.state == TrialState.PRUNED
+        and "duplicate_of" in t.user_attrs
+        or t.state == TrialState.WAITING
+        and "worker" not in t.user_attrs
+        and t.user_attrs["cell_key"] in keys
+        for t in extra
+    )
     recs = grids.read_results(out / "results.jsonl")
     assert sorted((r["pe"], r["train"]["seed"]) for r in recs) == sorted(
-        (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2))
+        (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2)
+    )
     r = subprocess.run(_cmd(str(path), "--out", str(out)), env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "6/6 cells finished" in r.stdout, r.stderr  # a third worker finds nothing to do
     assert len(study_trials(out, "tiny-smoke")[1]) == len(trials)
@@ -683,7 +762,9 @@ def test_retry_failed_runs_only_the_failed_cells_again(tmp_path, monkeypatch, ca
 
 @pytest.mark.slow
 def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
-    text = TINY.replace("seed = [0, 1]", "seed = [0]\nlr = [3e-3, 1e30]").replace('pe = ["rope", "nope"]', 'pe = ["rope"]')
+    text = TINY.replace("seed = [0, 1]", "seed = [0]\nlr = [3e-3, 1e30]").replace(
+        'pe = ["rope", "nope"]', 'pe = ["rope"]'
+    )
     path = write_sweep(tmp_path, text)
     out = tmp_path / "out"
     r = subprocess.run(_cmd(str(path), "--out", str(out)), env=_env(), capture_output=True, text=True, timeout=300)
@@ -696,8 +777,9 @@ def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     assert row == "rope,1e+30,,,0,1,,,"  # mean and std blank, not 0 (and no paper number)
     assert "1 failed or not run" in r.stdout
     # --retry-failed runs that cell (only that one) again: it diverges again
-    r = subprocess.run(_cmd(str(path), "--out", str(out), "--retry-failed"), env=_env(), capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        _cmd(str(path), "--out", str(out), "--retry-failed"), env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     lrs = [json.loads(x)["train"]["lr"] for x in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(lrs) == [3e-3, 1e30, 1e30]

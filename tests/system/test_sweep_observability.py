@@ -34,8 +34,23 @@ class ReportingTrain(FakeTrain):
         self.pause, self.evals = pause, evals
         self.options: list[dict] = []
 
-    def __call__(self, task, pe, preset="quick", seed=0, out=None, positions=None, rope_scaling=None, quiet=True,
-                 results=None, study=None, trial=None, overrides=None, logger="csv", report=None):
+    def __call__(
+        self,
+        task,
+        pe,
+        preset="quick",
+        seed=0,
+        out=None,
+        positions=None,
+        rope_scaling=None,
+        quiet=True,
+        results=None,
+        study=None,
+        trial=None,
+        overrides=None,
+        logger="csv",
+        report=None,
+    ):
         self.options.append({"logger": logger, "quiet": quiet, "report": report is not None})
         for step in range(10):
             time.sleep(self.pause)
@@ -43,8 +58,9 @@ class ReportingTrain(FakeTrain):
                 report(step, {"loss": 2.0 / (step + 1)})
                 if step in self.evals:
                     report(step, {"test/token_acc": 0.5, "ood-sparse/token_acc": step / 10})
-        rec = super().__call__(task, pe, preset, seed, out, positions, rope_scaling, quiet, results, study, trial,
-                               overrides)
+        rec = super().__call__(
+            task, pe, preset, seed, out, positions, rope_scaling, quiet, results, study, trial, overrides
+        )
         rec["wall_s"] = round(10 * self.pause + 0.25, 3)
         return rec
 
@@ -120,13 +136,17 @@ def test_logger_goes_to_every_run_and_is_no_part_of_a_cells_identity(tmp_path, r
     assert [o["logger"] for o in reporting.options[4:]] == ["csv"] * 4
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--logger", "bogus"], "--logger 'bogus' is not allowed (allowed: csv, tensorboard, wandb, mlflow, none)"),
-    (["--logger", "wandb"], "--logger wandb needs the wandb package: pip install 'synthlab-pe[wandb]'"),
-    (["--progress-every", "0"], "--progress-every must be a positive number of seconds, got 0.0"),
-])
-def test_bad_logger_or_interval_exits_2_with_one_line_and_writes_nothing(tmp_path, reporting, monkeypatch, capsys,
-                                                                      argv, match):
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--logger", "bogus"], "--logger 'bogus' is not allowed (allowed: csv, tensorboard, wandb, mlflow, none)"),
+        (["--logger", "wandb"], "--logger wandb needs the wandb package: pip install 'synthlab-pe[wandb]'"),
+        (["--progress-every", "0"], "--progress-every must be a positive number of seconds, got 0.0"),
+    ],
+)
+def test_bad_logger_or_interval_exits_2_with_one_line_and_writes_nothing(
+    tmp_path, reporting, monkeypatch, capsys, argv, match
+):
     import importlib.util
 
     real = importlib.util.find_spec
@@ -203,8 +223,9 @@ def test_a_trial_enqueued_before_params_existed_gets_them_when_it_runs(tmp_path,
     out = tmp_path / "out"
     out.mkdir()
     cells = sweeping.expand_cells(sweeping.load_sweep(path), "smoke")
-    st = optuna.create_study(study_name="tiny-smoke", storage=sweeping.open_storage(str(out / sweeping.JOURNAL_NAME)),
-                             direction="maximize")
+    st = optuna.create_study(
+        study_name="tiny-smoke", storage=sweeping.open_storage(str(out / sweeping.JOURNAL_NAME)), direction="maximize"
+    )
     st.enqueue_trial({}, user_attrs={"cell_key": cells[2].key, "cell": cells[2].axes})  # the old way
     sweeping.sweep(path, out=out)
     _, trials = study_trials(out, "tiny-smoke")
@@ -236,9 +257,23 @@ def test_optuna_dashboard_shows_params_search_space_user_attrs_curves_and_import
     port = _free_port()
     # `optuna-dashboard JOURNAL` (its console script runs optuna_dashboard._cli:main) on the
     # journal a sweep writes, as docs/observability.md says
-    proc = subprocess.Popen([sys.executable, "-m", "optuna_dashboard._cli", str(out / "study.journal"), "--host",
-                             "127.0.0.1", "--port", str(port), "--quiet"], env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "optuna_dashboard._cli",
+            str(out / "study.journal"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--quiet",
+        ],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -255,8 +290,12 @@ def test_optuna_dashboard_shows_params_search_space_user_attrs_curves_and_import
         sid = summary["study_id"]
         code, detail = _get(f"{base}/api/studies/{sid}")
         assert code == 200
-        space = {p["name"]: sorted(c["value"] for c in p["distribution"]["choices"]) if "choices" in p["distribution"]
-                 else (p["distribution"]["low"], p["distribution"]["high"]) for p in detail["union_search_space"]}
+        space = {
+            p["name"]: sorted(c["value"] for c in p["distribution"]["choices"])
+            if "choices" in p["distribution"]
+            else (p["distribution"]["low"], p["distribution"]["high"])
+            for p in detail["union_search_space"]
+        }
         assert space == {"pe": ["nope", "rope"], "seed": (0, 1), "task": ["flipflop"]}
         assert {p["name"] for p in detail["intersection_search_space"]} == {"pe", "seed", "task"}
         attrs = {a["key"]: a["sortable"] for a in detail["union_user_attrs"]}
@@ -265,8 +304,11 @@ def test_optuna_dashboard_shows_params_search_space_user_attrs_curves_and_import
         assert detail["objective_names"] == ["ood-sparse/token_acc"]
         assert {"key": "intermediate", "value": "loss"} in detail["user_attrs"]
         t0 = detail["trials"][0]
-        assert {p["name"]: p["param_external_value"] for p in t0["params"]} == {"task": "flipflop", "pe": "rope",
-                                                                                "seed": "0"}
+        assert {p["name"]: p["param_external_value"] for p in t0["params"]} == {
+            "task": "flipflop",
+            "pe": "rope",
+            "seed": "0",
+        }
         assert [v["step"] for v in t0["intermediate_values"]] == [0, 9]
         code, imp = _get(f"{base}/api/studies/{sid}/param_importances")
         assert code == 200  # an empty search space made this page fail with HTTP 500
@@ -286,8 +328,13 @@ def test_with_workers_the_main_process_alone_prints_one_line_per_cell(tmp_path):
     out = tmp_path / "out"
     # --trials 2: each process runs two cells (the main one would otherwise finish the grid
     # before its helper has imported torch)
-    r = subprocess.run(_cli(str(path), "--out", str(out), "--workers", "2", "--trials", "2", "--progress-every", "0.5"),
-                       env=_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        _cli(str(path), "--out", str(out), "--workers", "2", "--trials", "2", "--progress-every", "0.5"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     done = [ln for ln in r.stderr.splitlines() if " cells done: " in ln]
     assert [ln.split(" cells done")[0] for ln in done] == [f"[sweep] {k}/4" for k in range(1, 5)], r.stderr

@@ -38,8 +38,9 @@ print(json.dumps({"code": code, "loaded": [m for m in %r if m in sys.modules]}),
 
 def probe(argv: list[str], cwd: Path) -> tuple[dict, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     return json.loads(r.stderr.strip().splitlines()[-1]), r.stdout
 
 
@@ -65,8 +66,9 @@ def test_a_finished_sweep_run_again_imports_no_trainer_and_writes_nothing_to_the
     assert "study tiny-smoke: 4/4 cells finished" in printed and "| rope |" in printed
     assert (out / sweeping.JOURNAL_NAME).read_bytes() == journal  # read only
     assert {p.name: p.stat().st_mtime_ns for p in (out / "grids").iterdir()} == drawn  # nothing redrawn
-    assert sorted(r["run_id"] for r in map(json.loads, (out / "study-results.jsonl").read_text().splitlines())) == \
-        sorted(r["run_id"] for r in first)
+    assert sorted(
+        r["run_id"] for r in map(json.loads, (out / "study-results.jsonl").read_text().splitlines())
+    ) == sorted(r["run_id"] for r in first)
     # a picture that is gone is drawn again
     (out / "grids" / "ood.png").unlink()
     got, _ = probe(["sweep", str(path), "--out", str(out), "--quiet"], tmp_path)

@@ -33,7 +33,9 @@ if tuple(int(x) for x in __import__("triton").__version__.split(".")[:2]) < (3, 
     pytest.skip("ahead-of-time compiles are checked with triton 3.6 and 3.9", allow_module_level=True)
 
 # the ahead-of-time helpers are a script's module, not the installed package's
-_spec = importlib.util.spec_from_file_location("triton_aot", Path(__file__).resolve().parents[2] / "scripts" / "triton_aot.py")
+_spec = importlib.util.spec_from_file_location(
+    "triton_aot", Path(__file__).resolve().parents[2] / "scripts" / "triton_aot.py"
+)
 ta = sys.modules["triton_aot"] = importlib.util.module_from_spec(_spec)  # its dataclasses look it up
 _spec.loader.exec_module(ta)
 
@@ -69,9 +71,14 @@ def _cases():
                 seen.add(key)
                 fast = (d_h, npos, has_table) == FAST and (arch == 90 or precision == "tf32")
                 name = cfg.name.removeprefix("_cope_").removesuffix("_kernel")
-                out.append(pytest.param(cfg, arch, marks=() if fast else pytest.mark.slow,
-                                        id=f"sm{arch}-{name}-d{d_h}-npos{npos}-{'table' if has_table else 'alibi'}"
-                                           f"-{precision}"))
+                out.append(
+                    pytest.param(
+                        cfg,
+                        arch,
+                        marks=() if fast else pytest.mark.slow,
+                        id=f"sm{arch}-{name}-d{d_h}-npos{npos}-{'table' if has_table else 'alibi'}-{precision}",
+                    )
+                )
     return out
 
 
@@ -83,7 +90,8 @@ def test_kernel_compiles_within_shared_memory(cfg, arch):
     limit = ta.MAX_SHARED_OPTIN[arch]
     assert 0 < res.shared_bytes <= limit, (
         f"{cfg.name} {cfg.tiles()} num_warps {cfg.num_warps} needs {res.shared_bytes} bytes of shared memory; "
-        f"sm_{arch} allows {limit} per block")
+        f"sm_{arch} allows {limit} per block"
+    )
     if res.registers is not None:  # cuobjdump found; spills are slow, not wrong, so only reported
         assert 0 < res.registers <= 255 and res.stack_bytes >= 0
 
@@ -149,18 +157,25 @@ def _as_compiled(kernel, args, kwargs):
     return signature, kwargs, num_warps, tuple(aligned), num_stages
 
 
-@pytest.mark.parametrize("d_h, npos, has_table, precision",
-                         [(64, 64, True, "tf32"), (128, 16, False, "ieee"), (24, 10, True, "tf32x3")])
+@pytest.mark.parametrize(
+    "d_h, npos, has_table, precision", [(64, 64, True, "tf32"), (128, 16, False, "ieee"), (24, 10, True, "tf32x3")]
+)
 def test_configs_are_the_launchers(monkeypatch, d_h, npos, has_table, precision):
     expected = ta.cope_launch_configs(d_h, npos, has_table, precision)  # before the kernels are swapped out
     calls = _launched(monkeypatch, d_h, npos, has_table, precision)
     assert [kernel for kernel, _, _ in calls] == [cfg.kernel for cfg in expected]
     for (kernel, args, kwargs), cfg in zip(calls, expected):
-        assert _as_compiled(kernel, args, kwargs) == (cfg.signature, cfg.constexprs, cfg.num_warps, cfg.aligned,
-                                                      cfg.num_stages), cfg.name
+        assert _as_compiled(kernel, args, kwargs) == (
+            cfg.signature,
+            cfg.constexprs,
+            cfg.num_warps,
+            cfg.aligned,
+            cfg.num_stages,
+        ), cfg.name
 
 
 # ---- DAPE's kernels (native/dape_triton.py) ----
+
 
 def _dape_cases():
     """H 4, D 32 (the paper size's kerple+dape), k 1 / 3 / 5, with a bias (its gradient too) or
@@ -168,15 +183,26 @@ def _dape_cases():
     "tf32" at sm_90. The layer's own case (k 3, bias, causal, P) runs always."""
     out = []
     for arch, precision in ((90, "ieee"), (80, "ieee"), (90, "tf32")):
-        for k, has_bias, causal, softmax in ((3, True, True, True), (1, True, True, True), (5, True, True, False),
-                                             (3, False, True, True), (3, True, False, True)):
+        for k, has_bias, causal, softmax in (
+            (3, True, True, True),
+            (1, True, True, True),
+            (5, True, True, False),
+            (3, False, True, True),
+            (3, True, False, True),
+        ):
             fast = (arch, precision, k, has_bias, causal, softmax) == (90, "ieee", 3, True, True, True)
             for cfg in ta.dape_launch_configs(4, 32, k, has_bias, causal, softmax, precision):
                 name = cfg.name.removeprefix("_dape_").removesuffix("_kernel")
-                out.append(pytest.param(cfg, arch, marks=() if fast else pytest.mark.slow,
-                                        id=f"sm{arch}-dape-{name}-k{k}-{'bias' if has_bias else 'nobias'}-"
-                                           f"{'causal' if causal else 'encoder'}-{'P' if softmax else 'A'}-"
-                                           f"{precision}"))
+                out.append(
+                    pytest.param(
+                        cfg,
+                        arch,
+                        marks=() if fast else pytest.mark.slow,
+                        id=f"sm{arch}-dape-{name}-k{k}-{'bias' if has_bias else 'nobias'}-"
+                        f"{'causal' if causal else 'encoder'}-{'P' if softmax else 'A'}-"
+                        f"{precision}",
+                    )
+                )
     return out
 
 
@@ -186,9 +212,14 @@ def test_dape_kernel_compiles_within_shared_memory(cfg, arch):
     test_kernel_compiles_within_shared_memory(cfg, arch)
 
 
-@pytest.mark.parametrize("k, has_bias, shared_bias, causal, softmax, precision",
-                         [(3, True, True, True, True, "ieee"), (1, False, False, True, False, "tf32"),
-                          (5, True, False, False, True, "tf32x3")])
+@pytest.mark.parametrize(
+    "k, has_bias, shared_bias, causal, softmax, precision",
+    [
+        (3, True, True, True, True, "ieee"),
+        (1, False, False, True, False, "tf32"),
+        (5, True, False, False, True, "tf32x3"),
+    ],
+)
 def test_dape_configs_are_the_launchers(monkeypatch, k, has_bias, shared_bias, causal, softmax, precision):
     """dape_launch_configs equals what _DAPETritonKernel launches (forward and backward on meta
     tensors, CUDA's tile sizes): B 2, H 4, D 32, T 300."""
@@ -206,14 +237,17 @@ def test_dape_configs_are_the_launchers(monkeypatch, k, has_bias, shared_bias, c
     meta = dict(device="meta", requires_grad=True)
     S = torch.empty(B, H, T, T, **meta)
     bias = torch.empty(1 if shared_bias else B, H, T, T, **meta) if has_bias else None
-    weights = [torch.empty(D, C, 1, k, **meta), torch.empty(D, **meta), torch.empty(H, D, 1, k, **meta),
-               torch.empty(H, **meta)]
+    weights = [
+        torch.empty(D, C, 1, k, **meta),
+        torch.empty(D, **meta),
+        torch.empty(H, D, 1, k, **meta),
+        torch.empty(H, **meta),
+    ]
     out = dt._DAPETritonKernel.apply(S, bias, *weights, causal, softmax)
     torch.autograd.grad(out.sum(), [S] + ([bias] if has_bias else []))
     assert [kernel for kernel, _, _ in calls] == [cfg.kernel for cfg in expected]
     launched = [_as_compiled(*c) for c in calls]
-    assert launched == [(cfg.signature, cfg.constexprs, cfg.num_warps, cfg.aligned, cfg.num_stages)
-                        for cfg in expected]
+    assert launched == [(cfg.signature, cfg.constexprs, cfg.num_warps, cfg.aligned, cfg.num_stages) for cfg in expected]
     calls.clear()
     dt._compile_all(torch.device("meta"), H, C, T, D, k, has_bias, causal, softmax)  # what builds() compiles
     compiled = [_as_compiled(*c) for c in calls]
@@ -246,7 +280,8 @@ def test_paper_size_launches_spill_nothing(precision):
     if not triton.__version__.startswith(("3.9.", "3.6.")):
         pytest.skip(f"register report of triton {triton.__version__}; the tiles were checked with 3.9 and 3.6")
     configs = ta.cope_launch_configs(64, 64, True, precision) + [
-        cfg for k in (1, 3) for cfg in ta.dape_launch_configs(4, 32, k, True, True, True, precision)]
+        cfg for k in (1, 3) for cfg in ta.dape_launch_configs(4, 32, k, True, True, True, precision)
+    ]
     configs.append(ta.cope_launch_configs(64, 512, True, precision)[1])  # cope:npos=512 (the T 512 lead)
     spills = {}
     for cfg in configs:
@@ -291,6 +326,7 @@ def test_a_kernel_that_does_not_compile_leaves_the_pytorch_path_on(monkeypatch):
     with pytest.warns(RuntimeWarning, match=r"CoPE's Triton kernels do not compile here \(RuntimeError: PTXASError"):
         assert not compiles(q(24))
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no second warning
         assert not compiles(q(24)) and not compiles(q(12)) and not compiles(q(40))
@@ -340,14 +376,22 @@ def test_builds_compile_through_triton_launch_path_for_an_h100(monkeypatch, path
     from synthlab.model.native import dape_triton as dt
     from synthlab.model.native.triton_build import KernelBuilds
 
-    kernels = ([ct._cope_fwd_kernel, ct._cope_bwd_query_kernel, ct._cope_bwd_key_kernel] if path == "cope"
-               else [dt._dape_fwd_kernel, dt._dape_bwd_kernel])
+    kernels = (
+        [ct._cope_fwd_kernel, ct._cope_bwd_query_kernel, ct._cope_bwd_key_kernel]
+        if path == "cope"
+        else [dt._dape_fwd_kernel, dt._dape_bwd_kernel]
+    )
     for kernel in kernels:  # compiles land in a fresh per-device cache, dropped after the test
         monkeypatch.setattr(kernel, "device_caches", type(kernel.device_caches)(kernel.create_binder))
     monkeypatch.setattr(driver, "_active", _StandInCudaDriver())
     empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *size, device=None, **kw: empty(
-        *size, device="cpu" if device is not None and torch.device(device).type == "cuda" else device, **kw))
+    monkeypatch.setattr(
+        torch,
+        "empty",
+        lambda *size, device=None, **kw: empty(
+            *size, device="cpu" if device is not None and torch.device(device).type == "cuda" else device, **kw
+        ),
+    )
     cuda = torch.device("cuda")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -76,8 +76,9 @@ def _check_against_float64(cope, q_raw, q, k, v, same_query=True):
     w = torch.randn(q.shape)
     args = (q_raw, q, k, v, w)
     fast, fast_grads = _run(_by_triton, cope, *args, same_query=same_query)
-    ref_cope = CoPE(d_model=cope.n_heads * cope.head_dim, n_heads=cope.n_heads, npos=cope.npos,
-                    alibi=cope.alibi).double()
+    ref_cope = CoPE(
+        d_model=cope.n_heads * cope.head_dim, n_heads=cope.n_heads, npos=cope.npos, alibi=cope.alibi
+    ).double()
     ref_cope.load_state_dict(cope.state_dict())
     ref, ref_grads = _run(_by_pytorch, ref_cope, *args, dtype=torch.float64, same_query=same_query)
     cope32 = CoPE(d_model=cope.n_heads * cope.head_dim, n_heads=cope.n_heads, npos=cope.npos, alibi=cope.alibi)
@@ -108,16 +109,19 @@ def test_kernels_are_interpreted():
 
 
 @pytest.mark.interpreted
-@pytest.mark.parametrize("B,H,T,d_h,npos,alibi", [
-    (2, 2, 1, 16, 64, False),
-    (2, 2, 5, 7, 4, False),  # d_h 7: padded with masks; npos 4 < T: clamping
-    (2, 2, 17, 8, 8, False),  # most positions clamp
-    (2, 3, 17, 16, 64, True),  # CoPE-ALiBi, npos > T: no clamp
-    (1, 2, 40, 24, 5, True),  # CoPE-ALiBi clamped, d_h 24
-    (1, 2, 64, 32, 16, False),  # T a multiple of the tiles
-    (1, 1, 33, 64, 64, False),
-    (1, 1, 130, 16, 64, False),  # T past npos: clamped far from the diagonal only
-])
+@pytest.mark.parametrize(
+    "B,H,T,d_h,npos,alibi",
+    [
+        (2, 2, 1, 16, 64, False),
+        (2, 2, 5, 7, 4, False),  # d_h 7: padded with masks; npos 4 < T: clamping
+        (2, 2, 17, 8, 8, False),  # most positions clamp
+        (2, 3, 17, 16, 64, True),  # CoPE-ALiBi, npos > T: no clamp
+        (1, 2, 40, 24, 5, True),  # CoPE-ALiBi clamped, d_h 24
+        (1, 2, 64, 32, 16, False),  # T a multiple of the tiles
+        (1, 1, 33, 64, 64, False),
+        (1, 1, 130, 16, 64, False),  # T past npos: clamped far from the diagonal only
+    ],
+)
 def test_equals_pytorch_path_in_float64(B, H, T, d_h, npos, alibi):
     q, k, v = _qkv(B, H, T, d_h, seed=T + d_h)
     _check_against_float64(_cope(H, d_h, npos, alibi), q, q, k, v)
@@ -239,12 +243,14 @@ def test_attend_sends_cuda_tensors_to_triton(monkeypatch):
 
 # ---- under torch.func.vmap (batched seeds: model/stacked.py) ----
 
+
 def _fake_cuda(monkeypatch):
     """Tensors that are a _LooksCuda, or under vmap wrap one (a vmapped tensor does not see the
     subclass's property), say they are on CUDA; every other tensor tells the truth."""
     real = torch.Tensor.is_cuda
-    monkeypatch.setattr(torch.Tensor, "is_cuda",
-                        property(lambda t: real.__get__(t) or isinstance(plain(t), _LooksCuda)))
+    monkeypatch.setattr(
+        torch.Tensor, "is_cuda", property(lambda t: real.__get__(t) or isinstance(plain(t), _LooksCuda))
+    )
 
 
 def _kernel_batches(monkeypatch):
@@ -281,17 +287,22 @@ def test_vmap_equals_a_loop_of_calls(case, monkeypatch):
     V, B, H, T, d_h, npos = 3, 2, 2, 19, 8, 6  # T: two key blocks of the interpreter's tiles; npos < T: clamps
     torch.manual_seed(21)
     stacks = [s * torch.randn(V, B, H, T, d_h) for s in (2.0, 2.0, 1.0)] + [torch.randn(V, B, H, T, npos)]
-    leaves = [None if alibi and i == 3 else (x[0] if d is None else x.movedim(0, d).contiguous()).requires_grad_()
-              for i, (x, d) in enumerate(zip(stacks, dims))]
+    leaves = [
+        None if alibi and i == 3 else (x[0] if d is None else x.movedim(0, d).contiguous()).requires_grad_()
+        for i, (x, d) in enumerate(zip(stacks, dims))
+    ]
     base = torch.tensor(cope_alibi_slopes(H, 0.25)) if alibi else None
     slopes = base if slopes_dim is None or not alibi else torch.stack([base * f for f in (1.0, 3.0, 0.5)])
-    in_dims = (*(None if t is None else d for t, d in zip(leaves, dims)), None if slopes_dim is None or not alibi
-               else slopes_dim)
+    in_dims = (
+        *(None if t is None else d for t, d in zip(leaves, dims)),
+        None if slopes_dim is None or not alibi else slopes_dim,
+    )
     scale = 0.35
 
     batches = _kernel_batches(monkeypatch)
-    out = torch.func.vmap(lambda q, k, v, table, s: ct.CoPEQKVTriton.apply(q, k, v, table, s, npos, scale),
-                          in_dims=in_dims)(*leaves, slopes)
+    out = torch.func.vmap(
+        lambda q, k, v, table, s: ct.CoPEQKVTriton.apply(q, k, v, table, s, npos, scale), in_dims=in_dims
+    )(*leaves, slopes)
     assert batches == ([B] * V if in_dims[4] is not None else [V * B])  # folded: one call for all the slices
     w = torch.randn(V, B, H, T, d_h)
     grads = torch.autograd.grad((out * w).sum(), [t for t in leaves if t is not None])
@@ -299,8 +310,12 @@ def test_vmap_equals_a_loop_of_calls(case, monkeypatch):
     def part(t, d, i):
         return None if t is None else (t if d is None else t.select(d, i))
 
-    ref = torch.stack([ct.CoPEQKVTriton.apply(*(part(t, d, i) for t, d in zip([*leaves, slopes], in_dims)), npos, scale)
-                       for i in range(V)])
+    ref = torch.stack(
+        [
+            ct.CoPEQKVTriton.apply(*(part(t, d, i) for t, d in zip([*leaves, slopes], in_dims)), npos, scale)
+            for i in range(V)
+        ]
+    )
     ref_grads = torch.autograd.grad((ref * w).sum(), [t for t in leaves if t is not None])
     assert out.shape == (V, B, H, T, d_h)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
@@ -344,8 +359,12 @@ def test_attend_under_vmap_runs_the_kernels(alibi, monkeypatch):
     assert batches == [S * B]
     grads = torch.autograd.grad((out * w).sum(), leaves)
 
-    ref = torch.stack([torch.func.functional_call(module, {n: p[s] for n, p in params.items()},
-                                                  tuple(t[s] for t in qkv)) for s in range(S)])
+    ref = torch.stack(
+        [
+            torch.func.functional_call(module, {n: p[s] for n, p in params.items()}, tuple(t[s] for t in qkv))
+            for s in range(S)
+        ]
+    )
     assert batches == [S * B] + [B] * S
     ref_grads = torch.autograd.grad((ref * w).sum(), leaves)
     torch.testing.assert_close(out.as_subclass(torch.Tensor), ref.as_subclass(torch.Tensor), rtol=1e-5, atol=1e-6)

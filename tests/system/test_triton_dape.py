@@ -46,8 +46,9 @@ def _reference(dape, S, bias, softmax):
 
 
 def _by_triton(dape, S, bias, softmax):
-    return dt.DAPETriton.apply(S, bias, dape.conv1.weight, dape.conv1.bias, dape.conv2.weight, dape.conv2.bias,
-                               dape.causal, softmax)
+    return dt.DAPETriton.apply(
+        S, bias, dape.conv1.weight, dape.conv1.bias, dape.conv2.weight, dape.conv2.bias, dape.causal, softmax
+    )
 
 
 def _run(fn, dape, S, bias, softmax, w, dtype):
@@ -86,15 +87,18 @@ def test_kernels_are_interpreted():
 
 
 @pytest.mark.interpreted
-@pytest.mark.parametrize("B,H,T,k,with_bias,bias_rows,causal,softmax", [
-    (2, 2, 11, 3, True, 1, True, True),  # the layer's case: kerple+dape:k=3 (one bias map for the batch)
-    (2, 2, 11, 3, True, 2, True, False),  # A itself, a bias per batch element
-    (1, 2, 9, 1, False, 0, True, True),  # DAPE (k = 1), no bias (rope+dape)
-    (1, 3, 17, 1, True, 1, True, False),  # several row and key blocks of the interpreter's tiles
-    (1, 2, 10, 5, True, 1, True, True),  # k = 5: conv1 reads 4 columns past the diagonal
-    (2, 2, 9, 3, True, 1, False, True),  # encoder mode: whole rows, nothing zeroed
-    (1, 2, 1, 3, True, 1, True, True),  # T = 1
-])
+@pytest.mark.parametrize(
+    "B,H,T,k,with_bias,bias_rows,causal,softmax",
+    [
+        (2, 2, 11, 3, True, 1, True, True),  # the layer's case: kerple+dape:k=3 (one bias map for the batch)
+        (2, 2, 11, 3, True, 2, True, False),  # A itself, a bias per batch element
+        (1, 2, 9, 1, False, 0, True, True),  # DAPE (k = 1), no bias (rope+dape)
+        (1, 3, 17, 1, True, 1, True, False),  # several row and key blocks of the interpreter's tiles
+        (1, 2, 10, 5, True, 1, True, True),  # k = 5: conv1 reads 4 columns past the diagonal
+        (2, 2, 9, 3, True, 1, False, True),  # encoder mode: whole rows, nothing zeroed
+        (1, 2, 1, 3, True, 1, True, True),  # T = 1
+    ],
+)
 def test_equals_the_paper_listing_in_float64(B, H, T, k, with_bias, bias_rows, causal, softmax):
     _check(B, H, T, k, with_bias, bias_rows, causal, softmax)
 
@@ -163,14 +167,17 @@ def test_vmap_equals_a_loop_of_calls(own_weights, monkeypatch):
     weights = [p.clone().requires_grad_() for p in weights]
     batches = _kernel_batches(monkeypatch)
     wdim = 0 if own_weights else None
-    out = torch.func.vmap(lambda s, w1, b1, w2, b2: dt.DAPETriton.apply(s, bias, w1, b1, w2, b2, True, True),
-                          in_dims=(0, wdim, wdim, wdim, wdim))(S, *weights)
+    out = torch.func.vmap(
+        lambda s, w1, b1, w2, b2: dt.DAPETriton.apply(s, bias, w1, b1, w2, b2, True, True),
+        in_dims=(0, wdim, wdim, wdim, wdim),
+    )(S, *weights)
     assert batches == ([B] * V if own_weights else [V * B])
     w = torch.randn(V, B, H, T, T)
     leaves = [S, bias, *weights]
     grads = torch.autograd.grad((out * w).sum(), leaves)
-    ref = torch.stack([dt.DAPETriton.apply(S[i], bias, *(p[i] if own_weights else p for p in weights), True, True)
-                       for i in range(V)])
+    ref = torch.stack(
+        [dt.DAPETriton.apply(S[i], bias, *(p[i] if own_weights else p for p in weights), True, True) for i in range(V)]
+    )
     ref_grads = torch.autograd.grad((ref * w).sum(), leaves)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
     for g, want in zip(grads, ref_grads):

@@ -38,8 +38,24 @@ def wheel(tmp_path_factory) -> Path:
     if missing:
         pytest.skip(missing)
     out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                           "-w", str(out), str(ROOT)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = out.glob("synthlab_pe-*.whl")
     return path
@@ -50,10 +66,18 @@ def test_the_wheel_installs_everything_inside_synthlab(wheel):
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"synthlab"}, tops
     sweep_files = {p.name for p in (ROOT / "sweeps").glob("*.toml")}
-    assert {n.rpartition("/")[2] for n in names if n.startswith("synthlab/sweeps/") and n.endswith(".toml")} == sweep_files
-    for module in ("synthlab/generators/__init__.py", "synthlab/generators/che/cs.py", "synthlab/generators/plugins.py",
-                   "synthlab/sweeps/__init__.py", "synthlab/py.typed", "synthlab/model/native/parallel.h",
-                   "synthlab/_version.py"):
+    assert {
+        n.rpartition("/")[2] for n in names if n.startswith("synthlab/sweeps/") and n.endswith(".toml")
+    } == sweep_files
+    for module in (
+        "synthlab/generators/__init__.py",
+        "synthlab/generators/che/cs.py",
+        "synthlab/generators/plugins.py",
+        "synthlab/sweeps/__init__.py",
+        "synthlab/py.typed",
+        "synthlab/model/native/parallel.h",
+        "synthlab/_version.py",
+    ):
         assert module in names, module
     top_level = [n for n in names if n.endswith(".dist-info/top_level.txt")]
     assert all(zipfile.ZipFile(wheel).read(n).decode().split() == ["synthlab"] for n in top_level)
@@ -64,10 +88,12 @@ def test_the_unpacked_wheel_imports_its_generators_and_sweeps_from_an_empty_dire
     zipfile.ZipFile(wheel).extractall(site)
     empty = tmp_path / "empty"
     empty.mkdir()
-    code = ("import json, synthlab.generators as g\n"
-            "from synthlab.plan.sweepfile import installed_sweeps\n"
-            "print(json.dumps({'synthlab': __import__('synthlab').__file__, 'generators': g.__file__,\n"
-            "    'tasks': len(g.TASKS), 'sweeps': sorted(installed_sweeps())}))")
+    code = (
+        "import json, synthlab.generators as g\n"
+        "from synthlab.plan.sweepfile import installed_sweeps\n"
+        "print(json.dumps({'synthlab': __import__('synthlab').__file__, 'generators': g.__file__,\n"
+        "    'tasks': len(g.TASKS), 'sweeps': sorted(installed_sweeps())}))"
+    )
     # the unpacked wheel first on the path; the dependencies from this environment
     env = {**os.environ, "PYTHONPATH": str(site)}
     proc = subprocess.run([sys.executable, "-c", code], cwd=empty, env=env, capture_output=True, text=True, timeout=120)

@@ -43,11 +43,15 @@ def test_bad_workers_flag_exits_2_before_writing(tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv, env, want", [
-    ([], None, "auto"),  # the CLI's default: one worker per core
-    (["--trials", "1"], None, "1"),  # --trials caps this process, so no helpers
-    ([], "3", "3"), (["--workers", "2"], "3", "2"),  # SYNTHLAB_WORKERS sets the default, a flag wins
-])
+@pytest.mark.parametrize(
+    "argv, env, want",
+    [
+        ([], None, "auto"),  # the CLI's default: one worker per core
+        (["--trials", "1"], None, "1"),  # --trials caps this process, so no helpers
+        ([], "3", "3"),
+        (["--workers", "2"], "3", "2"),  # SYNTHLAB_WORKERS sets the default, a flag wins
+    ],
+)
 def test_default_workers(tmp_path, monkeypatch, argv, env, want):
     import synthlab.study.sweeping
     from synthlab.cli import main
@@ -94,8 +98,13 @@ def test_two_workers_run_every_cell_exactly_once_with_split_threads(tmp_path):
     path = write_sweep(tmp_path, TINY.replace("seed = [0, 1]", "seed = [0, 1, 2]"))
     out = tmp_path / "out"
     # --set reaches the helper's cells too (they rebuild the grid from the same arguments)
-    r = subprocess.run(_cmd(str(path), "--out", str(out), "--workers", "2", "--set", "steps=7"), env=_env(),
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        _cmd(str(path), "--out", str(out), "--workers", "2", "--set", "steps=7"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert "6/6 cells finished" in r.stdout
     _, trials = study_trials(out, "tiny-smoke-steps=7")
@@ -103,7 +112,8 @@ def test_two_workers_run_every_cell_exactly_once_with_split_threads(tmp_path):
     assert len(keys) == 6 == len(set(keys))
     recs = grids.read_results(out / "results.jsonl")
     assert sorted((x["pe"], x["train"]["seed"]) for x in recs) == sorted(
-        (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2))
+        (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2)
+    )
     # every run, in either process, had its share of the cores and the --set steps
     assert {x["train"]["threads"] for x in recs} == {workers.threads_per_worker(2)}
     assert {x["train"]["steps"] for x in recs} == {7}
@@ -120,9 +130,27 @@ def test_a_helper_trains_a_user_files_cell_with_the_same_config(tmp_path):
 
     path = write_sweep(tmp_path, USER.replace('pe = ["rope"]', 'pe = ["rope", "nope"]'))
     out = tmp_path / "out"
-    r = subprocess.run(_cmd(str(path), "--preset", "smoke", "--out", str(out), "--workers", "2", "--trials", "1",
-                            "--set", "steps=2", "--set", "eval_samples=4"), env=_env(),
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        _cmd(
+            str(path),
+            "--preset",
+            "smoke",
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            "--trials",
+            "1",
+            "--set",
+            "steps=2",
+            "--set",
+            "eval_samples=4",
+        ),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     _, trials = study_trials(out, "tiny-smoke-eval_samples=4-steps=2")
     assert len({t.user_attrs["worker"]["pid"] for t in trials if t.state.is_finished()}) == 2
@@ -142,8 +170,13 @@ def test_ctrl_c_stops_every_worker_and_a_rerun_finishes_the_grid(tmp_path):
 
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,").replace("seed = [0, 1]", "seed = [0]"))
     out = tmp_path / "out"
-    proc = subprocess.Popen(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd(str(path), "--out", str(out), "--workers", "2"),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     running = wait_running(out, "tiny-smoke", 2, proc=proc)  # both workers train a cell
     helper_pid = next(t.user_attrs["worker"]["pid"] for t in running if t.user_attrs["worker"]["pid"] != proc.pid)
     proc.send_signal(signal.SIGINT)
@@ -154,8 +187,9 @@ def test_ctrl_c_stops_every_worker_and_a_rerun_finishes_the_grid(tmp_path):
     trials = study_trials(out, "tiny-smoke")[1]
     assert not [t for t in trials if t.state == TrialState.RUNNING]  # both cells went back to the queue
     assert not [t for t in trials if "record" in t.user_attrs]  # and nothing was recorded as failed
-    r = subprocess.run(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(), capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        _cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0 and "2/2 cells finished" in r.stdout, r.stderr
 
 
@@ -168,8 +202,13 @@ def test_a_helper_killed_outright_has_its_cell_run_again_by_the_main_process(tmp
 
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,").replace("seed = [0, 1]", "seed = [0]"))
     out = tmp_path / "out"
-    proc = subprocess.Popen(_cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd(str(path), "--out", str(out), "--workers", "2"),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         running = wait_running(out, "tiny-smoke", 2, proc=proc)  # both workers train a cell
         helper = next(t for t in running if t.user_attrs["worker"]["pid"] != proc.pid)
@@ -200,15 +239,29 @@ def test_the_warning_for_a_dead_helper_names_the_cell_it_left_running(capsys):
     from synthlab.study import sweeping
 
     me = worker_id()
-    cell = Cell(task="flipflop", encoding="rope", seed=3, overrides={}, scheme=None, rope_scaling=None, slot=0,
-                axes={"pe": "rope", "seed": 3})
+    cell = Cell(
+        task="flipflop",
+        encoding="rope",
+        seed=3,
+        overrides={},
+        scheme=None,
+        rope_scaling=None,
+        slot=0,
+        axes={"pe": "rope", "seed": 3},
+    )
     helpers = [SimpleNamespace(pid=11), SimpleNamespace(pid=12), SimpleNamespace(pid=13)]
     here, elsewhere = {**me, "pid": 12}, {**me, "pid": 13, "host": me["host"] + "-other"}
-    trials = [SimpleNamespace(number=4, state=TrialState.RUNNING, user_attrs={"cell_key": cell.key, "worker": here}),
-              SimpleNamespace(number=5, state=TrialState.FAIL, user_attrs={"cell_key": cell.key, "worker": {**here, "pid": 13}}),
-              SimpleNamespace(number=6, state=TrialState.RUNNING, user_attrs={"cell_key": cell.key, "worker": elsewhere})]
+    trials = [
+        SimpleNamespace(number=4, state=TrialState.RUNNING, user_attrs={"cell_key": cell.key, "worker": here}),
+        SimpleNamespace(
+            number=5, state=TrialState.FAIL, user_attrs={"cell_key": cell.key, "worker": {**here, "pid": 13}}
+        ),
+        SimpleNamespace(number=6, state=TrialState.RUNNING, user_attrs={"cell_key": cell.key, "worker": elsewhere}),
+    ]
     sweeping._warn_dead_helpers(helpers, [0, -9, 1], trials, {cell.key: cell})
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"synthlab sweep: warning: worker process 12 exited with code -9; its running cell ({cell.label()}) "
-                   "runs again on the next sweep",
-                   "synthlab sweep: warning: worker process 13 exited with code 1"]
+    assert err == [
+        f"synthlab sweep: warning: worker process 12 exited with code -9; its running cell ({cell.label()}) "
+        "runs again on the next sweep",
+        "synthlab sweep: warning: worker process 13 exited with code 1",
+    ]

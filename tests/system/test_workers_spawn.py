@@ -45,10 +45,13 @@ class _Started:
         return 0
 
 
-@pytest.mark.parametrize("visible, expect", [
-    (None, ["1", "0", "1", "0"]),  # helpers 1..4 round robin over GPUs 0, 1; the main process is worker 0 on GPU 0
-    ("2,3", ["3", "2", "3", "2"]),  # a visible-device list is honoured, never widened
-])
+@pytest.mark.parametrize(
+    "visible, expect",
+    [
+        (None, ["1", "0", "1", "0"]),  # helpers 1..4 round robin over GPUs 0, 1; the main process is worker 0 on GPU 0
+        ("2,3", ["3", "2", "3", "2"]),  # a visible-device list is honoured, never widened
+    ],
+)
 def test_helpers_are_spread_round_robin_over_the_visible_gpus(monkeypatch, visible, expect):
     _Started.calls = []
     monkeypatch.setattr(workers.subprocess, "Popen", _Started)

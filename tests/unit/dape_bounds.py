@@ -75,5 +75,7 @@ def assert_within_float32_bound(names, got, ref, magnitudes, n_terms):
         err = (a.double() - b.double()).abs()
         tol = bound(m, n_terms)
         worst = (err - tol).flatten().argmax()
-        assert torch.all(err <= tol), (f"gradient of {name} differs: {err.flatten()[worst]:.3g} against a float32 "
-                                       f"bound of {tol.flatten()[worst]:.3g}")
+        assert torch.all(err <= tol), (
+            f"gradient of {name} differs: {err.flatten()[worst]:.3g} against a float32 "
+            f"bound of {tol.flatten()[worst]:.3g}"
+        )

@@ -35,6 +35,7 @@ class ScriptedRng:
 
 # -- generator vs solver ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ALL)
 def test_generator_matches_solver(name):
     task = TASKS[name]()
@@ -71,19 +72,27 @@ def test_sample_layout(name):
             assert np.array_equal(s.loss_targets[: len(s.scored)], s.target_ids)
             if name in BINARY_TERMINATED:
                 assert s.targets[-1] == EOS and EOS not in s.targets[:-1]
-                assert all(task.vocab[i] == "0" for i in s.loss_targets[len(s.scored):])
+                assert all(task.vocab[i] == "0" for i in s.loss_targets[len(s.scored) :])
             else:
                 assert len(s.scored) == n_out
 
 
 EXPECTED_OUTPUT_LENGTH = {  # N -> number of placeholders, from the reference's output_length
-    "even_pairs": lambda n: 1, "modular_arithmetic": lambda n: 1, "parity_check": lambda n: 1,
-    "cycle_navigation": lambda n: 1, "stack_manipulation": lambda n: n + 1,
-    "reverse_string": lambda n: n, "modular_arithmetic_brackets": lambda n: 1,
-    "solve_equation": lambda n: 1, "duplicate_string": lambda n: 2 * n,
-    "missing_duplicate_string": lambda n: 1, "odds_first": lambda n: n,
-    "binary_addition": lambda n: n + 1, "binary_multiplication": lambda n: n,
-    "compute_sqrt": lambda n: math.ceil(n / 2), "bucket_sort": lambda n: n,
+    "even_pairs": lambda n: 1,
+    "modular_arithmetic": lambda n: 1,
+    "parity_check": lambda n: 1,
+    "cycle_navigation": lambda n: 1,
+    "stack_manipulation": lambda n: n + 1,
+    "reverse_string": lambda n: n,
+    "modular_arithmetic_brackets": lambda n: 1,
+    "solve_equation": lambda n: 1,
+    "duplicate_string": lambda n: 2 * n,
+    "missing_duplicate_string": lambda n: 1,
+    "odds_first": lambda n: n,
+    "binary_addition": lambda n: n + 1,
+    "binary_multiplication": lambda n: n,
+    "compute_sqrt": lambda n: math.ceil(n / 2),
+    "bucket_sort": lambda n: n,
 }
 
 
@@ -100,25 +109,35 @@ def test_output_length(name):
 
 GOLDEN = {
     "even_pairs": [("0 0 1 1 1 0", "even"), ("0 1 0 1 0 0 1", "odd"), ("1", "even")],
-    "modular_arithmetic": [("1 + 2 * 3", "2"), ("1 - 1 - 1", "4"), ("0 * 1 + 4 * 3 - 2", "0"),
-                           ("2 - 3 * 4 * 4", "4")],
+    "modular_arithmetic": [("1 + 2 * 3", "2"), ("1 - 1 - 1", "4"), ("0 * 1 + 4 * 3 - 2", "0"), ("2 - 3 * 4 * 4", "4")],
     "parity_check": [("1 0 1 1", "odd"), ("1 1 0 0", "even"), ("0", "even")],
     "cycle_navigation": [("R L S L L", "3"), ("R R R L", "2"), ("L", "4")],
-    "stack_manipulation": [("0 1 1 0 PUSH1 POP POP", "1 1 0 <eos>"), ("1 1 0 POP POP POP", "<eos>"),
-                           ("1 POP POP PUSH0 PUSH1", "1 0 <eos>")],
+    "stack_manipulation": [
+        ("0 1 1 0 PUSH1 POP POP", "1 1 0 <eos>"),
+        ("1 1 0 POP POP POP", "<eos>"),
+        ("1 POP POP PUSH0 PUSH1", "1 0 <eos>"),
+    ],
     "reverse_string": [("0 1 1", "1 1 0"), ("1 0 0 0", "0 0 0 1")],
-    "modular_arithmetic_brackets": [("( 1 + ( - 2 * 3 ) )", "0"), ("( ( 3 - 4 ) * ( - 2 ) )", "2"),
-                                    ("- 3", "2"), ("( 4 - - 1 )", "0")],
+    "modular_arithmetic_brackets": [
+        ("( 1 + ( - 2 * 3 ) )", "0"),
+        ("( ( 3 - 4 ) * ( - 2 ) )", "2"),
+        ("- 3", "2"),
+        ("( 4 - - 1 )", "0"),
+    ],
     "solve_equation": [("( x + 3 ) = 1", "3"), ("- x = 2", "3"), ("( 4 - ( - x ) ) = 0", "1")],
     "duplicate_string": [("0 1", "0 1 0 1"), ("1 1 0", "1 1 0 1 1 0")],
     "missing_duplicate_string": [("0 1 1 0 0 _ 1 0", "1"), ("1 0 1 1 _ 1 .", "0"), ("_ 1", "1")],
     "odds_first": [("0 0 1 1 0 1 0 1", "0 1 1 1 0 1 0 0"), ("1 1 0", "1 1 0"), ("0 1 1 0", "1 0 0 1")],
-    "binary_addition": [("0 0 1 + 0 1 1 0 1", "0 1 0 1 1 <eos>"),  # 4 + 22 = 26
-                        ("1 0 0 1 + 0 0 0 0 0 1", "1 0 0 1 0 1 <eos>"),  # 9 + 32 = 41
-                        ("1 + 1", "0 1 <eos>")],
-    "binary_multiplication": [("0 0 1 * 0 1 1 0 1", "0 0 0 1 1 0 1 <eos>"),  # 4 * 22 = 88
-                              ("1 0 0 1 * 0 0 0 0 0 1", "0 0 0 0 0 1 0 0 1 <eos>"),  # 9 * 32 = 288
-                              ("1 1 * 1 1", "1 0 0 1 <eos>")],  # 3 * 3 = 9
+    "binary_addition": [
+        ("0 0 1 + 0 1 1 0 1", "0 1 0 1 1 <eos>"),  # 4 + 22 = 26
+        ("1 0 0 1 + 0 0 0 0 0 1", "1 0 0 1 0 1 <eos>"),  # 9 + 32 = 41
+        ("1 + 1", "0 1 <eos>"),
+    ],
+    "binary_multiplication": [
+        ("0 0 1 * 0 1 1 0 1", "0 0 0 1 1 0 1 <eos>"),  # 4 * 22 = 88
+        ("1 0 0 1 * 0 0 0 0 0 1", "0 0 0 0 0 1 0 0 1 <eos>"),  # 9 * 32 = 288
+        ("1 1 * 1 1", "1 0 0 1 <eos>"),
+    ],  # 3 * 3 = 9
     "compute_sqrt": [("1 0 0 1 0 1", "1 1 0"), ("1 1 1", "1 0"), ("0 0 0 1 0 0 0 0 0", "0 0 1 0 1")],
     "bucket_sort": [("1 0 2 0 4 1 1 2", "0 0 1 1 1 2 2 4"), ("4 3", "3 4")],
 }
@@ -148,7 +167,10 @@ def test_golden_generators_with_scripted_draws():
     assert _make(t, ScriptedRng(3, [1, 1, 0], [2, 2, 2]), 6) == ("1 1 0 POP POP POP", "<eos>", 7)
     # pops past the bottom are ignored; the last push to each level is what stays there
     assert _make(t, ScriptedRng(2, [1, 0], [2, 2, 2, 3, 4, 2, 4, 3]), 10) == (
-        "1 0 POP POP POP PUSH0 PUSH1 POP PUSH1 PUSH0", "0 1 0 <eos>", 11)
+        "1 0 POP POP POP PUSH0 PUSH1 POP PUSH1 PUSH0",
+        "0 1 0 <eos>",
+        11,
+    )
     assert _make(t, ScriptedRng(2, [1, 0], [2, 3, 4]), 5) == ("1 0 POP PUSH0 PUSH1", "1 0 1 <eos>", 6)
 
     t = TASKS["binary_addition"]()
@@ -178,7 +200,8 @@ def test_degenerate_lengths_kept():
     assert {tuple(s.targets) for s in t.sample("train", 50, length=1)} == {("even",)}
     t = TASKS["binary_addition"]()
     assert {(tuple(s.tokens), tuple(s.targets)) for s in t.sample("train", 50, length=1)} == {
-        (("0", "?", "?"), ("0", EOS))}
+        (("0", "?", "?"), ("0", EOS))
+    }
     inputs = {tuple(s.tokens[:2]) for s in t.sample("train", 200, length=2)}
     assert inputs == {("0", "0"), ("1", "0"), ("0", "1")}  # x in 0..2, "1 1" never
     t = TASKS["stack_manipulation"]()
@@ -187,6 +210,7 @@ def test_degenerate_lengths_kept():
 
 
 # -- lengths and splits ------------------------------------------------------------------------
+
 
 def test_train_length_law_is_uniform():
     task = TASKS["parity_check"]()
@@ -270,6 +294,7 @@ def test_separators_and_vocab():
 
 # -- determinism and bad input ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ALL)
 def test_determinism(name):
     task = TASKS[name]()
@@ -310,6 +335,7 @@ def test_task_minimum_lengths():
 
 # ---- scripts/trivial_baselines.py: the floor a CHE result must clear ----------------------------
 
+
 def _baselines_script():
     import runpy
     from pathlib import Path
@@ -332,11 +358,14 @@ def test_trivial_baselines_find_the_floors_above_chance():
     assert 30.0 < stack["position"] < 65.0
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--tasks", "even_pairs,nope"], "not a CHE task"),
-    (["--preset", "huge"], "unknown"),
-    (["--samples", "1"], "--samples"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--tasks", "even_pairs,nope"], "not a CHE task"),
+        (["--preset", "huge"], "unknown"),
+        (["--samples", "1"], "--samples"),
+    ],
+)
 def test_trivial_baselines_bad_input_exits_2(argv, message, capsys):
     main = _baselines_script()["main"]
     with pytest.raises(SystemExit) as exit_:

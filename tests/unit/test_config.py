@@ -59,16 +59,19 @@ def test_preset_is_a_copy():
     assert preset("flipflop", "quick")["model"]["d_model"] == 64
 
 
-@pytest.mark.parametrize("key,want", [
-    ("d_model", ("model", "d_model")),
-    ("model.d_model", ("model", "d_model")),
-    ("steps", ("train", "steps")),
-    ("train.lr", ("train", "lr")),
-    ("n_pairs", ("task", "n_pairs")),
-    ("task.n_pairs", ("task", "n_pairs")),
-    ("pe", ("", "pe")),
-    ("rope_scaling", ("", "rope_scaling")),
-])
+@pytest.mark.parametrize(
+    "key,want",
+    [
+        ("d_model", ("model", "d_model")),
+        ("model.d_model", ("model", "d_model")),
+        ("steps", ("train", "steps")),
+        ("train.lr", ("train", "lr")),
+        ("n_pairs", ("task", "n_pairs")),
+        ("task.n_pairs", ("task", "n_pairs")),
+        ("pe", ("", "pe")),
+        ("rope_scaling", ("", "rope_scaling")),
+    ],
+)
 def test_resolve_key(key, want):
     assert resolve_key(key, FLIPFLOP_PARAMS) == want
 
@@ -90,37 +93,54 @@ def test_ambiguous_bare_key():
 
 def test_overrides_are_typed_from_strings():
     cfg = build_config("flipflop", "rope", "quick")
-    out = apply_overrides(cfg, {"d_model": "32", "train.lr": "3e-4", "n_train": "none", "causal": "false",
-                                "task.n_pairs": "16", "warmup": "1e1", "max_len": "256"}, FLIPFLOP_PARAMS)
+    out = apply_overrides(
+        cfg,
+        {
+            "d_model": "32",
+            "train.lr": "3e-4",
+            "n_train": "none",
+            "causal": "false",
+            "task.n_pairs": "16",
+            "warmup": "1e1",
+            "max_len": "256",
+        },
+        FLIPFLOP_PARAMS,
+    )
     assert out.model.d_model == 32 and out.train.lr == 3e-4 and out.train.n_train is None
     assert out.model.causal is False and out.train.warmup == 10 and out.model.max_len == 256
     assert out.task_params["n_pairs"] == "16"  # typed by the task itself (get_task)
     assert cfg.model.d_model == 64  # the original is untouched
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("d_model", "abc", "model.d_model: expected an integer"),
-    ("d_model", "1.5", "model.d_model: expected an integer"),
-    ("lr", "fast", "train.lr: expected a number"),
-    ("lr", "nan", "train.lr: expected a finite number"),
-    ("causal", "maybe", "model.causal: expected true or false"),
-    ("steps", True, "train.steps: expected an integer"),
-])
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("d_model", "abc", "model.d_model: expected an integer"),
+        ("d_model", "1.5", "model.d_model: expected an integer"),
+        ("lr", "fast", "train.lr: expected a number"),
+        ("lr", "nan", "train.lr: expected a finite number"),
+        ("causal", "maybe", "model.causal: expected true or false"),
+        ("steps", True, "train.steps: expected an integer"),
+    ],
+)
 def test_wrong_type(key, value, match):
     with pytest.raises(ValueError, match=match):
         apply_overrides(build_config("flipflop", "rope", "quick"), {key: value}, FLIPFLOP_PARAMS)
 
 
-@pytest.mark.parametrize("over,match", [
-    ({"d_model": 0}, r"model.d_model must be >= 1"),
-    ({"dropout": 1.0}, r"model.dropout must be in \[0, 1\)"),
-    ({"lr": 0.0}, r"train.lr must be > 0"),
-    ({"schedule": "step"}, r"train.schedule must be one of linear, cosine, constant"),
-    ({"d_model": 30, "n_heads": 4}, r"model.d_model \(30\) must be divisible by model.n_heads \(4\)"),
-    ({"warmup": 5000}, r"train.warmup must be <= train.steps"),
-    ({"n_train": 0}, r"train.n_train must be >= 1"),
-    ({"rope_scaling": "cubic"}, r"rope_scaling must be one of none, linear, ntk, yarn"),
-])
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        ({"d_model": 0}, r"model.d_model must be >= 1"),
+        ({"dropout": 1.0}, r"model.dropout must be in \[0, 1\)"),
+        ({"lr": 0.0}, r"train.lr must be > 0"),
+        ({"schedule": "step"}, r"train.schedule must be one of linear, cosine, constant"),
+        ({"d_model": 30, "n_heads": 4}, r"model.d_model \(30\) must be divisible by model.n_heads \(4\)"),
+        ({"warmup": 5000}, r"train.warmup must be <= train.steps"),
+        ({"n_train": 0}, r"train.n_train must be >= 1"),
+        ({"rope_scaling": "cubic"}, r"rope_scaling must be one of none, linear, ntk, yarn"),
+    ],
+)
 def test_range_checks(over, match):
     cfg = apply_overrides(build_config("flipflop", "rope", "quick"), over, FLIPFLOP_PARAMS)
     with pytest.raises(ValueError, match=match):

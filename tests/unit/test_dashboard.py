@@ -85,7 +85,7 @@ def test_a_later_grid_keeps_the_studys_distributions_and_leaves_new_values_off()
     ax2.learn(st.get_trials())
     for c in wider:
         st.add_trial(ax2.waiting_trial(c, {}))
-    later = st.get_trials()[len(first):]
+    later = st.get_trials()[len(first) :]
     assert [t.params.get("pe") for t in later] == [None] * 4 + ["rope"] * 4
     assert all(t.params["seed"] == t.params["seed"] for t in later)  # the other axes are there
     assert ax2.left_off == {"pe": ["nope"]}
@@ -94,7 +94,9 @@ def test_a_later_grid_keeps_the_studys_distributions_and_leaves_new_values_off()
     assert ax2.notes() == []  # once
     # every trial holding "pe" has the study's one distribution; finishing them and asking
     # Optuna for the search space works
-    assert {t.distributions["pe"] for t in st.get_trials() if "pe" in t.params} == {st.get_trials()[0].distributions["pe"]}
+    assert {t.distributions["pe"] for t in st.get_trials() if "pe" in t.params} == {
+        st.get_trials()[0].distributions["pe"]
+    }
     for t in st.get_trials():
         st._storage.set_trial_state_values(t._trial_id, TrialState.RUNNING)
         st.tell(t.number, 0.5)
@@ -135,9 +137,15 @@ def test_fill_leaves_off_a_name_another_process_fixed_differently():
 
 
 def test_metric_attrs_are_the_headline_metric_of_every_split_and_wall_time():
-    rec = {"task": "flipflop", "wall_s": 12.5,
-           "metrics": {"test": {"token_acc": 0.9, "seq_acc": 0.5}, "ood-sparse": {"token_acc": 0.7},
-                       "ood-dense": {"token_acc": None}}}
+    rec = {
+        "task": "flipflop",
+        "wall_s": 12.5,
+        "metrics": {
+            "test": {"token_acc": 0.9, "seq_acc": 0.5},
+            "ood-sparse": {"token_acc": 0.7},
+            "ood-dense": {"token_acc": None},
+        },
+    }
     assert dashboard.metric_attrs(spec(), rec) == {"test/token_acc": 0.9, "ood-sparse/token_acc": 0.7, "wall_s": 12.5}
     assert dashboard.metric_attrs(spec(), {"status": "failed", "metrics": {}, "wall_s": math.nan}) == {}
 

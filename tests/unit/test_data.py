@@ -26,7 +26,9 @@ def test_pad_ids_right_pads_and_keeps_values():
 
 
 def test_scatter_targets():
-    out = scatter_targets([np.array([0, 2]), np.array([], dtype=np.int64)], [np.array([7, 8]), np.array([], dtype=np.int64)], (2, 3))
+    out = scatter_targets(
+        [np.array([0, 2]), np.array([], dtype=np.int64)], [np.array([7, 8]), np.array([], dtype=np.int64)], (2, 3)
+    )
     assert out.tolist() == [[7, IGNORE, 8], [IGNORE] * 3]
 
 
@@ -111,7 +113,9 @@ def test_train_batches_iterable_with_positions():
     st = TrainStream(task, seed=0, batch_size=2)
     items = list(TrainBatches(st, steps=3, positions=PositionSampler(Scheme(), seed=0)))
     assert len(items) == 3 and all(len(it) == 3 for it in items)
-    again = list(TrainBatches(TrainStream(task, seed=0, batch_size=2), steps=3, positions=PositionSampler(Scheme(), seed=0)))
+    again = list(
+        TrainBatches(TrainStream(task, seed=0, batch_size=2), steps=3, positions=PositionSampler(Scheme(), seed=0))
+    )
     assert all(torch.equal(a[2], b[2]) for a, b in zip(items, again))  # positions depend on (seed, step)
     assert not torch.equal(items[0][2], items[1][2])
 

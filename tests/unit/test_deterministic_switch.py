@@ -50,8 +50,9 @@ def test_train_sets_the_workspace_before_its_memory_check(monkeypatch, strict):
 
 def test_batched_seeds_set_the_workspace_before_their_memory_check(monkeypatch):
     seen = _env_at_memory_check(monkeypatch)
-    recs = seedbatch.train_seeds("flipflop", "rope", [0, 1], preset="smoke",
-                                 overrides={**SMOKE, "train.deterministic": True})
+    recs = seedbatch.train_seeds(
+        "flipflop", "rope", [0, 1], preset="smoke", overrides={**SMOKE, "train.deterministic": True}
+    )
     assert all(r["status"] == "ok" for r in recs)
     assert seen == [fitting.CUBLAS_WORKSPACE]
 

@@ -19,38 +19,101 @@ from synthlab.model.transformer import Transformer
 SNAPSHOT = [
     ("cope+rope", 2, {"blocks.0.attn.cope.pos_emb": (8, 64), "blocks.1.attn.cope.pos_emb": (8, 64)}, 7216.382954),
     ("cope", 1, {"blocks.0.attn.cope.pos_emb": (8, 64), "blocks.1.attn.cope.pos_emb": (8, 64)}, 7382.985626),
-    ("t5", 2, {"blocks.0.attn.biases.0.table.weight": (32, 4), "blocks.1.attn.biases.0.table.weight": (32, 4)}, 7225.704742),
-    ("t5:layer_tables=1", 2, {"blocks.0.attn.biases.0.table.weight": (32, 4),
-                              "blocks.1.attn.biases.0.table.weight": (32, 4)}, 7429.615227),
-    ("bipe-alibi+dape:k=3", 2, {
-        "abs_enc.table.weight": (64, 32),
-        "blocks.0.attn.dape.conv1.weight": (32, 8, 1, 3), "blocks.0.attn.dape.conv1.bias": (32,),
-        "blocks.0.attn.dape.conv2.weight": (4, 32, 1, 3), "blocks.0.attn.dape.conv2.bias": (4,),
-        "blocks.1.attn.dape.conv1.weight": (32, 8, 1, 3), "blocks.1.attn.dape.conv1.bias": (32,),
-        "blocks.1.attn.dape.conv2.weight": (4, 32, 1, 3), "blocks.1.attn.dape.conv2.bias": (4,)}, 13171.312809),
-    ("fire+dape", 2, {
-        "blocks.0.attn.biases.0.mlp.0.weight": (32, 1), "blocks.0.attn.biases.0.mlp.0.bias": (32,),
-        "blocks.0.attn.biases.0.mlp.2.weight": (4, 32), "blocks.0.attn.biases.0.mlp.2.bias": (4,),
-        "blocks.0.attn.biases.0.c": (), "blocks.0.attn.biases.0.L_multiplier": (),
-        "blocks.0.attn.dape.conv1.weight": (32, 8, 1, 1), "blocks.0.attn.dape.conv1.bias": (32,),
-        "blocks.0.attn.dape.conv2.weight": (4, 32, 1, 1), "blocks.0.attn.dape.conv2.bias": (4,),
-        "blocks.1.attn.biases.0.mlp.0.weight": (32, 1), "blocks.1.attn.biases.0.mlp.0.bias": (32,),
-        "blocks.1.attn.biases.0.mlp.2.weight": (4, 32), "blocks.1.attn.biases.0.mlp.2.bias": (4,),
-        "blocks.1.attn.biases.0.c": (), "blocks.1.attn.biases.0.L_multiplier": (),
-        "blocks.1.attn.dape.conv1.weight": (32, 8, 1, 1), "blocks.1.attn.dape.conv1.bias": (32,),
-        "blocks.1.attn.dape.conv2.weight": (4, 32, 1, 1), "blocks.1.attn.dape.conv2.bias": (4,)}, 17375.004371),
-    ("kerple:kind=power", 2, {"blocks.0.attn.biases.0.a": (4,), "blocks.0.attn.biases.0.p": (4,),
-                              "blocks.1.attn.biases.0.a": (4,), "blocks.1.attn.biases.0.p": (4,)}, 8147.040650),
-    ("relative-capped", 2, {"blocks.0.attn.biases.0.table": (64, 8), "blocks.1.attn.biases.0.table": (64, 8)}, 7613.525920),
-    ("cope-alibi:sep_keys=1", 2, {"blocks.0.attn.cope.gate_key.weight": (32, 32),
-                                  "blocks.1.attn.cope.gate_key.weight": (32, 32)}, 7854.560719),
+    (
+        "t5",
+        2,
+        {"blocks.0.attn.biases.0.table.weight": (32, 4), "blocks.1.attn.biases.0.table.weight": (32, 4)},
+        7225.704742,
+    ),
+    (
+        "t5:layer_tables=1",
+        2,
+        {"blocks.0.attn.biases.0.table.weight": (32, 4), "blocks.1.attn.biases.0.table.weight": (32, 4)},
+        7429.615227,
+    ),
+    (
+        "bipe-alibi+dape:k=3",
+        2,
+        {
+            "abs_enc.table.weight": (64, 32),
+            "blocks.0.attn.dape.conv1.weight": (32, 8, 1, 3),
+            "blocks.0.attn.dape.conv1.bias": (32,),
+            "blocks.0.attn.dape.conv2.weight": (4, 32, 1, 3),
+            "blocks.0.attn.dape.conv2.bias": (4,),
+            "blocks.1.attn.dape.conv1.weight": (32, 8, 1, 3),
+            "blocks.1.attn.dape.conv1.bias": (32,),
+            "blocks.1.attn.dape.conv2.weight": (4, 32, 1, 3),
+            "blocks.1.attn.dape.conv2.bias": (4,),
+        },
+        13171.312809,
+    ),
+    (
+        "fire+dape",
+        2,
+        {
+            "blocks.0.attn.biases.0.mlp.0.weight": (32, 1),
+            "blocks.0.attn.biases.0.mlp.0.bias": (32,),
+            "blocks.0.attn.biases.0.mlp.2.weight": (4, 32),
+            "blocks.0.attn.biases.0.mlp.2.bias": (4,),
+            "blocks.0.attn.biases.0.c": (),
+            "blocks.0.attn.biases.0.L_multiplier": (),
+            "blocks.0.attn.dape.conv1.weight": (32, 8, 1, 1),
+            "blocks.0.attn.dape.conv1.bias": (32,),
+            "blocks.0.attn.dape.conv2.weight": (4, 32, 1, 1),
+            "blocks.0.attn.dape.conv2.bias": (4,),
+            "blocks.1.attn.biases.0.mlp.0.weight": (32, 1),
+            "blocks.1.attn.biases.0.mlp.0.bias": (32,),
+            "blocks.1.attn.biases.0.mlp.2.weight": (4, 32),
+            "blocks.1.attn.biases.0.mlp.2.bias": (4,),
+            "blocks.1.attn.biases.0.c": (),
+            "blocks.1.attn.biases.0.L_multiplier": (),
+            "blocks.1.attn.dape.conv1.weight": (32, 8, 1, 1),
+            "blocks.1.attn.dape.conv1.bias": (32,),
+            "blocks.1.attn.dape.conv2.weight": (4, 32, 1, 1),
+            "blocks.1.attn.dape.conv2.bias": (4,),
+        },
+        17375.004371,
+    ),
+    (
+        "kerple:kind=power",
+        2,
+        {
+            "blocks.0.attn.biases.0.a": (4,),
+            "blocks.0.attn.biases.0.p": (4,),
+            "blocks.1.attn.biases.0.a": (4,),
+            "blocks.1.attn.biases.0.p": (4,),
+        },
+        8147.040650,
+    ),
+    (
+        "relative-capped",
+        2,
+        {"blocks.0.attn.biases.0.table": (64, 8), "blocks.1.attn.biases.0.table": (64, 8)},
+        7613.525920,
+    ),
+    (
+        "cope-alibi:sep_keys=1",
+        2,
+        {"blocks.0.attn.cope.gate_key.weight": (32, 32), "blocks.1.attn.cope.gate_key.weight": (32, 32)},
+        7854.560719,
+    ),
     ("learned", 2, {"abs_enc.table.weight": (64, 32)}, 7389.115029),
     ("sinusoidal+xpos", 2, {}, 6830.694005),
-    ("nope+dape", 2, {
-        "blocks.0.attn.dape.conv1.weight": (32, 4, 1, 1), "blocks.0.attn.dape.conv1.bias": (32,),
-        "blocks.0.attn.dape.conv2.weight": (4, 32, 1, 1), "blocks.0.attn.dape.conv2.bias": (4,),
-        "blocks.1.attn.dape.conv1.weight": (32, 4, 1, 1), "blocks.1.attn.dape.conv1.bias": (32,),
-        "blocks.1.attn.dape.conv2.weight": (4, 32, 1, 1), "blocks.1.attn.dape.conv2.bias": (4,)}, 10795.460020),
+    (
+        "nope+dape",
+        2,
+        {
+            "blocks.0.attn.dape.conv1.weight": (32, 4, 1, 1),
+            "blocks.0.attn.dape.conv1.bias": (32,),
+            "blocks.0.attn.dape.conv2.weight": (4, 32, 1, 1),
+            "blocks.0.attn.dape.conv2.bias": (4,),
+            "blocks.1.attn.dape.conv1.weight": (32, 4, 1, 1),
+            "blocks.1.attn.dape.conv1.bias": (32,),
+            "blocks.1.attn.dape.conv2.weight": (4, 32, 1, 1),
+            "blocks.1.attn.dape.conv2.bias": (4,),
+        },
+        10795.460020,
+    ),
 ]
 _COMMON = ("wte.", "ln_", "lm_head", ".mlp.c_", ".attn.c_attn", ".attn.c_proj")  # what every model has
 
@@ -98,19 +161,29 @@ def test_every_row_names_its_kind_index_and_builder():
 def test_model_code_tests_no_encoding_names():
     """The transformer is built from the rows: no encoding name appears in its code as a string
     (SLOTS names Attention's attributes, "cope" / "dape", kept for the state-dict keys)."""
-    src = "".join(inspect.getsource(f) for f in (transformer.Transformer, transformer._build_configs,
-                                                  transformer._shared_components, transformer._layer_components))
+    src = "".join(
+        inspect.getsource(f)
+        for f in (
+            transformer.Transformer,
+            transformer._build_configs,
+            transformer._shared_components,
+            transformer._layer_components,
+        )
+    )
     for name in COMPONENTS:
         assert f'"{name}"' not in src and f"'{name}'" not in src, name
 
 
-@pytest.mark.parametrize("row,needle", [
-    (Encoding("rope", "rotary", "d", "p", build="encoders.rotary:Rotary"), "already registered"),
-    (Encoding("My+PE", "bias", "d", "p", build="encoders.bias:ALiBi"), "lower case"),
-    (Encoding("toy-x", "scalar", "d", "p", build="encoders.bias:ALiBi"), "kind"),
-    (Encoding("toy-x", "bias", "d", "p"), "no builder"),
-    (Encoding("toy-x", "bias", "d", "p", build="encoders.bias:ALiBi", checks={"k": None}), "does not have"),
-])
+@pytest.mark.parametrize(
+    "row,needle",
+    [
+        (Encoding("rope", "rotary", "d", "p", build="encoders.rotary:Rotary"), "already registered"),
+        (Encoding("My+PE", "bias", "d", "p", build="encoders.bias:ALiBi"), "lower case"),
+        (Encoding("toy-x", "scalar", "d", "p", build="encoders.bias:ALiBi"), "kind"),
+        (Encoding("toy-x", "bias", "d", "p"), "no builder"),
+        (Encoding("toy-x", "bias", "d", "p", build="encoders.bias:ALiBi", checks={"k": None}), "does not have"),
+    ],
+)
 def test_register_rejects_malformed_rows(row, needle):
     with pytest.raises(ValueError, match=needle):
         register(row)

@@ -24,13 +24,42 @@ V = 11
 
 # every registered name plus the combinations the spec names
 ALL_PE = [n for n in COMPONENTS] + [
-    "kerple:kind=power", "kerple+dape", "kerple+dape:k=3", "rope+dape:k=3", "nope+dape:k=3", "cope+rope",
-    "cope:npos=16", "cope:sep_keys=1", "fire+dape:k=5", "alibi+dape:k=7", "t5+dape:k=3", "cope+dape:k=3",
-    "bipe-rope+dape:k=3", "bipe-alibi+dape", "relative+dape:k=3",
+    "kerple:kind=power",
+    "kerple+dape",
+    "kerple+dape:k=3",
+    "rope+dape:k=3",
+    "nope+dape:k=3",
+    "cope+rope",
+    "cope:npos=16",
+    "cope:sep_keys=1",
+    "fire+dape:k=5",
+    "alibi+dape:k=7",
+    "t5+dape:k=3",
+    "cope+dape:k=3",
+    "bipe-rope+dape:k=3",
+    "bipe-alibi+dape",
+    "relative+dape:k=3",
 ]
-BIDIRECTIONAL = ["nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "kerple:kind=power", "fire",
-                 "relative", "relative-capped", "bipe-rope", "bipe-alibi", "dape", "rope+dape", "kerple+dape",
-                 "kerple+dape:k=3", "nope+dape:k=5"]
+BIDIRECTIONAL = [
+    "nope",
+    "sinusoidal",
+    "learned",
+    "rope",
+    "alibi",
+    "t5",
+    "kerple",
+    "kerple:kind=power",
+    "fire",
+    "relative",
+    "relative-capped",
+    "bipe-rope",
+    "bipe-alibi",
+    "dape",
+    "rope+dape",
+    "kerple+dape",
+    "kerple+dape:k=3",
+    "nope+dape:k=5",
+]
 
 
 def _model(pe: str, seed: int = 0, **kw):
@@ -61,21 +90,37 @@ def test_causality(pe):
     x[:, 5] = SEP  # BiPE: at least one segment boundary before t
     t = 12
     y = x.clone()
-    y[:, t + 1:] = torch.randint(0, V, (2, 24 - t - 1), generator=g)
+    y[:, t + 1 :] = torch.randint(0, V, (2, 24 - t - 1), generator=g)
     y[:, 18] = SEP  # a separator appears only in the perturbed future
     for ra in (False, True):
         a = m(x, return_attention=ra)
         b = m(y, return_attention=ra)
         la, lb = (a[0], b[0]) if ra else (a, b)
-        assert torch.allclose(la[:, : t + 1], lb[:, : t + 1], atol=1e-5), f"{pe} leaks the future (return_attention={ra})"
-        assert not torch.allclose(la[:, t + 1:], lb[:, t + 1:], atol=1e-5)
+        assert torch.allclose(la[:, : t + 1], lb[:, : t + 1], atol=1e-5), (
+            f"{pe} leaks the future (return_attention={ra})"
+        )
+        assert not torch.allclose(la[:, t + 1 :], lb[:, t + 1 :], atol=1e-5)
         if ra:
             for att in a[1]:
                 assert torch.allclose(att.sum(-1), torch.ones(()), atol=1e-5)
                 assert torch.all(att.triu(1) == 0)
 
 
-@pytest.mark.parametrize("pe", ["rope", "xpos", "alibi", "t5", "kerple", "fire", "relative-capped", "cope+rope", "rope+dape:k=3", "kerple+dape:k=3"])
+@pytest.mark.parametrize(
+    "pe",
+    [
+        "rope",
+        "xpos",
+        "alibi",
+        "t5",
+        "kerple",
+        "fire",
+        "relative-capped",
+        "cope+rope",
+        "rope+dape:k=3",
+        "kerple+dape:k=3",
+    ],
+)
 def test_relative_encodings_depend_on_differences_only(pe):
     """Shifting all indices by a constant leaves the logits unchanged (rope / xpos relativity)."""
     m = _model(pe)
@@ -108,11 +153,14 @@ def test_xpos_logit_scale_is_relative():
     assert math.isclose(float(s[i, j]) / math.cos((i - j) * 1.0), zeta0 ** ((i - j) / 512), rel_tol=1e-4)
 
 
-@pytest.mark.parametrize("H,expected", [
-    (4, [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]),
-    (8, [2 ** -(i + 1) for i in range(8)]),
-    (12, [2 ** -(i + 1) for i in range(8)] + [2 ** -0.5, 2 ** -1.5, 2 ** -2.5, 2 ** -3.5]),
-])
+@pytest.mark.parametrize(
+    "H,expected",
+    [
+        (4, [2**-2, 2**-4, 2**-6, 2**-8]),
+        (8, [2 ** -(i + 1) for i in range(8)]),
+        (12, [2 ** -(i + 1) for i in range(8)] + [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5]),
+    ],
+)
 def test_alibi_slopes(H, expected):
     assert alibi_slopes(H) == pytest.approx(expected)
 
@@ -464,30 +512,33 @@ def test_spec_grammar_canonical_names():
     assert parse_pe("cope").with_params(npos=16).name == "cope:npos=16"
 
 
-@pytest.mark.parametrize("bad,needle", [
-    ("rope+xpos", "two rotary"),
-    ("bipe-rope+rope", "two rotary"),
-    ("rope+alibi:alibi=1", "requires cope"),
-    ("alibi:sep_keys=1", "requires cope"),
-    ("nope+alibi", "nope"),
-    ("learned+sinusoidal", "two absolute"),
-    ("bipe-rope+bipe-alibi", "two"),
-    ("rope+rope", "twice"),
-    ("blah", "unknown pe component 'blah'"),
-    ("rope:bse=3", "unknown parameter 'bse'"),
-    ("dape:k=4", "odd"),
-    ("dape:k=x", "dape:k"),
-    ("cope:npos=1", "npos"),
-    ("kerple:kind=cubic", "log, power"),
-    ("rope:base", "key=value"),
-    ("", "non-empty"),
-    # shared tables and CoPE-ALiBi's slopes
-    ("cope:alibi=1,layer_tables=1", "no position table"),
-    ("cope-alibi:layer_tables=1", "unknown parameter 'layer_tables'"),
-    ("cope:m0=1", "cope-alibi:m0"),
-    ("cope-alibi:m0=0", "positive"),
-    ("t5:layer_tables=maybe", "must be bool"),
-])
+@pytest.mark.parametrize(
+    "bad,needle",
+    [
+        ("rope+xpos", "two rotary"),
+        ("bipe-rope+rope", "two rotary"),
+        ("rope+alibi:alibi=1", "requires cope"),
+        ("alibi:sep_keys=1", "requires cope"),
+        ("nope+alibi", "nope"),
+        ("learned+sinusoidal", "two absolute"),
+        ("bipe-rope+bipe-alibi", "two"),
+        ("rope+rope", "twice"),
+        ("blah", "unknown pe component 'blah'"),
+        ("rope:bse=3", "unknown parameter 'bse'"),
+        ("dape:k=4", "odd"),
+        ("dape:k=x", "dape:k"),
+        ("cope:npos=1", "npos"),
+        ("kerple:kind=cubic", "log, power"),
+        ("rope:base", "key=value"),
+        ("", "non-empty"),
+        # shared tables and CoPE-ALiBi's slopes
+        ("cope:alibi=1,layer_tables=1", "no position table"),
+        ("cope-alibi:layer_tables=1", "unknown parameter 'layer_tables'"),
+        ("cope:m0=1", "cope-alibi:m0"),
+        ("cope-alibi:m0=0", "positive"),
+        ("t5:layer_tables=maybe", "must be bool"),
+    ],
+)
 def test_bad_spec_strings(bad, needle):
     with pytest.raises(ValueError, match=needle):
         parse_pe(bad)
@@ -503,20 +554,23 @@ def test_build_model_pe_params():
         build_model(pe="dape", vocab_size=V, k=2)
 
 
-@pytest.mark.parametrize("pe,positions,kw,needle", [
-    ("nope", "pose:chunks=2,target=1024", {}, "reads token indices|ignores"),
-    ("cope", "randomized", {}, "ignores"),
-    ("bipe-rope", "pose", {}, "segment"),
-    ("learned", None, {"max_len": 64, "eval_len": 128}, "learned"),
-    ("learned", "randomized:max=2048", {"max_len": 512, "eval_len": 256}, "learned"),
-    ("relative", None, {"max_len": 64, "eval_len": 65}, "relative-capped"),
-    ("rope", "randomized:max=100", {"max_len": 64, "eval_len": 200}, "cover"),
-    ("rope", "pose:chunks=x", {}, "integer"),
-    ("rope", "shuffled", {}, "unknown --positions"),
-    ("rope", "pose:foo=1", {}, "allowed"),
-    ("alibi", None, {"rope_scaling": "yarn"}, "rotary"),
-    ("rope", None, {"rope_scaling": "dynamic"}, "linear, ntk, yarn"),
-])
+@pytest.mark.parametrize(
+    "pe,positions,kw,needle",
+    [
+        ("nope", "pose:chunks=2,target=1024", {}, "reads token indices|ignores"),
+        ("cope", "randomized", {}, "ignores"),
+        ("bipe-rope", "pose", {}, "segment"),
+        ("learned", None, {"max_len": 64, "eval_len": 128}, "learned"),
+        ("learned", "randomized:max=2048", {"max_len": 512, "eval_len": 256}, "learned"),
+        ("relative", None, {"max_len": 64, "eval_len": 65}, "relative-capped"),
+        ("rope", "randomized:max=100", {"max_len": 64, "eval_len": 200}, "cover"),
+        ("rope", "pose:chunks=x", {}, "integer"),
+        ("rope", "shuffled", {}, "unknown --positions"),
+        ("rope", "pose:foo=1", {}, "allowed"),
+        ("alibi", None, {"rope_scaling": "yarn"}, "rotary"),
+        ("rope", None, {"rope_scaling": "dynamic"}, "linear, ntk, yarn"),
+    ],
+)
 def test_validate_combination_rejects(pe, positions, kw, needle):
     with pytest.raises(ValueError, match=needle):
         validate_combination(pe, positions, **{"causal": True, "max_len": 512, "eval_len": 512, **kw})
@@ -596,7 +650,9 @@ def test_learned_biases_recomputed_after_update_and_alibi_cached():
     assert mask1 is mask2  # one cached tensor for every layer and step
 
 
-@pytest.mark.parametrize("pe", ["rope", "alibi", "t5", "fire", "sinusoidal", "learned", "relative-capped", "xpos", "kerple+dape:k=3"])
+@pytest.mark.parametrize(
+    "pe", ["rope", "alibi", "t5", "fire", "sinusoidal", "learned", "relative-capped", "xpos", "kerple+dape:k=3"]
+)
 def test_positions_batch_and_shared_agree(pe):
     m = _model(pe, max_len=256)
     x = torch.randint(0, V, (2, 12))
@@ -607,9 +663,29 @@ def test_positions_batch_and_shared_agree(pe):
     assert not torch.allclose(a, m(x), atol=1e-5)  # the positions matter
 
 
-OVERFIT = ["nope", "sinusoidal", "learned", "rope", "xpos", "alibi", "t5", "kerple", "fire", "relative",
-           "relative-capped", "cope", "cope-alibi", "cope+rope", "bipe-rope", "bipe-alibi", "dape", "kerple+dape:k=3",
-           "rope+dape:k=3", "nope+dape:k=3", "fire+dape:k=5"]
+OVERFIT = [
+    "nope",
+    "sinusoidal",
+    "learned",
+    "rope",
+    "xpos",
+    "alibi",
+    "t5",
+    "kerple",
+    "fire",
+    "relative",
+    "relative-capped",
+    "cope",
+    "cope-alibi",
+    "cope+rope",
+    "bipe-rope",
+    "bipe-alibi",
+    "dape",
+    "kerple+dape:k=3",
+    "rope+dape:k=3",
+    "nope+dape:k=3",
+    "fire+dape:k=5",
+]
 
 
 @pytest.mark.parametrize("pe", OVERFIT)
@@ -648,7 +724,7 @@ def test_rotate_fast_and_real_paths_match_the_formula(dtype):
     torch.manual_seed(0)
     B, T, H, D = 2, 7, 3, 8
     qkv = torch.randn(B, T, 3 * H * D, dtype=dtype, requires_grad=True)
-    q = qkv[..., H * D:2 * H * D].view(B, T, H, D).transpose(1, 2)  # a strided view, as in attention
+    q = qkv[..., H * D : 2 * H * D].view(B, T, H, D).transpose(1, 2)  # a strided view, as in attention
     ang = torch.rand(T, D // 2, dtype=dtype) * 6
     cos, sin = ang.cos(), ang.sin()
     fast = rotate(q, cos, sin)  # complex product

@@ -14,8 +14,10 @@ from synthlab.model import build_model, flex
 
 V = 11
 FLEX_PE = ["alibi", "t5", "kerple", "kerple:kind=power", "fire", "alibi+t5"]
-pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")]  # CPU: the reference form
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile"),
+]  # CPU: the reference form
 
 
 def _model(pe: str, causal: bool = True, seed: int = 0, **kw):

@@ -106,23 +106,39 @@ def test_default_size_samples_match_solver(name):
 
 # -- golden samples (hand-checked) ----------------------------------------------------------
 GOLDEN = {
-    "flipflop": [({}, "w 1 i 0 r 1 w 0 i 1 r 0", ["1", "0"]),
-                 ({}, "w 0 w 1 r 1 i 0 i 1 r 1", ["1", "1"])],
-    "selective_copy": [({}, "D _ _ C F _ F _ E | D C F F E", list("DCFFE")),
-                       ({}, "_ _ A | A", ["A"]),
-                       ({}, "P B _ | P B", ["P", "B"])],
-    "counting": [({}, "pass ; pass ; a = 0 ; pass ; a ++ ; pass ; pass ; a ++ ; print a 2", ["2"]),
-                 ({"n_vars": 3}, "a = 0 ; b = 0 ; a ++ ; b ++ ; b ++ ; a = 0 ; b ++ ; print b 3", ["3"]),
-                 ({"n_vars": 3}, "c = 0 ; a = 0 ; c ++ ; a ++ ; c = 0 ; pass ; print c 0", ["0"])],
-    "mqar": [({"vocab_size": 8, "length": 12, "n_kv": 2, "ood_lengths": "16"}, "k1 v5 k3 v4 . . k3 . . . k1 .", ["v4", "v5"]),
-             ({"vocab_size": 8, "length": 12, "n_kv": 2, "ood_lengths": "16"}, "k2 v6 k1 v7 k1 . k2 . . . . .", ["v7", "v6"])],
-    "passkey": [({"length": 16, "k_digits": 3}, "The grass <key> 3 1 4 is green . The sky <query> 3 1 4", ["3", "1", "4"]),
-                ({"length": 16, "k_digits": 3}, "<key> 0 0 7 The grass is green . The sky <query> 0 0 7", ["0", "0", "7"])],
+    "flipflop": [({}, "w 1 i 0 r 1 w 0 i 1 r 0", ["1", "0"]), ({}, "w 0 w 1 r 1 i 0 i 1 r 1", ["1", "1"])],
+    "selective_copy": [
+        ({}, "D _ _ C F _ F _ E | D C F F E", list("DCFFE")),
+        ({}, "_ _ A | A", ["A"]),
+        ({}, "P B _ | P B", ["P", "B"]),
+    ],
+    "counting": [
+        ({}, "pass ; pass ; a = 0 ; pass ; a ++ ; pass ; pass ; a ++ ; print a 2", ["2"]),
+        ({"n_vars": 3}, "a = 0 ; b = 0 ; a ++ ; b ++ ; b ++ ; a = 0 ; b ++ ; print b 3", ["3"]),
+        ({"n_vars": 3}, "c = 0 ; a = 0 ; c ++ ; a ++ ; c = 0 ; pass ; print c 0", ["0"]),
+    ],
+    "mqar": [
+        (
+            {"vocab_size": 8, "length": 12, "n_kv": 2, "ood_lengths": "16"},
+            "k1 v5 k3 v4 . . k3 . . . k1 .",
+            ["v4", "v5"],
+        ),
+        (
+            {"vocab_size": 8, "length": 12, "n_kv": 2, "ood_lengths": "16"},
+            "k2 v6 k1 v7 k1 . k2 . . . . .",
+            ["v7", "v6"],
+        ),
+    ],
+    "passkey": [
+        ({"length": 16, "k_digits": 3}, "The grass <key> 3 1 4 is green . The sky <query> 3 1 4", ["3", "1", "4"]),
+        ({"length": 16, "k_digits": 3}, "<key> 0 0 7 The grass is green . The sky <query> 0 0 7", ["0", "0", "7"]),
+    ],
 }
 
 
-@pytest.mark.parametrize("name,params,tokens,targets",
-                         [(n, p, t, y) for n, cases in GOLDEN.items() for p, t, y in cases])
+@pytest.mark.parametrize(
+    "name,params,tokens,targets", [(n, p, t, y) for n, cases in GOLDEN.items() for p, t, y in cases]
+)
 def test_golden_solver(name, params, tokens, targets):
     task = generators.get_task(name, **params)
     assert task.solve(make_sample(task, tokens)) == targets
@@ -130,12 +146,14 @@ def test_golden_solver(name, params, tokens, targets):
 
 def test_golden_arithmetic_chain():
     # 8*2 = 16 = 5; 5*10 = 50 = 6; 6*3 = 18 = 7; 7*6 = 42 = 9; 9+0 = 9; 6*9 = 54 = 10 (mod 11)
-    chain = ("<bos> 8 * 2 * 10 * ( 6 * 3 * 6 + 0 ) = 5 * 10 * ( 6 * 3 * 6 + 0 ) = 6 * ( 6 * 3 * 6 + 0 ) "
-             "= 6 * ( 7 * 6 + 0 ) = 6 * ( 9 + 0 ) = 6 * 9 = 10 <eos>")
+    chain = (
+        "<bos> 8 * 2 * 10 * ( 6 * 3 * 6 + 0 ) = 5 * 10 * ( 6 * 3 * 6 + 0 ) = 6 * ( 6 * 3 * 6 + 0 ) "
+        "= 6 * ( 7 * 6 + 0 ) = 6 * ( 9 + 0 ) = 6 * 9 = 10 <eos>"
+    )
     task = generators.get_task("arithmetic")
     s = make_sample(task, chain)
     toks = chain.split()
-    assert task.solve(s) == toks[toks.index("=") + 1:]
+    assert task.solve(s) == toks[toks.index("=") + 1 :]
     assert task.prompt_length(s) == toks.index("=") + 1 == 17  # <bos>, 15 tokens, =
     assert task.vocab[task.answer_id(s)] == "10"
     # 3 / 4 = 3 * 4^-1 = 3 * 3 = 9 (4 * 3 = 12 = 1); (9 - 2) = 7; 1 + 7 = 8
@@ -143,13 +161,16 @@ def test_golden_arithmetic_chain():
     assert task.solve(make_sample(task, ok))[-2:] == ["8", "<eos>"]
 
 
-@pytest.mark.parametrize("chain,why", [
-    ("<bos> 2 + 3 * 4 = 3 <eos>", "exactly one"),  # two operators at once (value is right: 2 + 12 = 14 = 3)
-    ("<bos> 2 + 3 = 6 <eos>", "value"),  # wrong value
-    ("<bos> 2 + 3 * 4 = 5 * 4 = 9 <eos>", "value"),  # evaluates + before *
-    ("<bos> 2 + 3 = 5 = 5 <eos>", "exactly one"),  # a step without an operator
-    ("<bos> 2 + 3 = 5 <eos> 5", "<eos>"),  # not ending with <eos>
-])
+@pytest.mark.parametrize(
+    "chain,why",
+    [
+        ("<bos> 2 + 3 * 4 = 3 <eos>", "exactly one"),  # two operators at once (value is right: 2 + 12 = 14 = 3)
+        ("<bos> 2 + 3 = 6 <eos>", "value"),  # wrong value
+        ("<bos> 2 + 3 * 4 = 5 * 4 = 9 <eos>", "value"),  # evaluates + before *
+        ("<bos> 2 + 3 = 5 = 5 <eos>", "exactly one"),  # a step without an operator
+        ("<bos> 2 + 3 = 5 <eos> 5", "<eos>"),  # not ending with <eos>
+    ],
+)
 def test_arithmetic_solver_rejects_invalid_chains(chain, why):
     task = generators.get_task("arithmetic")
     with pytest.raises(ValueError, match=why):
@@ -171,7 +192,7 @@ def test_arithmetic_brackets_and_steps():
             for i, t in enumerate(e):
                 if t == "(":  # the bracket is needed: previous '/' or '* -' before / '* /' after a +- group
                     j = e.index(")", i)
-                    inner, prev = e[i + 1:j], e[i - 1] if i else None
+                    inner, prev = e[i + 1 : j], e[i - 1] if i else None
                     nxt = e[j + 1] if j + 1 < len(e) else None
                     if len(inner) == 3:  # an innermost "( a op b )"
                         assert prev == "/" or (inner[1] in "+-" and (prev in ("*", "-") or nxt in ("*", "/")))
@@ -181,7 +202,7 @@ def test_arithmetic_answer_and_prompt_methods():
     task = task_of("arithmetic", MEDIUM)
     for s in task.sample("test", 50, seed=1):
         k = task.prompt_length(s)
-        assert s.tokens[k - 1] == "=" and "=" not in s.tokens[:k - 1]
+        assert s.tokens[k - 1] == "=" and "=" not in s.tokens[: k - 1]
         assert s.scored[0] == k - 1 and s.scored[-1] == len(s) - 2
         assert s.tokens[-1] == "<eos>" and task.answer_id(s) == s.ids[-2]
         assert task.vocab[task.answer_id(s)] == s.tokens[-2] and s.tokens[-2].isdigit()
@@ -192,8 +213,9 @@ def _hand_automaton(task):
     a: 0->{1} 1->{0} 2->{2} 3->{3};  b: 0->{0,1} 1->{1} 2->{3} 3->{2,3};
     #: 0->{0} 1->{2} 2->{} 3->{0,2}."""
     d = np.zeros((3, 4, 4), dtype=bool)
-    for a, table in enumerate([{0: [1], 1: [0], 2: [2], 3: [3]}, {0: [0, 1], 1: [1], 2: [3], 3: [2, 3]},
-                               {0: [0], 1: [2], 2: [], 3: [0, 2]}]):
+    for a, table in enumerate(
+        [{0: [1], 1: [0], 2: [2], 3: [3]}, {0: [0, 1], 1: [1], 2: [3], 3: [2, 3]}, {0: [0], 1: [2], 2: [], 3: [0, 2]}]
+    ):
         for q, ts in table.items():
             d[a, q, ts] = True
     task.set_automaton(d, 0, np.array([False, False, True, False]))
@@ -201,8 +223,7 @@ def _hand_automaton(task):
 
 @pytest.mark.parametrize("name", ["binfa", "nfa"])
 def test_golden_automaton(name):
-    task = generators.get_task(name, n_sets=2, set_size=2, n_symbols=2, seg_len=3, max_segments=3,
-                               ood_max_segments=6)
+    task = generators.get_task(name, n_sets=2, set_size=2, n_symbols=2, seg_len=3, max_segments=3, ood_max_segments=6)
     _hand_automaton(task)
     # {0} -a-> {1} -#-> {2}: accept
     assert task.solve(make_sample(task, "a # Y")) == ["Y"]
@@ -215,8 +236,9 @@ def test_golden_automaton(name):
     # the generator's matrix simulation agrees: segments as (n_seg, seg_len) with -1 padding
     assert task._simulate(np.array([[1, -1, -1], [0, -1, -1], [0, -1, -1]])).tolist() == [True, True, False]
     assert task._simulate(np.array([[0, 0, -1]])).tolist() == [False]
-    traced = generators.get_task(name, n_sets=2, set_size=2, n_symbols=2, seg_len=3, max_segments=3,
-                                 ood_max_segments=6, trace=True)
+    traced = generators.get_task(
+        name, n_sets=2, set_size=2, n_symbols=2, seg_len=3, max_segments=3, ood_max_segments=6, trace=True
+    )
     _hand_automaton(traced)
     assert traced.solve(make_sample(traced, "b # Y a # Y a # N")) == ["Y", "Y", "N"]
 
@@ -333,8 +355,10 @@ def test_counting_values_bounded_and_print_variable_set():
 
 def test_arithmetic_operator_count_uniform():
     task = generators.get_task("arithmetic", n_ops=4)
-    ops = Counter(sum(t in ("+", "-", "*", "/") for t in s.tokens[:s.tokens.index("=")])
-                  for s in task.sample("train", 2000, seed=1))
+    ops = Counter(
+        sum(t in ("+", "-", "*", "/") for t in s.tokens[: s.tokens.index("=")])
+        for s in task.sample("train", 2000, seed=1)
+    )
     assert set(ops) == {1, 2, 3, 4}
     assert all(abs(ops[k] / 2000 - 0.25) < 0.04 for k in ops)
     for k in (7, 8):
@@ -347,11 +371,11 @@ def test_mqar_layout():
     n = task.params["n_kv"]
     for s in task.sample("train", 100, seed=1):
         t = s.tokens
-        keys, vals = t[0:2 * n:2], t[1:2 * n:2]
+        keys, vals = t[0 : 2 * n : 2], t[1 : 2 * n : 2]
         assert len(set(keys)) == n and len(set(vals)) == n
         assert all(k.startswith("k") for k in keys) and all(v.startswith("v") for v in vals)
         assert len(s.scored) == n and sorted(t[p] for p in s.scored) == sorted(keys)
-        rest = [x for i, x in enumerate(t[2 * n:]) if 2 * n + i not in set(s.scored) | set(s.scored + 1)]
+        rest = [x for i, x in enumerate(t[2 * n :]) if 2 * n + i not in set(s.scored) | set(s.scored + 1)]
         assert set(rest) <= {"."}
     # power law: queries come early far more often than late
     pos = np.concatenate([s.scored for s in task.sample("train", 300, seed=2)]) - 2 * n
@@ -398,7 +422,7 @@ def test_no_global_numpy_state():
 # -- train / held-out disjointness ----------------------------------------------------------
 def _key(task, s: Sample) -> tuple:
     if task.name == "arithmetic":  # the input is the prompt
-        return tuple(s.ids[:task.prompt_length(s)].tolist())
+        return tuple(s.ids[: task.prompt_length(s)].tolist())
     return tuple(s.ids.tolist())
 
 

@@ -11,11 +11,21 @@ from synthlab.analysis import grids
 
 
 def rec(pe, d, seed, test, sparse, status="ok", trial=0, by_length=None, task="flipflop"):
-    r = {"schema": 1, "run_id": f"{pe}-{d}-{seed}", "task": task, "task_params": {"n_pairs": 16},
-         "pe": pe, "positions": None, "model": {"d_model": d, "n_layers": 1, "n_heads": 2, "params": 1},
-         "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32},
-         "metrics": {"test": {"token_acc": test, "seq_acc": test}, "ood-sparse": {"token_acc": sparse}},
-         "by_length": by_length, "study": "s", "trial": trial, "status": status}
+    r = {
+        "schema": 1,
+        "run_id": f"{pe}-{d}-{seed}",
+        "task": task,
+        "task_params": {"n_pairs": 16},
+        "pe": pe,
+        "positions": None,
+        "model": {"d_model": d, "n_layers": 1, "n_heads": 2, "params": 1},
+        "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32},
+        "metrics": {"test": {"token_acc": test, "seq_acc": test}, "ood-sparse": {"token_acc": sparse}},
+        "by_length": by_length,
+        "study": "s",
+        "trial": trial,
+        "status": status,
+    }
     if status != "ok":
         r["metrics"] = {}
         r["error"] = "diverged: non-finite training loss (nan) at step 1"
@@ -23,9 +33,11 @@ def rec(pe, d, seed, test, sparse, status="ok", trial=0, by_length=None, task="f
 
 
 RECORDS = [
-    rec("rope", 16, 0, 0.90, 0.50), rec("rope", 16, 1, 0.80, 0.70),
+    rec("rope", 16, 0, 0.90, 0.50),
+    rec("rope", 16, 1, 0.80, 0.70),
     rec("rope", 32, 0, 1.00, 0.60),
-    rec("cope", 16, 0, 1.00, 0.95), rec("cope", 16, 1, 1.00, 0.97),
+    rec("cope", 16, 0, 1.00, 0.95),
+    rec("cope", 16, 1, 1.00, 0.97),
     rec("cope", 32, 0, 0.0, 0.0, status="failed"),
 ]
 
@@ -89,13 +101,20 @@ def test_a_task_parameter_axis_is_never_averaged_as_seeds():
 
 
 def test_length_grid_from_by_length(tmp_path):
-    recs = [rec("rope", 16, 0, 1, 1, by_length={"ood/41": 0.5, "ood/42": 0.25, "test/5": 1.0}, task="even_pairs"),
-            rec("kerple", 16, 0, 1, 1, by_length={"41": 1.0, "42": 0.75}, task="even_pairs")]
+    recs = [
+        rec("rope", 16, 0, 1, 1, by_length={"ood/41": 0.5, "ood/42": 0.25, "test/5": 1.0}, task="even_pairs"),
+        rec("kerple", 16, 0, 1, 1, by_length={"41": 1.0, "42": 0.75}, task="even_pairs"),
+    ]
     recs[1]["metrics"] = {"test": {"token_acc": 1.0}, "ood": {"token_acc": 0.875}}
     t = grids.tidy(recs)
     rows = t[t.length.notna()]
-    assert set(zip(rows.pe, rows.split, rows.length)) == {("rope", "ood", 41.0), ("rope", "ood", 42.0), ("rope", "test", 5.0),
-                                                         ("kerple", "ood", 41.0), ("kerple", "ood", 42.0)}
+    assert set(zip(rows.pe, rows.split, rows.length)) == {
+        ("rope", "ood", 41.0),
+        ("rope", "ood", 42.0),
+        ("rope", "test", 5.0),
+        ("kerple", "ood", 41.0),
+        ("kerple", "ood", 42.0),
+    }
     g = grids.make_grid(t, "ood", "length", "pe", split="ood")
     assert list(g.mean.columns) == [41, 42] and all(type(c) is int for c in g.mean.columns)
     assert "| pe / length | 41 | 42 |" in g.markdown()  # not 41.0
@@ -156,8 +175,11 @@ def test_reader_skips_a_torn_last_line_and_rejects_non_results(tmp_path):
 
 
 def test_composite_rows_and_an_all_failed_grid(tmp_path):
-    recs = [rec("rope", 16, 0, 0.5, 0.5, task="binfa"), rec("rope", 16, 0, 0.7, 0.5, task="nfa"),
-            rec("cope", 16, 0, 0, 0, status="failed", task="nfa")]
+    recs = [
+        rec("rope", 16, 0, 0.5, 0.5, task="binfa"),
+        rec("rope", 16, 0, 0.7, 0.5, task="nfa"),
+        rec("cope", 16, 0, 0, 0, status="failed", task="nfa"),
+    ]
     g = grids.make_grid(grids.tidy(recs), "capacity", "d_model", "task,pe", split="test")
     assert list(g.mean.index) == ["binfa rope", "nfa rope", "nfa cope"]
     assert g.mean.at["nfa rope", 16] == pytest.approx(70.0) and math.isnan(g.mean.at["nfa cope", 16])
@@ -210,21 +232,42 @@ def test_the_token_index_and_no_scaling_never_pool_with_a_scheme(field, other):
 
 
 def _key(pe, seed, **overrides):
-    return json.dumps({"task": "flipflop", "pe": pe, "seed": seed, "positions": None, "rope_scaling": None,
-                       "overrides": overrides, "slot": 0}, sort_keys=True)
+    return json.dumps(
+        {
+            "task": "flipflop",
+            "pe": pe,
+            "seed": seed,
+            "positions": None,
+            "rope_scaling": None,
+            "overrides": overrides,
+            "slot": 0,
+        },
+        sort_keys=True,
+    )
 
 
 def test_a_sweep_axis_on_another_set_key_joins_the_rows():
     # a user's sweep file with an axis on train.weight_decay, which no record field holds (the cell
     # key does): its values were averaged as if they were seeds (one row, n 6)
-    recs = [{**rec("rope", 16, s, 1.0, a, trial=t), "cell": _key("rope", s, **{"train.weight_decay": wd, "train.threads": 1})}
-            for t, (wd, s, a) in enumerate([(0.0, 0, 0.5), (0.0, 1, 0.52), (0.1, 0, 0.9), (0.1, 1, 0.92)])]
-    recs.append({**rec("rope", 16, 2, 1.0, 0.94, trial=9),  # a run option (threads) keeps no runs apart
-                 "cell": _key("rope", 2, **{"train.weight_decay": 0.1, "train.threads": 4})})
+    recs = [
+        {
+            **rec("rope", 16, s, 1.0, a, trial=t),
+            "cell": _key("rope", s, **{"train.weight_decay": wd, "train.threads": 1}),
+        }
+        for t, (wd, s, a) in enumerate([(0.0, 0, 0.5), (0.0, 1, 0.52), (0.1, 0, 0.9), (0.1, 1, 0.92)])
+    ]
+    recs.append(
+        {
+            **rec("rope", 16, 2, 1.0, 0.94, trial=9),  # a run option (threads) keeps no runs apart
+            "cell": _key("rope", 2, **{"train.weight_decay": 0.1, "train.threads": 4}),
+        }
+    )
     g = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["test", "ood-sparse"])
     assert list(g.mean.index) == ["rope train.weight_decay=0", "rope train.weight_decay=0.1"]
     assert g.mean["ood-sparse"].tolist() == pytest.approx([51.0, 92.0]) and g.n["ood-sparse"].tolist() == [2, 3]
-    g = grids.make_grid(grids.tidy(recs), "ood", "train.weight_decay", "pe", "token_acc", "accuracy", split="ood-sparse")
+    g = grids.make_grid(
+        grids.tidy(recs), "ood", "train.weight_decay", "pe", "token_acc", "accuracy", split="ood-sparse"
+    )
     assert list(g.mean.columns) == [0.0, 0.1] and list(g.mean.index) == ["rope"]
 
 
@@ -249,7 +292,9 @@ def test_a_failed_run_in_a_joined_row_label_is_shown_not_dropped():
     recs = [rec("rope", 16, s, 0.9, a) for s, a in ((0, 0.5), (1, 0.6))]
     recs += [{**rec("rope", 16, s, 0.9, 0.7), "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}} for s in range(2)]
     recs.append(failed_record("flipflop", "rope", None, {"model.n_layers": 2}, 7, "s", 9, "RuntimeError: boom"))
-    g = grids.make_grid(grids.tidy(recs), "ood", "split", "d_model", "token_acc", "accuracy", split=["test", "ood-sparse"])
+    g = grids.make_grid(
+        grids.tidy(recs), "ood", "split", "d_model", "token_acc", "accuracy", split=["test", "ood-sparse"]
+    )
     assert list(g.mean.index) == ["16 n_layers=1", "16 n_layers=2", "- n_layers=2"]
     assert int(g.n_failed.to_numpy().sum()) == 2 and g.runs_failed == 1  # its row, both split columns
 
@@ -257,12 +302,15 @@ def test_a_failed_run_in_a_joined_row_label_is_shown_not_dropped():
 def test_a_bare_set_key_axis_joins_the_rows_and_a_tuned_one_is_picked_among():
     # [axes] weight_decay = [...] (a bare key: the cell's overrides say "weight_decay") and a
     # preset that tunes it ([tune] weight_decay): joined rows in the plain grid, best-of in the other
-    recs = [{**rec("rope", 16, s, 1.0, a, trial=t), "cell": _key("rope", s, weight_decay=wd)}
-            for t, (wd, s, a) in enumerate([(0.0, 0, 0.5), (0.0, 1, 0.52), (0.1, 0, 0.9), (0.1, 1, 0.92)])]
+    recs = [
+        {**rec("rope", 16, s, 1.0, a, trial=t), "cell": _key("rope", s, weight_decay=wd)}
+        for t, (wd, s, a) in enumerate([(0.0, 0, 0.5), (0.0, 1, 0.52), (0.1, 0, 0.9), (0.1, 1, 0.92)])
+    ]
     g = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"])
     assert list(g.mean.index) == ["rope train.weight_decay=0", "rope train.weight_decay=0.1"]
-    best = grids.make_grid(grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"],
-                           best_of=("weight_decay",))
+    best = grids.make_grid(
+        grids.tidy(recs), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"], best_of=("weight_decay",)
+    )
     assert list(best.mean.index) == ["rope"] and best.mean.at["rope", "ood-sparse"] == pytest.approx(92.0)
     assert best.n.at["rope", "ood-sparse"] == 4
 
@@ -298,8 +346,9 @@ def test_train_runs_differing_in_a_recorded_setting_are_never_one_seed():
         r["train"] = {**r["train"], "weight_decay": wd, "n_train": None}
         return r
 
-    g = grids.make_grid(grids.tidy([run(0.0, 0.5), run(0.1, 0.9)]), "ood", "split", "pe", "token_acc", "accuracy",
-                        split=["ood-sparse"])
+    g = grids.make_grid(
+        grids.tidy([run(0.0, 0.5), run(0.1, 0.9)]), "ood", "split", "pe", "token_acc", "accuracy", split=["ood-sparse"]
+    )
     assert list(g.mean.index) == ["rope train.weight_decay=0", "rope train.weight_decay=0.1"]
     assert g.mean["ood-sparse"].tolist() == pytest.approx([50.0, 90.0])
     assert set(grids.tidy([run(0.0, 0.5)])["train.n_train"]) == {"none"}  # fresh samples: a setting, not unknown
@@ -308,8 +357,18 @@ def test_train_runs_differing_in_a_recorded_setting_are_never_one_seed():
 def test_length_grid_from_groups_of_several_settings():
     """mqar's OOD groups scale the pairs with the length (``"length=512,n_kv=32"``): read as
     NaN lengths before, so `grid --x length` refused mqar and its sweep drew no ood-by-length."""
-    recs = [rec("rope", 16, s, 1, 1, by_length={"length=512,n_kv=32": 0.5 + s / 10, "length=1024,n_kv=64": 0.25},
-                task="mqar") for s in (0, 1)]
+    recs = [
+        rec(
+            "rope",
+            16,
+            s,
+            1,
+            1,
+            by_length={"length=512,n_kv=32": 0.5 + s / 10, "length=1024,n_kv=64": 0.25},
+            task="mqar",
+        )
+        for s in (0, 1)
+    ]
     for r in recs:
         r["metrics"] = {"test": {"token_acc": 1.0}, "ood-length": {"token_acc": 0.4}}
     t = grids.tidy(recs)

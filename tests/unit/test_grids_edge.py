@@ -13,11 +13,21 @@ from synthlab.analysis.tables import check_records
 
 
 def rec(pe, seed, acc, status="ok", task="flipflop", by_length=None):
-    r = {"schema": 1, "run_id": f"{pe}-{seed}", "task": task, "task_params": {"n_pairs": 16}, "pe": pe,
-         "positions": None, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1},
-         "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32},
-         "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc}, "ood-dense": {"token_acc": acc}},
-         "by_length": by_length, "study": None, "trial": None, "status": status}
+    r = {
+        "schema": 1,
+        "run_id": f"{pe}-{seed}",
+        "task": task,
+        "task_params": {"n_pairs": 16},
+        "pe": pe,
+        "positions": None,
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1},
+        "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32},
+        "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc}, "ood-dense": {"token_acc": acc}},
+        "by_length": by_length,
+        "study": None,
+        "trial": None,
+        "status": status,
+    }
     if status != "ok":
         r.update(metrics={}, error="diverged")
     return r
@@ -48,14 +58,17 @@ def test_some_failed_seeds_are_counted_in_the_cell():
     assert "1 of 2 runs failed" in g.markdown()
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda r: r["metrics"]["test"].update(token_acc=math.nan), r"metrics.test.token_acc is NaN"),
-    (lambda r: r["metrics"]["test"].update(token_acc=math.inf), r"is NaN or infinite"),
-    (lambda r: r["metrics"]["test"].update(token_acc="0.9"), r"is not a number \('0.9'\)"),
-    (lambda r: r["metrics"]["test"].update(token_acc=True), r"is not a number \(True\)"),
-    (lambda r: r.update(by_length={"41": math.nan}), r"by_length.41 is NaN"),
-    (lambda r: r.update(task="nosuchtask"), r"unknown task 'nosuchtask'"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda r: r["metrics"]["test"].update(token_acc=math.nan), r"metrics.test.token_acc is NaN"),
+        (lambda r: r["metrics"]["test"].update(token_acc=math.inf), r"is NaN or infinite"),
+        (lambda r: r["metrics"]["test"].update(token_acc="0.9"), r"is not a number \('0.9'\)"),
+        (lambda r: r["metrics"]["test"].update(token_acc=True), r"is not a number \(True\)"),
+        (lambda r: r.update(by_length={"41": math.nan}), r"by_length.41 is NaN"),
+        (lambda r: r.update(task="nosuchtask"), r"unknown task 'nosuchtask'"),
+    ],
+)
 def test_values_synthlab_never_writes_are_refused(edit, match):
     r = rec("rope", 0, 0.9)
     edit(r)
@@ -66,8 +79,9 @@ def test_values_synthlab_never_writes_are_refused(edit, match):
 
 def test_a_nan_literal_in_a_file_is_refused_naming_the_file_and_record(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text(json.dumps(rec("rope", 0, 0.9)) + "\n" + json.dumps(rec("cope", 0, 0.5)).replace("0.5", "NaN", 1)
-                    + "\n")
+    path.write_text(
+        json.dumps(rec("rope", 0, 0.9)) + "\n" + json.dumps(rec("cope", 0, 0.5)).replace("0.5", "NaN", 1) + "\n"
+    )
     with pytest.raises(ValueError, match=r"results file '.*r.jsonl': record 2 \(run cope-0\): metrics.test"):
         grids.grid(path)
     with pytest.raises(ValueError, match="is a directory"):

@@ -15,8 +15,17 @@ import torch
 
 from synthlab.model import COMPONENTS, build_model
 
-PE = list(COMPONENTS) + ["kerple:kind=power", "kerple+dape:k=3", "cope+rope", "fire+dape:k=5", "alibi+t5",
-                         "t5+dape:k=3", "cope+dape:k=3", "bipe-rope+dape:k=3", "relative+dape:k=3"]
+PE = list(COMPONENTS) + [
+    "kerple:kind=power",
+    "kerple+dape:k=3",
+    "cope+rope",
+    "fire+dape:k=5",
+    "alibi+t5",
+    "t5+dape:k=3",
+    "cope+dape:k=3",
+    "bipe-rope+dape:k=3",
+    "relative+dape:k=3",
+]
 
 
 @pytest.mark.parametrize("pe", PE)

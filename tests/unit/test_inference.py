@@ -35,10 +35,11 @@ def _too_many(k: int, reps: int, rate: float = inf.ALPHA) -> bool:
 
 # ---- exactness ----------------------------------------------------------------------------
 
+
 def test_sign_flip_floor_is_two_over_two_to_the_n():
     for n in range(2, 11):
         c = inf.paired([1.0 + 0.1 * i for i in range(n)], [0.0] * n)
-        assert c.p == pytest.approx(2 / 2 ** n) and c.exact
+        assert c.p == pytest.approx(2 / 2**n) and c.exact
     assert inf.min_seeds(inf.PAIRED) == 6 and inf.min_seeds(inf.UNPAIRED) == 4
     assert inf.min_seeds(inf.PAIRED, 0.05 / 3) == 7  # three claims: Holm's first step at 0.05 / 3
 
@@ -65,8 +66,9 @@ def test_interval_inverts_the_same_test(n):
 
 def test_unpaired_p_is_scipys_permutation_test():
     a, b = np.array([3.0, 4.5, 5.0, 6.1]), np.array([1.0, 2.0, 2.5, 0.5, 1.5])
-    ref = stats.permutation_test((a, b), lambda x, y: x.mean() - y.mean(), permutation_type="independent",
-                                 n_resamples=math.inf).pvalue
+    ref = stats.permutation_test(
+        (a, b), lambda x, y: x.mean() - y.mean(), permutation_type="independent", n_resamples=math.inf
+    ).pvalue
     assert inf.unpaired(a, b).p == pytest.approx(ref)
     assert inf.unpaired(a, b).p == pytest.approx(2 / math.comb(9, 4))
 
@@ -83,7 +85,9 @@ def test_compare_pairs_the_shared_seeds_and_counts_the_rest():
 def test_one_arm_against_a_bound():
     good = [99.0, 100.0, 98.0, 100.0, 100.0, 99.0, 100.0]
     c = inf.one_arm(good, 95.0, at_least=True)
-    assert c.test == inf.ONE_SAMPLE and c.estimate == pytest.approx(np.mean(good) - 95) and c.p == pytest.approx(2 / 128)
+    assert (
+        c.test == inf.ONE_SAMPLE and c.estimate == pytest.approx(np.mean(good) - 95) and c.p == pytest.approx(2 / 128)
+    )
     assert inf.decide(c.estimate, c.p) == inf.SUPPORTED
     c = inf.one_arm(good, 99.0, at_least=False)  # "at most 99": the other way
     assert c.estimate < 0
@@ -124,8 +128,9 @@ NULLS = {
     # a floor: most seeds at 0 % error, one in four glitches to 10-40 %, the same in both arms
     "floor": lambda rng, n: tuple(np.where(rng.random(n) < 0.25, rng.uniform(10, 40, n), 0.0) for _ in range(2)),
     # two modes: a seed learns (~1 %) or does not (~60 %), half and half, both arms alike
-    "bimodal": lambda rng, n: tuple(np.where(rng.random(n) < 0.5, rng.normal(1, 0.5, n), rng.normal(60, 5, n))
-                                    for _ in range(2)),
+    "bimodal": lambda rng, n: tuple(
+        np.where(rng.random(n) < 0.5, rng.normal(1, 0.5, n), rng.normal(60, 5, n)) for _ in range(2)
+    ),
 }
 
 
@@ -153,7 +158,7 @@ def test_power_does_not_fall_as_seeds_are_added():
         old[n] = np.mean([_old_rule(b, w) == inf.SUPPORTED for b, w in runs])
     ns = sorted(power)
     for i, n in enumerate(ns):
-        assert power[n] >= max(power[m] for m in ns[:i + 1]) - 0.08, power  # binomial noise at 300 runs
+        assert power[n] >= max(power[m] for m in ns[: i + 1]) - 0.08, power  # binomial noise at 300 runs
     assert power[20] > 0.9 and power[10] > power[6]
     assert old[10] < old[2] - 0.1  # the old rule's power falls with n
 
@@ -190,13 +195,25 @@ def test_interval_covers_the_true_shift():
 
 # ---- the p-values are scipy's --------------------------------------------------------------
 
+
 def _scipy_p(*samples, paired: bool, resamples: int) -> float:
     if paired:
-        return stats.permutation_test(samples, lambda x, axis: np.mean(x, axis=axis), permutation_type="samples",
-                                      vectorized=True, n_resamples=resamples, rng=0).pvalue
-    return stats.permutation_test(samples, lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
-                                  permutation_type="independent", vectorized=True, n_resamples=resamples,
-                                  rng=0).pvalue
+        return stats.permutation_test(
+            samples,
+            lambda x, axis: np.mean(x, axis=axis),
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=resamples,
+            rng=0,
+        ).pvalue
+    return stats.permutation_test(
+        samples,
+        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+        permutation_type="independent",
+        vectorized=True,
+        n_resamples=resamples,
+        rng=0,
+    ).pvalue
 
 
 def test_exact_p_values_equal_scipys_permutation_test():
@@ -207,13 +224,15 @@ def test_exact_p_values_equal_scipys_permutation_test():
         d = rng.choice([0.0, 0.0, 1.5, -0.5, 2.0, 3.25], n) if rng.random() < 0.5 else rng.normal(0.5, 1, n)
         if np.any(d):
             assert inf.paired(d, np.zeros(n), interval=False).p == pytest.approx(
-                _scipy_p(d, paired=True, resamples=math.inf), abs=1e-12)
+                _scipy_p(d, paired=True, resamples=math.inf), abs=1e-12
+            )
         n1, n2 = int(rng.integers(2, 7)), int(rng.integers(2, 7))
         a = rng.choice([0.0, 10.0, 12.5, 40.0], n1) if rng.random() < 0.5 else rng.normal(1, 1, n1)
         b = rng.choice([0.0, 10.0, 12.5, 40.0], n2) if rng.random() < 0.5 else rng.normal(0, 1, n2)
         if not np.all(np.concatenate([a, b]) == a[0]):
             assert inf.unpaired(a, b, interval=False).p == pytest.approx(
-                _scipy_p(a, b, paired=False, resamples=math.inf), abs=1e-12)
+                _scipy_p(a, b, paired=False, resamples=math.inf), abs=1e-12
+            )
 
 
 def test_monte_carlo_p_values_agree_with_scipys_within_their_error():
@@ -224,11 +243,13 @@ def test_monte_carlo_p_values_agree_with_scipys_within_their_error():
         assert not ours.exact
         assert ours.p == pytest.approx(_scipy_p(d, paired=True, resamples=20000), abs=0.03)
     a, b = rng.normal(0.8, 1, 9), rng.normal(0, 1, 9)
-    assert inf.unpaired(a, b, interval=False).p == pytest.approx(_scipy_p(a, b, paired=False, resamples=20000),
-                                                                 abs=0.03)
+    assert inf.unpaired(a, b, interval=False).p == pytest.approx(
+        _scipy_p(a, b, paired=False, resamples=20000), abs=0.03
+    )
 
 
 # ---- --until-decided: looks with alpha spending -----------------------------------------------
+
 
 def test_looks_and_their_levels():
     assert inf.looks() == [8, 12, 16, 20] and inf.looks(10) == [8, 10] and inf.looks(6) == [6]
@@ -236,7 +257,7 @@ def test_looks_and_their_levels():
         with pytest.raises(ValueError, match="at least 6"):
             inf.looks(bad)
     levels = inf.look_levels(inf.looks())
-    assert levels[0] > 2 / 2 ** 8  # the first look can decide
+    assert levels[0] > 2 / 2**8  # the first look can decide
     assert sum(levels) == pytest.approx(inf.ALPHA) and all(lv > 0 for lv in levels)
     assert inf.look_levels([20]) == pytest.approx([inf.ALPHA])
 
@@ -260,8 +281,9 @@ def test_stopping_at_the_first_deciding_look_keeps_the_error_rate():
     naive = 0
     for _ in range(reps):
         b, w = NULLS["normal"](rng, 20)
-        naive += any(inf.compare(dict(enumerate(b[:n])), dict(enumerate(w[:n])), interval=False).p < inf.ALPHA
-                     for n in plan)
+        naive += any(
+            inf.compare(dict(enumerate(b[:n])), dict(enumerate(w[:n])), interval=False).p < inf.ALPHA for n in plan
+        )
     assert naive > k  # peeking at the full level decides more often
 
 

@@ -22,8 +22,13 @@ CKPT = Path(__file__).resolve().parents[2] / "notebooks" / "checkpoints"
 
 @pytest.fixture(scope="module")
 def runs():
-    names = {"rope": "flipflop-rope", "cope": "flipflop-cope", "bipe-rope": "arithmetic-bipe-rope",
-             "nope+dape:k=3": "mqar-nope-dape3", "t5": "flipflop-t5"}
+    names = {
+        "rope": "flipflop-rope",
+        "cope": "flipflop-cope",
+        "bipe-rope": "arithmetic-bipe-rope",
+        "nope+dape:k=3": "mqar-nope-dape3",
+        "t5": "flipflop-t5",
+    }
     return {pe: synthlab.load_run(CKPT / name) for pe, name in names.items()}
 
 
@@ -43,8 +48,13 @@ def test_hook_points_have_the_documented_names_and_shapes(runs, pe):
     assert logits.shape == (B, T, m.vocab_size)
     expected = {}
     for i in range(m.n_layers):
-        for what, shape in (("q", (B, H, T, d_h)), ("k", (B, H, T, d_h)), ("v", (B, H, T, d_h)),
-                            ("scores", (B, H, T, T)), ("pattern", (B, H, T, T))):
+        for what, shape in (
+            ("q", (B, H, T, d_h)),
+            ("k", (B, H, T, d_h)),
+            ("v", (B, H, T, d_h)),
+            ("scores", (B, H, T, T)),
+            ("pattern", (B, H, T, T)),
+        ):
             expected[f"blocks.{i}.attn.{what}"] = shape
         if m.spec.has("cope"):
             expected[f"blocks.{i}.attn.cope.gates"] = expected[f"blocks.{i}.attn.cope.positions"] = (B, H, T, T)
@@ -54,8 +64,9 @@ def test_hook_points_have_the_documented_names_and_shapes(runs, pe):
     assert cache.tokens == [run.decode(ids[0])] * 2
     assert re.search(rf"^blocks\.0\.attn\.pattern +\({B}, {H}, {T}, {T}\)$", repr(cache), re.M)
     # the names are the attention modules' own names
-    assert {n.rsplit(".", 1)[0] for n in expected if n.startswith("blocks.") and ".cope." not in n} <= \
-        {name for name, _ in m.named_modules()}
+    assert {n.rsplit(".", 1)[0] for n in expected if n.startswith("blocks.") and ".cope." not in n} <= {
+        name for name, _ in m.named_modules()
+    }
 
 
 @pytest.mark.parametrize("pe", ["rope", "cope", "bipe-rope", "nope+dape:k=3", "t5"])
@@ -96,8 +107,9 @@ def test_cope_gates_and_positions_make_the_cached_pattern(runs):
         future = torch.ones(T, T, dtype=torch.bool).triu(1)
         assert (g[..., future] == 0).all() and (g >= 0).all() and (g <= 1).all()
         # p_ij = sum of the gates from j to i, clamped to npos - 1
-        torch.testing.assert_close(p, g.flip(-1).cumsum(-1).flip(-1).clamp(max=block.attn.cope.npos - 1),
-                                   rtol=1e-4, atol=1e-4)  # sums of 128 gates in another order
+        torch.testing.assert_close(
+            p, g.flip(-1).cumsum(-1).flip(-1).clamp(max=block.attn.cope.npos - 1), rtol=1e-4, atol=1e-4
+        )  # sums of 128 gates in another order
         table = cache[f"blocks.{i}.attn.q"] @ block.attn.cope.pos_emb.detach()  # flip-flop cope: no rotary, q = q_raw
         table = torch.cat([table, table[..., -1:]], -1)
         lo = p.long()

@@ -16,12 +16,21 @@ from synthlab.analysis.lineplots import by_length, draw_by_length
 
 
 def rec(pe, seed, acc, task="even_pairs", d_model=16, by_len=True, curve=None, status="ok", study=None):
-    r = {"schema": 1, "run_id": f"{task}-{pe}-{seed}-{d_model}", "task": task, "task_params": {"length": 40},
-         "pe": pe, "positions": None, "model": {"d_model": d_model, "n_layers": 1, "n_heads": 2, "params": 1},
-         "train": {"steps": 30, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 40},
-         "metrics": {"test": {"token_acc": acc}, "ood": {"token_acc": acc / 2}},
-         "by_length": {"41": acc, "60": acc / 2, "80": acc / 4} if by_len else None,
-         "study": study, "trial": None, "status": status}
+    r = {
+        "schema": 1,
+        "run_id": f"{task}-{pe}-{seed}-{d_model}",
+        "task": task,
+        "task_params": {"length": 40},
+        "pe": pe,
+        "positions": None,
+        "model": {"d_model": d_model, "n_layers": 1, "n_heads": 2, "params": 1},
+        "train": {"steps": 30, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 40},
+        "metrics": {"test": {"token_acc": acc}, "ood": {"token_acc": acc / 2}},
+        "by_length": {"41": acc, "60": acc / 2, "80": acc / 4} if by_len else None,
+        "study": study,
+        "trial": None,
+        "status": status,
+    }
     if curve is not None:
         r["curve"] = curve
     if status != "ok":
@@ -30,8 +39,11 @@ def rec(pe, seed, acc, task="even_pairs", d_model=16, by_len=True, curve=None, s
 
 
 def points(final, seed=0, splits=("test", "ood")):
-    return [{"step": s, "split": sp, "token_acc": final * s / 20 + 0.01 * seed, "seq_acc": None if s == 0 else 0.5}
-            for s in (0, 10, 20) for sp in splits]
+    return [
+        {"step": s, "split": sp, "token_acc": final * s / 20 + 0.01 * seed, "seq_acc": None if s == 0 else 0.5}
+        for s in (0, 10, 20)
+        for sp in splits
+    ]
 
 
 @pytest.fixture
@@ -86,8 +98,18 @@ def test_a_grid_without_per_length_results_writes_no_line_plot(tmp_path, no_back
 
 
 def test_the_sweep_grids_draw_the_by_length_plot_beside_the_ood_heatmap(tmp_path, no_backend_switch):
-    spec = SimpleNamespace(name="t", capacity_x="d_model", capacity_y="pe", metric="token_acc", show="error",
-                           in_dist="test", ood=["ood"], ood_x="length", ood_y="pe", papers=[])
+    spec = SimpleNamespace(
+        name="t",
+        capacity_x="d_model",
+        capacity_y="pe",
+        metric="token_acc",
+        show="error",
+        in_dist="test",
+        ood=["ood"],
+        ood_x="length",
+        ood_y="pe",
+        papers=[],
+    )
     recs = [rec(pe, s, 0.9) for pe in ("rope", "alibi") for s in (0, 1)]
     drawn = grids.sweep_grids(recs, spec, tmp_path / "grids")
     assert [g.kind for g in drawn] == ["ood"]
@@ -127,11 +149,15 @@ def test_curves_draws_mean_and_sd_over_seeds_into_out_grids(tmp_path, no_backend
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     files = draw_curves(tmp_path, split="ood-sparse")
-    assert files == {"png": str(tmp_path / "grids" / "curves-token_acc-ood-sparse.png"),
-                     "csv": str(tmp_path / "grids" / "curves-token_acc-ood-sparse.csv")}
+    assert files == {
+        "png": str(tmp_path / "grids" / "curves-token_acc-ood-sparse.png"),
+        "csv": str(tmp_path / "grids" / "curves-token_acc-ood-sparse.csv"),
+    }
     lines = (tmp_path / "grids" / "curves-token_acc-ood-sparse.csv").read_text().splitlines()
     assert lines[0] == "task,split,step,encoding,seed,run_id,token_acc,panel" and len(lines) == 1 + 2 * 3
-    with pytest.raises(ValueError, match=r"--metric 'x' is not in the learning curves \(recorded: token_acc, seq_acc\)"):
+    with pytest.raises(
+        ValueError, match=r"--metric 'x' is not in the learning curves \(recorded: token_acc, seq_acc\)"
+    ):
         draw_curves(path, metric="x")
     with pytest.raises(ValueError, match="--split 'nope' has no learning curves"):
         draw_curves(path, split="nope")
@@ -158,7 +184,9 @@ def test_the_learning_curve_band_counts_a_seed_run_twice_once(tmp_path, monkeypa
 
     drawn = {}
     real = cp.draw_lines
-    monkeypatch.setattr(cp, "draw_lines", lambda data, *a, **k: drawn.setdefault("data", data) is not None and real(data, *a, **k))
+    monkeypatch.setattr(
+        cp, "draw_lines", lambda data, *a, **k: drawn.setdefault("data", data) is not None and real(data, *a, **k)
+    )
     recs = [rec("rope", 0, 0.8, task="flipflop", curve=points(0.8, 0, ("test",)), study=st) for st in ("a", "b")]
     recs.append(rec("rope", 1, 0.8, task="flipflop", curve=points(0.8, 1, ("test",)), study="a"))
     path = tmp_path / "results.jsonl"

@@ -46,7 +46,10 @@ def test_every_declared_floor_is_pinned_exactly_in_the_constraints():
     assert all(declared.values()), f"every dependency has a floor: {declared}"
     pins = _pins()
     assert set(pins) == set(declared), "pyproject.toml's dependencies and .ci/min-versions.txt name other libraries"
-    wrong = {n: (declared[n], pins[n]) for n in declared
-             if n not in NOT_AT_FLOOR and _padded(declared[n]) != _padded(pins[n])}
+    wrong = {
+        n: (declared[n], pins[n])
+        for n in declared
+        if n not in NOT_AT_FLOOR and _padded(declared[n]) != _padded(pins[n])
+    }
     assert not wrong, f"floor (pyproject.toml) != pin (.ci/min-versions.txt): {wrong}"
     assert all(_padded(pins[n]) >= _padded(declared[n]) for n in NOT_AT_FLOOR)

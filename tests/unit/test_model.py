@@ -32,7 +32,9 @@ def test_contract_shapes_and_attention():
         assert torch.all(a.triu(1) == 0)
 
 
-@pytest.mark.parametrize("pe", ["nope", "alibi", "t5", "kerple", "fire", "relative", "sinusoidal", "learned", "xpos", "bipe-alibi"])
+@pytest.mark.parametrize(
+    "pe", ["nope", "alibi", "t5", "kerple", "fire", "relative", "sinusoidal", "learned", "xpos", "bipe-alibi"]
+)
 def test_fast_path_equals_materialised(pe):
     m = _tiny(pe, separator_ids=(1,)).eval()
     x = torch.randint(0, V, (2, 20))
@@ -59,24 +61,30 @@ def test_positions_argument_shapes():
     assert torch.allclose(out[0], default[0], atol=1e-6) and not torch.allclose(out[1], default[1], atol=1e-6)
 
 
-@pytest.mark.parametrize("call,needle", [
-    (lambda m: m(torch.zeros(4, dtype=torch.long)), "tokens"),
-    (lambda m: m(torch.zeros(1, 4, dtype=torch.long), positions=torch.arange(5)), "positions"),
-    (lambda m: m(torch.zeros(1, 4, dtype=torch.long), positions=torch.arange(4.0)), "integer"),
-    (lambda m: m(torch.zeros(1, 4, dtype=torch.long), positions=torch.tensor([-1, 0, 1, 2])), "non-negative"),
-])
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda m: m(torch.zeros(4, dtype=torch.long)), "tokens"),
+        (lambda m: m(torch.zeros(1, 4, dtype=torch.long), positions=torch.arange(5)), "positions"),
+        (lambda m: m(torch.zeros(1, 4, dtype=torch.long), positions=torch.arange(4.0)), "integer"),
+        (lambda m: m(torch.zeros(1, 4, dtype=torch.long), positions=torch.tensor([-1, 0, 1, 2])), "non-negative"),
+    ],
+)
 def test_bad_forward_inputs(call, needle):
     with pytest.raises(ValueError, match=needle):
         call(_tiny())
 
 
-@pytest.mark.parametrize("kw,needle", [
-    ({"d_model": 30, "n_heads": 4}, "divisible"),
-    ({"n_layers": 0}, "n_layers"),
-    ({"vocab_size": 0}, "vocab_size"),
-    ({"dropout": 1.5}, "dropout"),
-    ({"d_model": 12, "n_heads": 4}, "even head dim"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"d_model": 30, "n_heads": 4}, "divisible"),
+        ({"n_layers": 0}, "n_layers"),
+        ({"vocab_size": 0}, "vocab_size"),
+        ({"dropout": 1.5}, "dropout"),
+        ({"d_model": 12, "n_heads": 4}, "even head dim"),
+    ],
+)
 def test_bad_model_sizes(kw, needle):
     with pytest.raises(ValueError, match=needle):
         build_model(pe="rope", **{"vocab_size": V, **kw})
@@ -99,13 +107,24 @@ def test_dropout_only_in_training():
 
 
 def test_backward_reaches_position_parameters():
-    for pe, names in [("t5", ["table"]), ("kerple", ["r1", "r2"]), ("fire", ["mlp", ".c", ".L"]), ("cope", ["pos_emb"]),
-                      ("kerple+dape:k=3", ["conv1", "conv2"]), ("relative", ["table"]), ("learned", ["abs_enc"]),
-                      ("bipe-rope", ["abs_enc"])]:
+    for pe, names in [
+        ("t5", ["table"]),
+        ("kerple", ["r1", "r2"]),
+        ("fire", ["mlp", ".c", ".L"]),
+        ("cope", ["pos_emb"]),
+        ("kerple+dape:k=3", ["conv1", "conv2"]),
+        ("relative", ["table"]),
+        ("learned", ["abs_enc"]),
+        ("bipe-rope", ["abs_enc"]),
+    ]:
         m = _tiny(pe)
         x = torch.randint(0, V, (2, 12))
         m(x).square().mean().backward()
-        hit = [n for n, p in m.named_parameters() if any(s in n for s in names) and p.grad is not None and p.grad.abs().sum() > 0]
+        hit = [
+            n
+            for n, p in m.named_parameters()
+            if any(s in n for s in names) and p.grad is not None and p.grad.abs().sum() > 0
+        ]
         assert hit, f"{pe}: no gradient reaches {names}"
 
 

@@ -12,8 +12,10 @@ from synthlab.model import build_model, native
 from synthlab.model.encoders.contextual import CoPE, cope_term
 from synthlab.model.native import cope as native_cope
 
-needs_kernel = pytest.mark.skipif(native._compiler() is None or native.cope_kernel() is None,
-                                  reason="native CoPE kernel unavailable (no C++ compiler)")
+needs_kernel = pytest.mark.skipif(
+    native._compiler() is None or native.cope_kernel() is None,
+    reason="native CoPE kernel unavailable (no C++ compiler)",
+)
 
 
 def _trained_looking_cope(H, d_h, npos, alibi, sep_keys):
@@ -32,17 +34,26 @@ def _native(cope, t):
 
 def _run(cope, q, S, x, future, g):
     term = cope(q, S, x, future)
-    grads = torch.autograd.grad((term.masked_fill(future, 0.0) * g).sum(), [q, S, *cope.parameters()],
-                                allow_unused=True)
+    grads = torch.autograd.grad(
+        (term.masked_fill(future, 0.0) * g).sum(), [q, S, *cope.parameters()], allow_unused=True
+    )
     return term.masked_fill(future, 0.0).detach(), grads
 
 
 @needs_kernel
-@pytest.mark.parametrize("H,T,npos,alibi,sep_keys", [
-    (4, 1, 64, False, False), (4, 9, 64, False, False), (4, 40, 8, False, False),  # 8: most positions clamp
-    (3, 33, 16, False, False), (1, 20, 4, False, True), (6, 17, 64, True, False), (4, 50, 5, True, False),
-    (2, 130, 64, False, False),
-])
+@pytest.mark.parametrize(
+    "H,T,npos,alibi,sep_keys",
+    [
+        (4, 1, 64, False, False),
+        (4, 9, 64, False, False),
+        (4, 40, 8, False, False),  # 8: most positions clamp
+        (3, 33, 16, False, False),
+        (1, 20, 4, False, True),
+        (6, 17, 64, True, False),
+        (4, 50, 5, True, False),
+        (2, 130, 64, False, False),
+    ],
+)
 def test_native_equals_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
     """Against the PyTorch path run in float64 (its float32 p = total - cumsum + g loses a few
     bits to cancellation; the kernel's direct suffix sum does not)."""
@@ -63,6 +74,7 @@ def test_native_equals_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
     q64, S64 = q.detach().double().requires_grad_(), S.detach().double().requires_grad_()
     assert not _native(ref_cope, S64)
     ref, ref_grads = _run(ref_cope, q64, S64, x.double(), future, g.double())
+
     def close(a, b):  # float32 against float64, relative to the tensor's scale
         return (a.double() - b).abs().max() <= 5e-5 * b.abs().max().clamp_min(1.0)
 
@@ -75,10 +87,18 @@ def test_native_equals_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
 
 
 @needs_kernel
-@pytest.mark.parametrize("H,T,npos,alibi,sep_keys", [
-    (4, 1, 64, False, False), (4, 2, 64, False, False), (4, 40, 8, False, False), (3, 33, 16, False, True),
-    (5, 17, 64, True, False), (1, 20, 4, True, True), (2, 130, 64, False, False),
-])
+@pytest.mark.parametrize(
+    "H,T,npos,alibi,sep_keys",
+    [
+        (4, 1, 64, False, False),
+        (4, 2, 64, False, False),
+        (4, 40, 8, False, False),
+        (3, 33, 16, False, True),
+        (5, 17, 64, True, False),
+        (1, 20, 4, True, True),
+        (2, 130, 64, False, False),
+    ],
+)
 def test_fused_attention_equals_softmax_of_pytorch_path_in_float64(H, T, npos, alibi, sep_keys):
     """CoPE.attention (the native kernel's one pass: gates, positions, term, mask, softmax and
     the backward of all five) against softmax(masked(S + term)) by the PyTorch path in float64;
@@ -102,8 +122,9 @@ def test_fused_attention_equals_softmax_of_pytorch_path_in_float64(H, T, npos, a
     ref_cope.load_state_dict(cope.state_dict())
     q64, k64, x64 = (t.detach().double().requires_grad_() for t in (q, k, x))
     ref = attention(ref_cope, q64, k64, x64)
-    ref_grads = torch.autograd.grad((ref * w.double()).sum(), [q64, k64, x64, *ref_cope.parameters()],
-                                    allow_unused=True)
+    ref_grads = torch.autograd.grad(
+        (ref * w.double()).sum(), [q64, k64, x64, *ref_cope.parameters()], allow_unused=True
+    )
 
     def close(a, b):
         return (a.double() - b).abs().max() <= 5e-5 * b.abs().max().clamp_min(1.0)
@@ -118,18 +139,32 @@ def test_fused_attention_equals_softmax_of_pytorch_path_in_float64(H, T, npos, a
 def _cope_attention_by_pytorch(cope, q, k, v, future):
     """softmax(masked(q k^T / sqrt(d_h) + CoPE term)) @ v by the reference (any dtype)"""
     S = (q * cope.scale) @ k.transpose(-2, -1)
-    term = cope_term(S, None if cope.alibi else q @ cope.pos_emb, cope.slopes if cope.alibi else None, cope.npos, future)
+    term = cope_term(
+        S, None if cope.alibi else q @ cope.pos_emb, cope.slopes if cope.alibi else None, cope.npos, future
+    )
     att = torch.softmax((S + term).masked_fill(future, float("-inf")), dim=-1)
     return att @ v
 
 
 @needs_kernel
-@pytest.mark.parametrize("H,T,d_h,npos,alibi", [
-    (4, 1, 16, 64, False), (4, 2, 16, 64, False), (4, 17, 16, 8, False),  # 8: most positions clamp
-    (3, 64, 16, 16, False), (2, 70, 32, 64, False), (3, 33, 8, 16, False), (2, 20, 7, 4, False),  # d_h % 16 != 0
-    (5, 17, 16, 64, True), (4, 50, 24, 5, True), (2, 130, 16, 64, False),
-    (2, 90, 16, 33, False), (2, 90, 16, 47, False), (2, 120, 16, 100, False),  # table in registers up to 64, then loads
-])
+@pytest.mark.parametrize(
+    "H,T,d_h,npos,alibi",
+    [
+        (4, 1, 16, 64, False),
+        (4, 2, 16, 64, False),
+        (4, 17, 16, 8, False),  # 8: most positions clamp
+        (3, 64, 16, 16, False),
+        (2, 70, 32, 64, False),
+        (3, 33, 8, 16, False),
+        (2, 20, 7, 4, False),  # d_h % 16 != 0
+        (5, 17, 16, 64, True),
+        (4, 50, 24, 5, True),
+        (2, 130, 16, 64, False),
+        (2, 90, 16, 33, False),
+        (2, 90, 16, 47, False),
+        (2, 120, 16, 100, False),  # table in registers up to 64, then loads
+    ],
+)
 def test_qkv_attention_equals_pytorch_path_in_float64(H, T, d_h, npos, alibi):
     """CoPE.attend (the kernel from q, k, v: scores, gates, positions, term, mask, softmax and
     the values in one pass per row; the backward recomputing each row from its log-sum-exp)
@@ -152,8 +187,9 @@ def test_qkv_attention_equals_pytorch_path_in_float64(H, T, d_h, npos, alibi):
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     assert not _native(ref_cope, q64)  # float64: no kernel
     ref = _cope_attention_by_pytorch(ref_cope, q64, k64, v64, future)
-    ref_grads = torch.autograd.grad((ref * w.double()).sum(), [q64, k64, v64, *ref_cope.parameters()],
-                                    allow_unused=True)
+    ref_grads = torch.autograd.grad(
+        (ref * w.double()).sum(), [q64, k64, v64, *ref_cope.parameters()], allow_unused=True
+    )
 
     # float32 itself: the same PyTorch path in float32 (at T 130 the positions' rounding moves the
     # interpolated term by ~1e-4); the kernel may be off by a few times that, or 5e-5 of the scale
@@ -192,11 +228,18 @@ def test_qkv_attention_rows_independent_of_batch_and_threads():
 
 
 @needs_kernel
-@pytest.mark.parametrize("pe,dropout,train,fused", [
-    ("cope", 0.0, True, True), ("cope-alibi", 0.0, True, True), ("cope+rope", 0.0, False, True),
-    ("cope", 0.1, True, False), ("cope", 0.1, False, True),  # attention dropout needs the weights
-    ("cope:sep_keys=1", 0.0, True, False), ("cope+t5", 0.0, True, False),
-])
+@pytest.mark.parametrize(
+    "pe,dropout,train,fused",
+    [
+        ("cope", 0.0, True, True),
+        ("cope-alibi", 0.0, True, True),
+        ("cope+rope", 0.0, False, True),
+        ("cope", 0.1, True, False),
+        ("cope", 0.1, False, True),  # attention dropout needs the weights
+        ("cope:sep_keys=1", 0.0, True, False),
+        ("cope+t5", 0.0, True, False),
+    ],
+)
 def test_model_takes_the_qkv_kernel_where_it_applies(pe, dropout, train, fused, monkeypatch):
     calls = []
     real = native_cope._attention
@@ -230,7 +273,7 @@ def test_native_clamp_by_hand(alibi):
     unclamped, clamped = i - 3, i - 8  # i - j + 1 = 4 (p = 2) and 9 (p = 4.5 -> 3)
     (g,) = torch.autograd.grad(term[i, unclamped], [S])
     want = torch.zeros(T)
-    want[unclamped: i + 1] = 0.25 * slope
+    want[unclamped : i + 1] = 0.25 * slope
     assert torch.allclose(g[0, 0, i], want, atol=1e-7)
     (g,) = torch.autograd.grad(cope(torch.ones(1, 1, T, 1), S, torch.zeros(1, T, 1), future)[0, 0, i, clamped], [S])
     assert torch.all(g == 0)
@@ -253,8 +296,18 @@ def test_native_deterministic():
 
 
 @needs_kernel
-@pytest.mark.parametrize("pe,n_heads", [("cope", 4), ("cope", 2), ("cope+rope", 4), ("cope-alibi", 4),
-                                        ("cope:sep_keys=1", 4), ("cope+dape:k=3", 4), ("cope+t5", 4)])
+@pytest.mark.parametrize(
+    "pe,n_heads",
+    [
+        ("cope", 4),
+        ("cope", 2),
+        ("cope+rope", 4),
+        ("cope-alibi", 4),
+        ("cope:sep_keys=1", 4),
+        ("cope+dape:k=3", 4),
+        ("cope+t5", 4),
+    ],
+)
 def test_model_same_logits_and_grads_with_and_without_kernel(pe, n_heads, monkeypatch):
     torch.manual_seed(0)
     m = build_model(pe=pe, vocab_size=11, d_model=32, n_layers=2, n_heads=n_heads, max_len=24)
@@ -308,10 +361,14 @@ def test_custom_ops_pass_opcheck(alibi):
     slopes = torch.tensor([0.5, 0.25]) if alibi else None
     S, G = leaf(B, H, T, T), leaf(B, H, T, T)
     gates = torch.sigmoid(G).detach().requires_grad_()
-    cases = [(torch.ops.synthlab.cope_term, (gates, table, slopes, npos)),
-             (torch.ops.synthlab.cope_probabilities, (S, None, table, slopes, npos)),
-             (torch.ops.synthlab.cope_probabilities, (S, G, table, slopes, npos)),
-             (torch.ops.synthlab.cope_attention, (leaf(B, H, T, D), leaf(B, H, T, D), leaf(B, H, T, D), table, slopes,
-                                                  npos, 0.5))]
+    cases = [
+        (torch.ops.synthlab.cope_term, (gates, table, slopes, npos)),
+        (torch.ops.synthlab.cope_probabilities, (S, None, table, slopes, npos)),
+        (torch.ops.synthlab.cope_probabilities, (S, G, table, slopes, npos)),
+        (
+            torch.ops.synthlab.cope_attention,
+            (leaf(B, H, T, D), leaf(B, H, T, D), leaf(B, H, T, D), table, slopes, npos, 0.5),
+        ),
+    ]
     for op, args in cases:
         torch.library.opcheck(op, args)

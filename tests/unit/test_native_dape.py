@@ -43,8 +43,11 @@ def _dape_case(H, T, k, hidden, bias_mode, causal, B=2, seed=0):
         for p in d.parameters():
             p.mul_(3.0)
     S = torch.randn(B, H, T, T, requires_grad=True)
-    bias = {"none": None, "shared": torch.randn(1, H, T, T, requires_grad=True),
-            "batch": torch.randn(B, H, T, T, requires_grad=True)}[bias_mode]
+    bias = {
+        "none": None,
+        "shared": torch.randn(1, H, T, T, requires_grad=True),
+        "batch": torch.randn(B, H, T, T, requires_grad=True),
+    }[bias_mode]
     return d, S, bias
 
 
@@ -77,7 +80,10 @@ CASES = [
     # (H, T, k, hidden, bias): H not a multiple of 4, hidden not a multiple of 4, rows shorter than
     # one vector, rows crossing a 64-position tile, T > one strip (512 positions)
     *[(4, T, k, 32, b) for T, k, b in itertools.product([1, 5, 70], [1, 3, 5, 7], ["none", "shared", "batch"])],
-    (3, 17, 3, 6, "shared"), (6, 33, 5, 8, "none"), (1, 9, 7, 4, "batch"), (2, 130, 3, 10, "shared"),
+    (3, 17, 3, 6, "shared"),
+    (6, 33, 5, 8, "none"),
+    (1, 9, 7, 4, "batch"),
+    (2, 130, 3, 10, "shared"),
 ]
 
 
@@ -88,10 +94,18 @@ def test_native_causal_equals_conv2d_on_tril_zeroed_map(H, T, k, hidden, bias):
 
 
 @needs_kernel
-@pytest.mark.parametrize("H,T,k,bias,causal", [
-    (4, 1, 1, "none", True), (4, 70, 1, "none", True), (4, 70, 3, "shared", True), (3, 17, 5, "batch", True),
-    (2, 600, 3, "shared", True), (4, 33, 1, "shared", False), (2, 9, 1, "batch", False),
-])
+@pytest.mark.parametrize(
+    "H,T,k,bias,causal",
+    [
+        (4, 1, 1, "none", True),
+        (4, 70, 1, "none", True),
+        (4, 70, 3, "shared", True),
+        (3, 17, 5, "batch", True),
+        (2, 600, 3, "shared", True),
+        (4, 33, 1, "shared", False),
+        (2, 9, 1, "batch", False),
+    ],
+)
 def test_native_attention_fuses_softmax_and_its_backward(H, T, k, bias, causal):
     """DAPE.attention on the kernel (softmax's backward fused into the kernel's) against
     softmax of the Conv2d formulation: probabilities and every gradient."""
@@ -107,8 +121,17 @@ def test_native_attention_fuses_softmax_and_its_backward(H, T, k, bias, causal):
     g = torch.randn_like(got)
     inputs = [S] + ([b] if b is not None else []) + list(d.parameters())
     names = ["S"] + (["bias"] if b is not None else []) + ["w1", "b1", "w2", "b2"]
-    _assert_grads_close(torch.autograd.grad((got * g).sum(), inputs), torch.autograd.grad((ref * g).sum(), inputs),
-                        names, d, S, b, g, causal, softmax=True)
+    _assert_grads_close(
+        torch.autograd.grad((got * g).sum(), inputs),
+        torch.autograd.grad((ref * g).sum(), inputs),
+        names,
+        d,
+        S,
+        b,
+        g,
+        causal,
+        softmax=True,
+    )
 
 
 @needs_kernel
@@ -135,7 +158,9 @@ def test_native_deterministic_and_thread_count_only_reorders_sums():
         n = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            out = torch.ops.synthlab.dape_scores(S, bias, d.conv1.weight, d.conv1.bias, d.conv2.weight, d.conv2.bias, True, False)
+            out = torch.ops.synthlab.dape_scores(
+                S, bias, d.conv1.weight, d.conv1.bias, d.conv2.weight, d.conv2.bias, True, False
+            )
             return [out.detach(), *torch.autograd.grad((out * g).sum(), [S, bias, *d.parameters()])]
         finally:
             torch.set_num_threads(n)

@@ -27,14 +27,30 @@ pe = ["cope", "rope"]
 """
 
 
-def rec(pe: str, seed: int, test: float, sparse: float, preset: str = "quick", d_model: int = 64,
-        status: str = "ok", n_layers: int = 2, n_heads: int = 4) -> dict:
+def rec(
+    pe: str,
+    seed: int,
+    test: float,
+    sparse: float,
+    preset: str = "quick",
+    d_model: int = 64,
+    status: str = "ok",
+    n_layers: int = 2,
+    n_heads: int = 4,
+) -> dict:
     """A result record with read accuracies (fractions)."""
-    r = {"schema": 1, "task": "flipflop", "pe": pe, "status": status, "preset": preset,
-         "task_params": {"n_pairs": 64}, "positions": None,
-         "model": {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads},
-         "train": {"seed": seed, "steps": 1000, "batch_size": 32, "lr": 2e-3},
-         "metrics": {"test": {"token_acc": test}, "ood-sparse": {"token_acc": sparse}} if status == "ok" else {}}
+    r = {
+        "schema": 1,
+        "task": "flipflop",
+        "pe": pe,
+        "status": status,
+        "preset": preset,
+        "task_params": {"n_pairs": 64},
+        "positions": None,
+        "model": {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads},
+        "train": {"seed": seed, "steps": 1000, "batch_size": 32, "lr": 2e-3},
+        "metrics": {"test": {"token_acc": test}, "ood-sparse": {"token_acc": sparse}} if status == "ok" else {},
+    }
     return r
 
 
@@ -65,18 +81,25 @@ def test_parse_reads_paper_values_and_claims():
     assert s.claims[0].presets == ("quick", "paper")
 
 
-@pytest.mark.parametrize("extra, msg", [
-    ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\n', "'value' is required"),
-    ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 120\n', "value: expected a number in [0, 100]"),
-    ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 1\nbogus = 2\n', "unknown key 'bogus'"),
-    ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 1\n', "cell: name the split the number is for"),
-    ('[[claim]]\ntext = "t"\nsource = "s"\nbetter = { pe = "cope" }\n', "needs both 'better' and 'worse'"),
-    ('[[claim]]\ntext = "t"\nsource = "s"\ncell = { pe = "cope" }\n', "exactly one of at_least, at_most"),
-    ('[[claim]]\ntext = "t"\nsource = "s"\nbetter = { pe = "a" }\nworse = { pe = "b" }\npresets = ["huge"]\n',
-     "presets: expected a list of presets"),
-    ('[[claim]]\ntext = "t"\nsource = "s"\ncell = { pe = "cope" }\nat_most = 5\nbetter = { pe = "a" }\n',
-     "either better and worse"),
-])
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\n', "'value' is required"),
+        ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 120\n', "value: expected a number in [0, 100]"),
+        ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 1\nbogus = 2\n', "unknown key 'bogus'"),
+        ('[[paper]]\nsource = "x"\ncell = { pe = "rope" }\nvalue = 1\n', "cell: name the split the number is for"),
+        ('[[claim]]\ntext = "t"\nsource = "s"\nbetter = { pe = "cope" }\n', "needs both 'better' and 'worse'"),
+        ('[[claim]]\ntext = "t"\nsource = "s"\ncell = { pe = "cope" }\n', "exactly one of at_least, at_most"),
+        (
+            '[[claim]]\ntext = "t"\nsource = "s"\nbetter = { pe = "a" }\nworse = { pe = "b" }\npresets = ["huge"]\n',
+            "presets: expected a list of presets",
+        ),
+        (
+            '[[claim]]\ntext = "t"\nsource = "s"\ncell = { pe = "cope" }\nat_most = 5\nbetter = { pe = "a" }\n',
+            "either better and worse",
+        ),
+    ],
+)
 def test_bad_paper_sections_name_the_entry(extra, msg):
     with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("(", r"\(")):
         spec(extra)
@@ -91,8 +114,9 @@ def test_measure_is_mean_sd_n_over_seeds_in_grid_units():
 
 
 def _arms(cope: list[float], rope: list[float], preset: str = "quick") -> list[dict]:
-    return [rec("cope", i, 1.0, a, preset=preset) for i, a in enumerate(cope)] + \
-           [rec("rope", i, 1.0, a, preset=preset) for i, a in enumerate(rope)]
+    return [rec("cope", i, 1.0, a, preset=preset) for i, a in enumerate(cope)] + [
+        rec("rope", i, 1.0, a, preset=preset) for i, a in enumerate(rope)
+    ]
 
 
 def test_claim_supported_contradicted_or_inconclusive_by_a_paired_test():
@@ -137,8 +161,9 @@ def test_other_scale_and_missing_cells():
 
 
 def test_a_cell_never_pools_settings_other_than_seeds():
-    records = [rec(pe, i, 1.0, a, d_model=d) for pe, a in (("cope", 1.0), ("rope", 0.5))
-               for d in (32, 64) for i in range(2)]
+    records = [
+        rec(pe, i, 1.0, a, d_model=d) for pe, a in (("cope", 1.0), ("rope", 0.5)) for d in (32, 64) for i in range(2)
+    ]
     (v,) = claims.verdicts(records, spec())
     assert v.verdict == claims.AMBIGUOUS and "d_model" in v.reason
     named = spec(CLAIM.replace('split = "ood-sparse" }', 'split = "ood-sparse", d_model = 64 }'))
@@ -147,8 +172,9 @@ def test_a_cell_never_pools_settings_other_than_seeds():
 
 
 def test_threshold_claims():
-    extra = ('[[claim]]\ntext = "CoPE near zero"\nsource = "s"\ncell = { pe = "cope", split = "ood-sparse" }\n'
-             'at_most = 5\n')
+    extra = (
+        '[[claim]]\ntext = "CoPE near zero"\nsource = "s"\ncell = { pe = "cope", split = "ood-sparse" }\nat_most = 5\n'
+    )
     good = [rec("cope", i, 1.0, a) for i, a in enumerate([1.0, 0.99, 0.98, 1.0, 0.97, 0.99])]
     (v,) = claims.verdicts(good, spec(extra))
     assert v.verdict == claims.SUPPORTED and v.comparison.test == inference.ONE_SAMPLE
@@ -161,19 +187,24 @@ def test_threshold_claims():
 
 
 def test_markdown_and_csv_rows_carry_paper_and_verdict(tmp_path):
-    records = [rec("cope", i, 1.0, 1.0, preset="paper") for i in range(3)] + \
-              [rec("rope", i, 1.0, a, preset="paper") for i, a in enumerate([0.8, 0.75, 0.82])]
+    records = [rec("cope", i, 1.0, 1.0, preset="paper") for i in range(3)] + [
+        rec("rope", i, 1.0, a, preset="paper") for i, a in enumerate([0.8, 0.75, 0.82])
+    ]
     vs = claims.verdicts(records, spec())
     md = claims.markdown(vs, "error")
     assert "| CoPE below RoPE | paper's claim | CoPE Table 2 | paper | rope ood-sparse 20.3 ± 2.9 (d 256) |" in md
     # the same runs at quick: the claim is judged there, the paper's number shown with its own setting
     quick = claims.markdown(claims.verdicts([{**r, "preset": "quick"} for r in records], spec()), "error")
-    assert ("| CoPE below RoPE | paper's claim, at quick scale | CoPE Table 2 | quick | rope ood-sparse 20.3 ± 2.9 "
-            "(d 256) |") in quick
+    assert (
+        "| CoPE below RoPE | paper's claim, at quick scale | CoPE Table 2 | quick | rope ood-sparse 20.3 ± 2.9 "
+        "(d 256) |"
+    ) in quick
     assert "cope ood-sparse 0.0 ± 0.0 (n 3) vs rope ood-sparse 21.0 ± 3.6 (n 3)" in md
-    assert ("| +21.0 [-inf, inf]; sign-flip permutation (paired by seed), n 3; p 0.25, Holm 0.25 (of 1) | "
-            "**inconclusive**: too few seeds to decide (3 a side; the test needs 6); about 6 seeds a side would "
-            "settle it (`synthlab sweep t --preset paper --seeds 6`) |") in md
+    assert (
+        "| +21.0 [-inf, inf]; sign-flip permutation (paired by seed), n 3; p 0.25, Holm 0.25 (of 1) | "
+        "**inconclusive**: too few seeds to decide (3 a side; the test needs 6); about 6 seeds a side would "
+        "settle it (`synthlab sweep t --preset paper --seeds 6`) |"
+    ) in md
     files = claims.save(vs, "error", tmp_path)
     import pandas as pd
 
@@ -188,8 +219,9 @@ def test_save_writes_both_tables_or_neither(tmp_path, monkeypatch):
     temporary file: before, papers.md was written first and stayed beside a missing CSV."""
     import pandas as pd
 
-    vs = claims.verdicts([rec("cope", i, 1.0, 1.0) for i in range(3)] + [rec("rope", i, 1.0, 0.8) for i in range(3)],
-                         spec())
+    vs = claims.verdicts(
+        [rec("cope", i, 1.0, 1.0) for i in range(3)] + [rec("rope", i, 1.0, 0.8) for i in range(3)], spec()
+    )
 
     def full_disk(self, *a, **k):
         raise OSError(28, "No space left on device")
@@ -223,8 +255,9 @@ def test_every_installed_sweep_file_parses_its_paper_sections():
     for name in ("flipflop", "flipflop_lm", "selective_copy", "counting", "arithmetic", "binfa", "pose", "mqar", "che"):
         s = load_sweep(name)
         assert s.claims, f"{name} states no claim"
-        for what, entry, cells in ([("claim", c, c.cells()) for c in s.claims]
-                                   + [("paper", p, [p.cell]) for p in s.papers]):
+        for what, entry, cells in [("claim", c, c.cells()) for c in s.claims] + [
+            ("paper", p, [p.cell]) for p in s.papers
+        ]:
             for preset in entry.presets:
                 swept = {papers.canonical({"pe": pe})["pe"] for pe in s.preset_axes(preset)["pe"]}
                 for cell in cells:
@@ -233,17 +266,24 @@ def test_every_installed_sweep_file_parses_its_paper_sections():
 
 
 def test_a_dape_cell_names_its_kernel_as_the_sweep_axis_does():
-    s = spec('[[claim]]\ntext = "k3 over kerple"\nsource = "s"\n'
-             'better = { pe = "kerple+dape", dape_k = 3, split = "ood-sparse" }\n'
-             'worse = { pe = "kerple", split = "ood-sparse" }\n')
-    records = [rec("kerple+dape:k=3", i, 1.0, 1.0) for i in range(2)] + \
-              [rec("kerple+dape:k=1", i, 1.0, 0.7) for i in range(2)] + [rec("kerple", i, 1.0, 0.5) for i in range(2)]
+    s = spec(
+        '[[claim]]\ntext = "k3 over kerple"\nsource = "s"\n'
+        'better = { pe = "kerple+dape", dape_k = 3, split = "ood-sparse" }\n'
+        'worse = { pe = "kerple", split = "ood-sparse" }\n'
+    )
+    records = (
+        [rec("kerple+dape:k=3", i, 1.0, 1.0) for i in range(2)]
+        + [rec("kerple+dape:k=1", i, 1.0, 0.7) for i in range(2)]
+        + [rec("kerple", i, 1.0, 0.5) for i in range(2)]
+    )
     (v,) = claims.verdicts(records, s)
     assert [st.n for st in v.stats] == [2, 2] and v.comparison.n == (2, 2)
     # k = 1 is DAPE's default: records name it "kerple+dape" (the claim was silently left out before)
-    s1 = spec('[[claim]]\ntext = "k3 over k1"\nsource = "s"\n'
-              'better = { pe = "kerple+dape", dape_k = 3, split = "ood-sparse" }\n'
-              'worse = { pe = "kerple+dape", dape_k = 1, split = "ood-sparse" }\n')
+    s1 = spec(
+        '[[claim]]\ntext = "k3 over k1"\nsource = "s"\n'
+        'better = { pe = "kerple+dape", dape_k = 3, split = "ood-sparse" }\n'
+        'worse = { pe = "kerple+dape", dape_k = 1, split = "ood-sparse" }\n'
+    )
     records = [{**r, "pe": "kerple+dape"} if r["pe"] == "kerple+dape:k=1" else r for r in records]
     (v,) = claims.verdicts(records, s1)
     assert [st.n for st in v.stats] == [2, 2] and v.comparison.n == (2, 2)
@@ -266,6 +306,7 @@ def test_grid_judges_records_by_the_sweep_that_wrote_them():
 
 # ---- issue: paper numbers beside the wrong cells (a paper value is shown only at a preset it
 # lists, beside a cell whose runs share every key its cell names)
+
 
 def _flipflop_quick():
     """The flip-flop quick preset's runs (T 128, d 64, 2 layers / 4 heads, reads-only loss)."""
@@ -346,16 +387,18 @@ def test_paper_flipflop_grid_marks_the_table8_size_only(tmp_path):
     y = ood.y
     assert csv.loc[(csv[y] == "cope d_model=256") & (csv["split"] == "ood-sparse"), "paper"].item() == 4.9
     assert csv.loc[csv[y].str.endswith("d_model=128"), "paper"].isna().all()
-    assert ("| cope d_model=256 | 0.0 ±0.0 (n 3) · paper 0.03 ± 0.06 | 5.0 ±1.0 (n 3) · paper 4.9 ± 4.4 |"
-            in ood.markdown())
+    assert (
+        "| cope d_model=256 | 0.0 ±0.0 (n 3) · paper 0.03 ± 0.06 | 5.0 ±1.0 (n 3) · paper 4.9 ± 4.4 |" in ood.markdown()
+    )
     assert "| cope d_model=128 | 0.0 ±0.0 (n 3) | 5.0 ±1.0 (n 3) |" in ood.markdown()
     cap = drawn["capacity"]  # d_model columns: the d 256 column of the test split only
     assert cap.paper and all(xi == 256 for _, xi in cap.paper)
     assert {p.value for p in cap.paper.values()} == {0.03, 1.8}
     # rows that name n_layers / n_heads (they vary in the Table 8 grid) match them too
     more = records + [{**r, "model": {**r["model"], "n_layers": 2}, "run_id": f"l2-{i}"} for i, r in enumerate(records)]
-    g = grids.make_grid(grids.tidy(more), "ood", "split", "pe", "token_acc", "error",
-                        split=["test", "ood-sparse", "ood-dense"])
+    g = grids.make_grid(
+        grids.tidy(more), "ood", "split", "pe", "token_acc", "error", split=["test", "ood-sparse", "ood-dense"]
+    )
     g.mark_papers(spec_.papers)
     marked = {yi for yi, _ in g.paper}
     assert marked == {"cope d_model=256 n_layers=4", "rope d_model=256 n_layers=4"}
@@ -388,14 +431,25 @@ def test_selective_copy_paper_cells_name_the_paper_presets_cope():
     spec_ = load_sweep("selective_copy")
 
     def sc(pe, seed, accs, preset):
-        return {"schema": 1, "task": "selective_copy", "pe": pe, "status": "ok", "preset": preset, "positions": None,
-                "task_params": {"n_copy": 256 if preset == "paper" else 16}, "study": f"selective_copy-{preset}",
-                "model": {"d_model": 64, "n_layers": 2, "n_heads": 2},
-                "train": {"seed": seed, "steps": 100000, "batch_size": 32, "lr": 1e-3},
-                "metrics": {s: {"token_acc": a} for s, a in zip(("test", "ood-dense", "ood-sparse"), accs)}}
+        return {
+            "schema": 1,
+            "task": "selective_copy",
+            "pe": pe,
+            "status": "ok",
+            "preset": preset,
+            "positions": None,
+            "task_params": {"n_copy": 256 if preset == "paper" else 16},
+            "study": f"selective_copy-{preset}",
+            "model": {"d_model": 64, "n_layers": 2, "n_heads": 2},
+            "train": {"seed": seed, "steps": 100000, "batch_size": 32, "lr": 1e-3},
+            "metrics": {s: {"token_acc": a} for s, a in zip(("test", "ood-dense", "ood-sparse"), accs)},
+        }
 
-    paper = [sc(pe, i, accs, "paper") for pe, accs in (("cope:npos=258", (1.0, 1.0, 1.0)), ("rope", (0.6, 0.0, 0.0)),
-                                                        ("learned", (0.83, 0.75, 0.15))) for i in range(2)]
+    paper = [
+        sc(pe, i, accs, "paper")
+        for pe, accs in (("cope:npos=258", (1.0, 1.0, 1.0)), ("rope", (0.6, 0.0, 0.0)), ("learned", (0.83, 0.75, 0.15)))
+        for i in range(2)
+    ]
     g = grids.grid(paper, kind="ood")
     labels = dict(zip(g.mean.index, g.labels()))
     assert labels["cope:npos=258"][2].endswith("paper 0.004 ± 0.006")
@@ -403,8 +457,15 @@ def test_selective_copy_paper_cells_name_the_paper_presets_cope():
     vs = claims.verdicts(paper, spec_)
     cope_claims = [v for v in vs if v.claim.better["pe"].startswith("cope")]
     assert len(cope_claims) == 3 and all(v.comparison.estimate > 0 and v.paper[0] is not None for v in cope_claims)
-    quick = [{**r, "pe": "cope" if r["pe"].startswith("cope") else r["pe"], "preset": "quick",
-              "study": "selective_copy-quick"} for r in paper]
+    quick = [
+        {
+            **r,
+            "pe": "cope" if r["pe"].startswith("cope") else r["pe"],
+            "preset": "quick",
+            "study": "selective_copy-quick",
+        }
+        for r in paper
+    ]
     g = grids.grid(quick, kind="ood")
     assert g.paper == {}
     vs = claims.verdicts(quick, spec_)
@@ -416,14 +477,22 @@ def test_selective_copy_paper_cells_name_the_paper_presets_cope():
 def test_the_same_seed_twice_is_one_seed_never_a_spread_of_zero():
     # `synthlab train` twice with seed 0 (no study: both records count), CPU-deterministic: one seed
     # counted twice gave sd 0 and "reproduced" for a 0.1-point gap
-    twice = [rec("cope", 0, 1.0, 0.900), rec("cope", 0, 1.0, 0.900), rec("rope", 0, 1.0, 0.899), rec("rope", 0, 1.0, 0.899)]
+    twice = [
+        rec("cope", 0, 1.0, 0.900),
+        rec("cope", 0, 1.0, 0.900),
+        rec("rope", 0, 1.0, 0.899),
+        rec("rope", 0, 1.0, 0.899),
+    ]
     st = claims.measure(tidy(twice), {"pe": "cope", "split": "ood-sparse"}, "token_acc", "error")
     assert st.n == 1 and math.isnan(st.sd)
     (v,) = claims.verdicts(twice, spec())
     assert v.verdict == claims.INCONCLUSIVE and "too few seeds to decide (1 a side" in v.reason
     # two studies' files joined (a re-run under another study name): seeds 0, 1 count once each
-    joined = [{**rec("rope", s, 1.0, a), "study": st_, "cell": f"c{s}"}
-              for st_ in ("t-quick", "t-quick-rerun") for s, a in ((0, 0.90), (1, 0.92))]
+    joined = [
+        {**rec("rope", s, 1.0, a), "study": st_, "cell": f"c{s}"}
+        for st_ in ("t-quick", "t-quick-rerun")
+        for s, a in ((0, 0.90), (1, 0.92))
+    ]
     st = claims.measure(tidy(joined), {"pe": "rope", "split": "ood-sparse"}, "token_acc", "error")
     assert st.n == 2 and st.mean == pytest.approx(9.0) and st.sd == pytest.approx(math.sqrt(2.0))
 
@@ -434,8 +503,12 @@ def test_a_claim_cell_never_pools_rope_scaling_or_positions():
     recs += [{**rec("rope", i, 1.0, a), "rope_scaling": "linear"} for i, a in enumerate((0.99, 1.0))]
     (v,) = claims.verdicts(recs, spec())
     assert v.verdict == claims.AMBIGUOUS and "rope_scaling" in v.reason
-    named = spec(CLAIM.replace('worse = { pe = "rope", split = "ood-sparse" }',
-                               'worse = { pe = "rope", rope_scaling = "none", split = "ood-sparse" }'))
+    named = spec(
+        CLAIM.replace(
+            'worse = { pe = "rope", split = "ood-sparse" }',
+            'worse = { pe = "rope", rope_scaling = "none", split = "ood-sparse" }',
+        )
+    )
     (v,) = claims.verdicts(recs, named)
     assert v.comparison.n == (2, 2) and v.stats[1].n == 2 and v.stats[1].mean == pytest.approx(49.0)
 
@@ -456,8 +529,11 @@ def test_a_claim_cell_never_pools_a_sweep_axis_on_another_set_key():
         return json.dumps({"task": "flipflop", "pe": pe, "seed": seed, "overrides": {"train.weight_decay": wd}})
 
     recs = [{**rec("cope", i, 1.0, 0.95), "study": "t-quick", "cell": key("cope", i, 0.1)} for i in range(2)]
-    recs += [{**rec("rope", i, 1.0, a), "study": "t-quick", "cell": key("rope", i, wd)}
-             for wd, vals in ((0.0, (0.5, 0.52)), (0.1, (0.98, 1.0))) for i, a in enumerate(vals)]
+    recs += [
+        {**rec("rope", i, 1.0, a), "study": "t-quick", "cell": key("rope", i, wd)}
+        for wd, vals in ((0.0, (0.5, 0.52)), (0.1, (0.98, 1.0)))
+        for i, a in enumerate(vals)
+    ]
     (v,) = claims.verdicts(recs, spec())
     assert v.verdict == claims.AMBIGUOUS and "train.weight_decay" in v.reason
 
@@ -475,7 +551,9 @@ def test_an_error_metric_shown_as_error_is_not_inverted():
         out["metrics"]["ood-sparse"]["read_error"] = err
         return out
 
-    recs = [r("cope", i, e) for i, e in enumerate((0.04, 0.05, 0.06))] + [r("rope", i, e) for i, e in enumerate((0.2, 0.21, 0.22))]
+    recs = [r("cope", i, e) for i, e in enumerate((0.04, 0.05, 0.06))] + [
+        r("rope", i, e) for i, e in enumerate((0.2, 0.21, 0.22))
+    ]
     (v,) = claims.verdicts(recs, s)
     assert v.comparison.estimate == pytest.approx(16.0) and v.stats[0].mean == pytest.approx(5.0)
     g = make_grid(tidy(recs), "ood", "split", "pe", "read_error", "error", split=["ood-sparse"])
@@ -484,9 +562,15 @@ def test_an_error_metric_shown_as_error_is_not_inverted():
     assert acc.mean["ood-sparse"].tolist() == pytest.approx([95.0, 79.0])
     assert lower_is_better(s)
     # an accuracy is maximised whatever it is shown as, an error minimised (read_error shown as accuracy too)
-    assert not lower_is_better(spec()) and lower_is_better(parse_sweep(
-        BASE.replace('metric = "token_acc"', 'metric = "read_error"').replace('show = "error"', 'show = "accuracy"'),
-        "t.toml", name="t"))
+    assert not lower_is_better(spec()) and lower_is_better(
+        parse_sweep(
+            BASE.replace('metric = "token_acc"', 'metric = "read_error"').replace(
+                'show = "error"', 'show = "accuracy"'
+            ),
+            "t.toml",
+            name="t",
+        )
+    )
 
 
 def test_the_claims_table_names_a_cells_failed_seeds():

@@ -141,7 +141,9 @@ def test_cope_positions_count_the_gates(runs, pe):
     assert np.all(g[..., ~below] == 0) and np.all(p[..., ~below] == 0)
     assert np.all((g >= 0) & (g <= 1))
     # the model's own positions (its float32 sums): exact up to that rounding
-    np.testing.assert_allclose(np.diagonal(p, axis1=-2, axis2=-1), np.diagonal(g, axis1=-2, axis2=-1), atol=1e-5)  # p_ii = g_ii
+    np.testing.assert_allclose(
+        np.diagonal(p, axis1=-2, axis2=-1), np.diagonal(g, axis1=-2, axis2=-1), atol=1e-5
+    )  # p_ii = g_ii
     assert np.all(np.diff(p, axis=-1)[..., below[:, :-1]] <= 1e-5)  # non-increasing in j up to the diagonal
     assert np.all(p >= 0) and np.all(p[..., below] <= (i - j + 1)[below] + 1e-5)  # at most one per key j..i
     # p_ij = sum of the gates from j to i (summed in float64 here)

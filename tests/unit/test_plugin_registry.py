@@ -30,6 +30,7 @@ def _ep(name: str, load, dist: str | None = "demo-dist 1.2"):
 def _raise(exc: Exception):
     def load():
         raise exc
+
     return load
 
 
@@ -64,13 +65,15 @@ def test_entry_points_load_once_on_the_first_read_and_writes_do_not_load():
 
 
 def test_a_broken_plugin_is_skipped_with_one_warning_line(capsys):
-    reg = _registry([
-        _ep("missing", _raise(ModuleNotFoundError("No module named 'demo_module'"))),
-        _ep("crashes", _raise(RuntimeError("boom\n  at import time"))),
-        _ep("wrong", lambda: "two"),
-        _ep("one", lambda: 11, dist=None),  # clashes with the built-in
-        _ep("three", lambda: 3),
-    ])
+    reg = _registry(
+        [
+            _ep("missing", _raise(ModuleNotFoundError("No module named 'demo_module'"))),
+            _ep("crashes", _raise(RuntimeError("boom\n  at import time"))),
+            _ep("wrong", lambda: "two"),
+            _ep("one", lambda: 11, dist=None),  # clashes with the built-in
+            _ep("three", lambda: 3),
+        ]
+    )
     assert dict(reg) == {"one": 1, "three": 3}
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
@@ -89,6 +92,7 @@ def test_a_broken_plugin_is_skipped_with_one_warning_line(capsys):
 def test_unreadable_metadata_leaves_the_built_ins(capsys):
     def discover(group):
         raise OSError("permission denied")
+
     reg = PluginRegistry("demo.group", "number", {"one": 1}, adopt=lambda n, o: None, discover=discover)
     assert dict(reg) == {"one": 1}
     err = capsys.readouterr().err.splitlines()
@@ -99,6 +103,7 @@ def test_a_second_thread_waits_for_the_whole_load():
     def slow():
         time.sleep(0.2)
         return 2
+
     reg = _registry([_ep("two", slow)])
     seen: list[int] = []
     threads = [threading.Thread(target=lambda: seen.append(len(reg))) for _ in range(4)]
@@ -117,6 +122,7 @@ def test_the_real_registries_are_plugin_registries():
 
 
 # ---- the demo plugin meets the built-ins' contract ------------------------------------------
+
 
 @pytest.fixture
 def demo(monkeypatch):

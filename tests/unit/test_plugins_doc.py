@@ -20,8 +20,13 @@ BLOCKS = re.findall(r"```(python|toml)\n(.*?)```", DOC, re.S)
 
 @pytest.fixture
 def reverse_pkg(tmp_path, monkeypatch):
-    files = {m.group(1): code for lang, code in BLOCKS if lang == "python"
-             for m in [re.match(r"# synthlab_reverse/(\w+\.py)", code)] if m}
+    files = {
+        m.group(1): code
+        for lang, code in BLOCKS
+        if lang == "python"
+        for m in [re.match(r"# synthlab_reverse/(\w+\.py)", code)]
+        if m
+    }
     assert set(files) == {"__init__.py", "task.py", "bias.py"}
     pkg = tmp_path / "synthlab_reverse"
     pkg.mkdir()

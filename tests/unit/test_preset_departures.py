@@ -21,19 +21,41 @@ def _flipflop(preset: str = "quick", n_pairs: int = 64, steps: int = 1000, **tra
     """Flip-flop runs as the quick preset writes them (T 128, reads-only loss), 8 seeds: CoPE's
     OOD read accuracy well above RoPE's in every seed."""
     out = []
-    for pe, sparse in (("cope", [1.0, 0.95, 0.97, 0.99, 1.0, 0.96, 0.98, 1.0]),
-                       ("rope", [0.8, 0.82, 0.85, 0.78, 0.9, 0.8, 0.83, 0.81])):
+    for pe, sparse in (
+        ("cope", [1.0, 0.95, 0.97, 0.99, 1.0, 0.96, 0.98, 1.0]),
+        ("rope", [0.8, 0.82, 0.85, 0.78, 0.9, 0.8, 0.83, 0.81]),
+    ):
         for seed, acc in enumerate(sparse):
-            out.append({
-                "schema": 1, "run_id": f"{pe}-{seed}-{n_pairs}-{steps}", "task": "flipflop", "pe": pe,
-                "status": "ok", "preset": preset, "study": None, "positions": None, "rope_scaling": None,
-                "task_params": {"n_pairs": n_pairs, "loss": "reads", "p_i": 0.8},
-                "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "dropout": 0.0},
-                "train": {"seed": seed, "steps": steps, "batch_size": 32, "lr": 2e-3, "warmup": 50,
-                          "weight_decay": 0.1, "eval_samples": 500, **train},
-                "metrics": {"test": {"token_acc": 1.0}, "ood-sparse": {"token_acc": acc},
-                            "ood-dense": {"token_acc": 1.0}},
-            })
+            out.append(
+                {
+                    "schema": 1,
+                    "run_id": f"{pe}-{seed}-{n_pairs}-{steps}",
+                    "task": "flipflop",
+                    "pe": pe,
+                    "status": "ok",
+                    "preset": preset,
+                    "study": None,
+                    "positions": None,
+                    "rope_scaling": None,
+                    "task_params": {"n_pairs": n_pairs, "loss": "reads", "p_i": 0.8},
+                    "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "dropout": 0.0},
+                    "train": {
+                        "seed": seed,
+                        "steps": steps,
+                        "batch_size": 32,
+                        "lr": 2e-3,
+                        "warmup": 50,
+                        "weight_decay": 0.1,
+                        "eval_samples": 500,
+                        **train,
+                    },
+                    "metrics": {
+                        "test": {"token_acc": 1.0},
+                        "ood-sparse": {"token_acc": acc},
+                        "ood-dense": {"token_acc": 1.0},
+                    },
+                }
+            )
     return out
 
 
@@ -78,10 +100,14 @@ def test_a_train_run_with_fewer_steps_is_not_the_paper_preset():
 def test_axes_tuned_keys_run_options_and_unknown_fields_are_no_departure():
     spec = load_sweep("arithmetic")
     quick = spec.presets["quick"]["overrides"]
-    r = {"task": "arithmetic", "preset": "quick", "status": "ok",
-         "task_params": {k.partition(".")[2]: v for k, v in quick.items() if k.startswith("task.")},
-         "model": {"d_model": 32, "n_layers": 3, "n_heads": 4},  # d_model: an axis of the preset (32 / 48 / 64)
-         "train": {"seed": 2, "steps": 2000, "batch_size": 64, "lr": 0.002, "threads": 1}}  # no warmup: unknown
+    r = {
+        "task": "arithmetic",
+        "preset": "quick",
+        "status": "ok",
+        "task_params": {k.partition(".")[2]: v for k, v in quick.items() if k.startswith("task.")},
+        "model": {"d_model": 32, "n_layers": 3, "n_heads": 4},  # d_model: an axis of the preset (32 / 48 / 64)
+        "train": {"seed": 2, "steps": 2000, "batch_size": 64, "lr": 0.002, "threads": 1},
+    }  # no warmup: unknown
     assert preset_differences(r, spec) == ()
     assert set(tidy_with_presets([r], spec)["departs"]) == {""}
     r["train"]["weight_decay"] = 0.1
@@ -98,8 +124,9 @@ def test_axes_tuned_keys_run_options_and_unknown_fields_are_no_departure():
     assert preset_differences(paper, che) == ()
 
 
-@pytest.mark.parametrize("name", ["arithmetic", "binfa", "che", "counting", "flipflop", "flipflop_lm", "mqar",
-                                  "pose", "selective_copy"])
+@pytest.mark.parametrize(
+    "name", ["arithmetic", "binfa", "che", "counting", "flipflop", "flipflop_lm", "mqar", "pose", "selective_copy"]
+)
 def test_every_installed_preset_writes_records_that_follow_it(name):
     """No false alarm: each cell of every preset of every installed sweep file, resolved by the
     trainer and laid out as its record, departs from nothing."""
@@ -114,8 +141,16 @@ def test_every_installed_preset_writes_records_that_follow_it(name):
             if (c.task, c.pe) in seen:
                 continue
             seen.add((c.task, c.pe))
-            cfg = training.resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed, positions=c.positions,
-                                          rope_scaling=c.rope_scaling, probe=False)
+            cfg = training.resolve_config(
+                c.task,
+                c.pe,
+                preset,
+                c.overrides,
+                seed=c.seed,
+                positions=c.positions,
+                rope_scaling=c.rope_scaling,
+                probe=False,
+            )
             model = {"d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_heads": cfg.model.n_heads}
             record = pipeline.new_record(cfg, parse_pe(cfg.pe), "r", model, 16, f"{name}-{preset}", 0)
             assert preset_differences(record, spec) == (), (name, preset, c.task, c.pe)
@@ -132,9 +167,13 @@ def test_runs_departing_differently_from_one_preset_get_rows_that_say_how():
     vs = claims.verdicts(_flipflop(n_pairs=128) + _flipflop(n_pairs=256), spec)
     assert [v.verdict for v in vs] == [claims.OTHER_SCALE] * 2
     labels = [v.preset_label() for v in vs]
-    assert sorted(labels) == ["quick (departs: task.n_pairs 128 (preset 64))",
-                              "quick (departs: task.n_pairs 256 (preset 64))"]
+    assert sorted(labels) == [
+        "quick (departs: task.n_pairs 128 (preset 64))",
+        "quick (departs: task.n_pairs 256 (preset 64))",
+    ]
     table = claims.markdown(vs, spec.show)
     assert all(label in table for label in labels)
-    assert sorted(r["departs"] for r in claims.rows(vs)) == ["task.n_pairs 128 (preset 64)",
-                                                            "task.n_pairs 256 (preset 64)"]
+    assert sorted(r["departs"] for r in claims.rows(vs)) == [
+        "task.n_pairs 128 (preset 64)",
+        "task.n_pairs 256 (preset 64)",
+    ]

@@ -102,17 +102,28 @@ def test_a_cell_runs_its_own_sweep_files_settings(name):
     for preset in PRESETS:
         for c in _distinct(expand_cells(spec, preset)):
             names = tuple(generators.TASKS[c.task].PARAMS)
-            own = apply_overrides(RunConfig(c.task, {}, c.pe, model=ModelConfig(), train=TrainConfig(seed=c.seed)),
-                                  c.overrides, names)
+            own = apply_overrides(
+                RunConfig(c.task, {}, c.pe, model=ModelConfig(), train=TrainConfig(seed=c.seed)), c.overrides, names
+            )
             own.task_params = dict(generators.get_task(c.task, **own.task_params).params)
-            before = resolve_config(c.task, c.pe, preset, c.overrides, seed=c.seed, positions=c.positions,
-                                    rope_scaling=c.rope_scaling, probe=False)
+            before = resolve_config(
+                c.task,
+                c.pe,
+                preset,
+                c.overrides,
+                seed=c.seed,
+                positions=c.positions,
+                rope_scaling=c.rope_scaling,
+                probe=False,
+            )
             got = cell_config(c, preset, probe=False)
             assert (got.task_params, got.model, got.train) == (own.task_params, own.model, own.train), c.label()
             # the axes dape_k / pose_chunks: fields now, the same encoding and scheme
             assert (encoding(got), position_scheme(got)) == (encoding(before), position_scheme(before)), c.label()
-            assert dataclasses.replace(got, pe=before.pe, positions=before.positions, dape_k=None,
-                                       pose_chunks=None) == before, c.label()
+            assert (
+                dataclasses.replace(got, pe=before.pe, positions=before.positions, dape_k=None, pose_chunks=None)
+                == before
+            ), c.label()
 
 
 # the key of flipflop.toml's first quick cell, computed before cells stopped reading the
@@ -120,7 +131,8 @@ def test_a_cell_runs_its_own_sweep_files_settings(name):
 FLIPFLOP_QUICK_COPE_SEED_0 = (
     '{"overrides":{"model.d_model":64,"model.n_heads":4,"model.n_layers":2,"task.loss":"reads","task.n_pairs":64,'
     '"train.batch_size":32,"train.eval_samples":500,"train.lr":0.002,"train.steps":1000,"train.warmup":50,'
-    '"train.weight_decay":0.1},"pe":"cope","positions":null,"rope_scaling":null,"seed":0,"slot":0,"task":"flipflop"}')
+    '"train.weight_decay":0.1},"pe":"cope","positions":null,"rope_scaling":null,"seed":0,"slot":0,"task":"flipflop"}'
+)
 
 
 def test_an_installed_cell_keeps_its_key():
@@ -140,22 +152,25 @@ def test_the_committed_results_are_cells_of_the_installed_sweeps(folder):
 
 
 # `train`'s values where the one source changed them or an axis needed one (see the sweep files)
-@pytest.mark.parametrize("task,preset,key,value", [
-    ("passkey", "paper", "task.length", 1024),  # was the task default 2048 (pose.toml: 1024 -> 4096)
-    ("passkey", "paper", "task.target_length", 4096),  # was 16384
-    ("counting", "quick", "task.n_vars", 1),  # an axis in no table: the task default (was 3)
-    ("counting", "paper", "task.n_vars", 1),  # idem (was 3)
-    ("arithmetic", "quick", "model.d_model", 48),  # the d_model axis: the table's value
-    ("binfa", "paper", "model.d_model", 128),
-    ("nfa", "quick", "model.d_model", 64),
-    ("mqar", "paper", "model.d_model", 128),
-    ("mqar", "paper", "train.lr", 1e-3),  # tuned in the sweep
-    ("even_pairs", "paper", "train.lr", 3e-4),  # tuned in the sweep
-    ("flipflop", "paper", "model.n_layers", 4),  # the d_model x n_layers x n_heads grid
-    ("bucket_sort", "smoke", "train.threads", 1),  # every smoke preset: one thread
-    ("passkey", "quick", "positions", None),  # a flag for train, the sweep's design in pose.toml
-    ("passkey", "quick", "rope_scaling", None),
-])
+@pytest.mark.parametrize(
+    "task,preset,key,value",
+    [
+        ("passkey", "paper", "task.length", 1024),  # was the task default 2048 (pose.toml: 1024 -> 4096)
+        ("passkey", "paper", "task.target_length", 4096),  # was 16384
+        ("counting", "quick", "task.n_vars", 1),  # an axis in no table: the task default (was 3)
+        ("counting", "paper", "task.n_vars", 1),  # idem (was 3)
+        ("arithmetic", "quick", "model.d_model", 48),  # the d_model axis: the table's value
+        ("binfa", "paper", "model.d_model", 128),
+        ("nfa", "quick", "model.d_model", 64),
+        ("mqar", "paper", "model.d_model", 128),
+        ("mqar", "paper", "train.lr", 1e-3),  # tuned in the sweep
+        ("even_pairs", "paper", "train.lr", 3e-4),  # tuned in the sweep
+        ("flipflop", "paper", "model.n_layers", 4),  # the d_model x n_layers x n_heads grid
+        ("bucket_sort", "smoke", "train.threads", 1),  # every smoke preset: one thread
+        ("passkey", "quick", "positions", None),  # a flag for train, the sweep's design in pose.toml
+        ("passkey", "quick", "rope_scaling", None),
+    ],
+)
 def test_train_values_chosen_for_axes_and_drift(task, preset, key, value):
     assert _flat(resolve_config(task, "rope", preset, probe=False))[key] == value
 
@@ -182,8 +197,11 @@ def _everywhere(value):
     }
     if isinstance(value, str):
         out["pe parameter"] = parse_pe(f"cope:sep_keys={value}").params["cope"]["sep_keys"]
-        text = ('[sweep]\ntask = "binfa"\n[axes]\npe = ["rope"]\n[presets.smoke]\n'
-                f'task = {{ trace = "{value}" }}\nmodel = {{ tie_embeddings = "{value}" }}\n[presets.quick]\n[presets.paper]\n')
+        text = (
+            '[sweep]\ntask = "binfa"\n[axes]\npe = ["rope"]\n[presets.smoke]\n'
+            f'task = {{ trace = "{value}" }}\nmodel = '
+            f'{{ tie_embeddings = "{value}" }}\n[presets.quick]\n[presets.paper]\n'
+        )
         cell = expand_cells(parse_sweep(text, "b.toml"), "smoke")[0]
         cfg = resolve_config("binfa", "rope", "smoke", cell.overrides, probe=False)
         out["sweep file (task)"], out["sweep file (model)"] = cfg.task_params["trace"], cfg.model.tie_embeddings
@@ -199,10 +217,12 @@ def test_the_same_true_false_words_everywhere(value, want):
 def test_the_same_words_refused_everywhere(value):
     from synthlab.model import parse_pe
 
-    for read in (lambda: coerce("model.causal", value, bool),
-                 lambda: apply_overrides(RunConfig("flipflop", {}, "rope"), {"causal": value}, ()),
-                 lambda: generators.get_task("binfa", trace=value),
-                 lambda: parse_pe(f"cope:sep_keys={value}")):
+    for read in (
+        lambda: coerce("model.causal", value, bool),
+        lambda: apply_overrides(RunConfig("flipflop", {}, "rope"), {"causal": value}, ()),
+        lambda: generators.get_task("binfa", trace=value),
+        lambda: parse_pe(f"cope:sep_keys={value}"),
+    ):
         with pytest.raises(ValueError):
             read()
 
@@ -241,8 +261,23 @@ def test_the_pe_spec_is_parsed_once_per_train_call(monkeypatch, tmp_path):
     rec = train("flipflop", "kerple+dape:k=3", preset="smoke", steps=2, eval_samples=4)
     assert rec["status"] == "ok" and calls == ["kerple+dape:k=3"]
     calls.clear()
-    rc = main(["train", "flipflop", "--pe", "rope", "--preset", "smoke", "--set", "steps=2", "--set", "eval_samples=4",
-               "--out", str(tmp_path), "--quiet"])
+    rc = main(
+        [
+            "train",
+            "flipflop",
+            "--pe",
+            "rope",
+            "--preset",
+            "smoke",
+            "--set",
+            "steps=2",
+            "--set",
+            "eval_samples=4",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert rc == 0 and calls == ["rope"]
 
 

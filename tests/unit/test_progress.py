@@ -31,9 +31,13 @@ def trial(number, key, state="COMPLETE", value=0.75, record=None, worker=None, s
         user_attrs["record"] = record
     if worker is not None:
         user_attrs["worker"] = worker
-    return types.SimpleNamespace(number=number, state=getattr(TrialState, state), user_attrs=user_attrs,
-                                 values=[value] if state == "COMPLETE" else None,
-                                 datetime_start=started)
+    return types.SimpleNamespace(
+        number=number,
+        state=getattr(TrialState, state),
+        user_attrs=user_attrs,
+        values=[value] if state == "COMPLETE" else None,
+        datetime_start=started,
+    )
 
 
 def me(pid=None):
@@ -65,8 +69,13 @@ def test_a_line_per_finished_cell_with_done_total_objective_and_wall_time():
         view.close()
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("[sweep] 2/4 cells done: pe=rope seed=1 ok, ood-sparse/token_acc 0.8125, 1m 05s (trial 1); ETA ")
-    assert lines[1] == "[sweep] 3/4 cells done: pe=nope seed=0 failed (diverged), 1.2 s (trial 2); ETA " + lines[1].split("ETA ")[1]
+    assert lines[0].startswith(
+        "[sweep] 2/4 cells done: pe=rope seed=1 ok, ood-sparse/token_acc 0.8125, 1m 05s (trial 1); ETA "
+    )
+    assert (
+        lines[1]
+        == "[sweep] 3/4 cells done: pe=nope seed=0 failed (diverged), 1.2 s (trial 2); ETA " + lines[1].split("ETA ")[1]
+    )
     assert view.done == {"k0", "k1", "k2"}
     view.observe(one, [])  # k2's failure set aside (--retry-failed elsewhere): no longer done
     assert view.done == {"k0", "k1"}
@@ -118,15 +127,18 @@ def test_helpers_cells_are_announced_and_get_heartbeats_from_their_progress_attr
     view = SweepProgress(LINES, LABELS, "x", every=60, stream=out)
     view.watch(lambda: ([], []), [4242], poll=1.0)
     started = datetime.fromtimestamp(time.time() - 90)
-    helper = trial(7, "k3", state="RUNNING", worker=me(4242), started=started,
-                   progress={"step": 30, "steps": 60, "loss": 1.5})
+    helper = trial(
+        7, "k3", state="RUNNING", worker=me(4242), started=started, progress={"step": 30, "steps": 60, "loss": 1.5}
+    )
     stranger = trial(8, "k2", state="RUNNING", worker=me(999999), started=started)  # another sweep's process
     view.observe([], [helper, stranger])
     view.observe([], [helper, stranger])  # announced once
     view.beat(time.time() + 61)
     lines = out.getvalue().splitlines()
     assert lines[0] == "[sweep] trial 7 started: pe=nope seed=1 (worker pid 4242)"
-    assert len(lines) == 2 and lines[1].startswith("[sweep] trial 7 running: pe=nope seed=1: step 30/60, loss 1.5000, 2m")
+    assert len(lines) == 2 and lines[1].startswith(
+        "[sweep] trial 7 running: pe=nope seed=1: step 30/60, loss 1.5000, 2m"
+    )
     view.observe([trial(7, "k3", value=0.5, record={"wall_s": 100.0})], [])
     assert "1/4 cells done: pe=nope seed=1 ok" in out.getvalue().splitlines()[-1]
 

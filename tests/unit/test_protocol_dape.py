@@ -50,8 +50,11 @@ def _case(H, T, k, hidden, bias_mode, B=2, seed=0, dtype=torch.float32):
         for p in d.parameters():
             p.mul_(3.0)
     S = torch.randn(B, H, T, T, dtype=dtype, requires_grad=True)
-    bias = {"none": None, "shared": torch.randn(1, H, T, T, dtype=dtype, requires_grad=True),
-            "batch": torch.randn(B, H, T, T, dtype=dtype, requires_grad=True)}[bias_mode]
+    bias = {
+        "none": None,
+        "shared": torch.randn(1, H, T, T, dtype=dtype, requires_grad=True),
+        "batch": torch.randn(B, H, T, T, dtype=dtype, requires_grad=True),
+    }[bias_mode]
     return d, S, bias
 
 
@@ -70,8 +73,14 @@ def _run(path: str, d: DAPE, S, bias, future):
 
 PATHS = [pytest.param("native", marks=needs_kernel), "packed", "full"]
 CASES = [  # (H, T, k, hidden, bias): rows shorter than k, odd / even T, several k, T past a 64-wide tile
-    (4, 1, 3, 8, "shared"), (4, 2, 5, 8, "none"), (3, 5, 3, 6, "batch"), (4, 6, 7, 8, "shared"),
-    (4, 13, 3, 8, "shared"), (2, 12, 5, 5, "none"), (4, 70, 3, 8, "batch"), (1, 9, 7, 4, "shared"),
+    (4, 1, 3, 8, "shared"),
+    (4, 2, 5, 8, "none"),
+    (3, 5, 3, 6, "batch"),
+    (4, 6, 7, 8, "shared"),
+    (4, 13, 3, 8, "shared"),
+    (2, 12, 5, 5, "none"),
+    (4, 70, 3, 8, "batch"),
+    (1, 9, 7, 4, "shared"),
 ]
 
 
@@ -129,9 +138,13 @@ def test_native_attention_is_softmax_of_the_paper_listing(T, k):
     inputs, names = _inputs_and_names(d, S, b)
     # within the float32 bound of each gradient's sums (dape_bounds): conv2's bias's gradient is
     # analytically zero (softmax ignores a row's shift), its B x T^2 terms cancelling
-    assert_within_float32_bound(names, torch.autograd.grad((got * g).sum(), inputs),
-                                torch.autograd.grad((ref * g).sum(), inputs),
-                                sum_of_magnitudes(d, S, b, g, True, softmax=True), terms_per_gradient(S, d))
+    assert_within_float32_bound(
+        names,
+        torch.autograd.grad((got * g).sum(), inputs),
+        torch.autograd.grad((ref * g).sum(), inputs),
+        sum_of_magnitudes(d, S, b, g, True, softmax=True),
+        terms_per_gradient(S, d),
+    )
 
 
 @pytest.mark.parametrize("path", PATHS)

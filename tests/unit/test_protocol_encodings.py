@@ -37,6 +37,7 @@ def _fire(T: int, **kw) -> tuple[FIRE, object]:
 
 # ---- FIRE: the threshold is learned through a multiplier ---------------------------------------
 
+
 @pytest.mark.parametrize("direction", [-1.0, 1.0])
 def test_fire_threshold_moves_under_training(direction):
     """Li et al. 2023 learn L' = |m| L_fixed. With L learned raw, Adam moves it by about lr per step,
@@ -66,7 +67,7 @@ def test_fire_interpolates_progressively_past_the_threshold():
         fire.L_multiplier.fill_(8.0 / 512.0)  # L' = 8 < T
         bias = fire(ctx)[0, 0]  # (T, T), head 0
     diag = torch.stack([bias[i, i - d] for i in range(d, T)])  # b(i, i - d), i = d..T-1
-    below, above = diag[: 8 - d + 1], diag[8 - d + 1:]  # i <= 8, i > 8
+    below, above = diag[: 8 - d + 1], diag[8 - d + 1 :]  # i <= 8, i > 8
     assert torch.allclose(below, below[0].expand_as(below), atol=1e-6)
     assert (above[1:] - above[:-1]).abs().min() > 1e-6  # changes with every step of i
 
@@ -106,6 +107,7 @@ def test_fire_threshold_can_be_set_in_the_spec_string():
 
 
 # ---- sinusoidal APE: token embeddings scaled by sqrt(d) -----------------------------------------
+
 
 def _embedding_parts(m: Transformer, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(input of the first block, the token part of it): the residual stream before block 0."""
@@ -148,15 +150,22 @@ def test_token_embeddings_unscaled_without_a_sinusoid(pe):
 
 # ---- CoPE and T5: one table for the whole model ------------------------------------------------
 
+
 def _tables(m: Transformer, pe: str) -> list[torch.Tensor]:
     if pe.startswith("cope"):
         return [b.attn.cope.pos_emb for b in m.blocks]
     return [b.attn.biases[0].table.weight for b in m.blocks]
 
 
-@pytest.mark.parametrize("pe,per_layer", [("cope", "cope:layer_tables=1"), ("t5", "t5:layer_tables=1"),
-                                          ("cope+rope", "cope:layer_tables=1+rope"),
-                                          ("cope:sep_keys=1", "cope:sep_keys=1,layer_tables=1")])
+@pytest.mark.parametrize(
+    "pe,per_layer",
+    [
+        ("cope", "cope:layer_tables=1"),
+        ("t5", "t5:layer_tables=1"),
+        ("cope+rope", "cope:layer_tables=1+rope"),
+        ("cope:sep_keys=1", "cope:sep_keys=1,layer_tables=1"),
+    ],
+)
 def test_one_table_shared_by_every_layer(pe, per_layer):
     """CoPE (Golovneva et al. 2024; per-layer tables are App. D's ablation) and T5 (Raffel et al.
     2020) share one table across layers: one tensor, whose gradient sums every layer's use."""
@@ -194,6 +203,7 @@ def test_cope_alibi_uses_the_app_c_slopes():
 
 
 # ---- KERPLE: parameters projected, gradient kept -------------------------------------------------
+
 
 @pytest.mark.parametrize("kind,names", [("log", ("r1", "r2")), ("power", ("a", "p"))])
 def test_kerple_gradient_flows_at_the_floor(kind, names):
@@ -234,10 +244,23 @@ def test_kerple_values_stay_positive_under_training():
 
 # ---- runs saved before this revision reload as they were trained ---------------------------------
 
+
 def _save_run(run_dir, model: Transformer, pe: str, revision: int | None) -> None:
-    cfg = {"task": "flipflop", "task_params": {}, "pe": pe, "max_len": model.max_len, "rotary_pairs": "interleaved",
-           "model": {"d_model": model.d_model, "n_layers": model.n_layers, "n_heads": model.n_heads, "dropout": 0.0,
-                     "tie_embeddings": False, "causal": True}}
+    cfg = {
+        "task": "flipflop",
+        "task_params": {},
+        "pe": pe,
+        "max_len": model.max_len,
+        "rotary_pairs": "interleaved",
+        "model": {
+            "d_model": model.d_model,
+            "n_layers": model.n_layers,
+            "n_heads": model.n_heads,
+            "dropout": 0.0,
+            "tie_embeddings": False,
+            "causal": True,
+        },
+    }
     if revision is not None:
         cfg["pe_revision"] = revision
     run_dir.mkdir()
@@ -253,8 +276,14 @@ def test_old_run_with_per_layer_tables_reloads_exactly(tmp_path, pe):
     comp = pe.split("+")[0]
     vocab = len(generators.get_task("flipflop").vocab) + 1
     torch.manual_seed(0)
-    old = build_model(pe=pe.replace(comp, f"{comp}:layer_tables=1", 1), vocab_size=vocab, d_model=32, n_layers=3,
-                      n_heads=4, max_len=64).eval()
+    old = build_model(
+        pe=pe.replace(comp, f"{comp}:layer_tables=1", 1),
+        vocab_size=vocab,
+        d_model=32,
+        n_layers=3,
+        n_heads=4,
+        max_len=64,
+    ).eval()
     with torch.no_grad():
         for t in _tables(old, comp):
             t.normal_()  # a different table in every layer
@@ -297,9 +326,11 @@ def test_revision_1_keeps_the_old_forms():
 
 # ---- ALiBi in encoder mode: the CHE reference's symmetry break -----------------------------
 
+
 def _che_reference_alibi(n_heads: int, T: int) -> torch.Tensor:
     """models/positional_encodings.py of google-deepmind/neural_networks_chomsky_hierarchy,
     compute_alibi_encodings_biases, transcribed: -|i - j| + 0.5 below the diagonal, x slopes."""
+
     def tri(k: int) -> torch.Tensor:
         return torch.tril(torch.ones(T, T, dtype=torch.float64), diagonal=k)
 
@@ -317,7 +348,9 @@ def test_alibi_encoder_bias_is_the_che_reference(n_heads):
 
     model = build_model(pe="alibi", vocab_size=V, d_model=8 * n_heads, n_layers=1, n_heads=n_heads, causal=False)
     alibi = model.blocks[0].attn.biases[0]
-    ctx = PositionContext(9, False, torch.arange(9), True, None, None, TensorCache(), torch.device("cpu"), torch.float64)
+    ctx = PositionContext(
+        9, False, torch.arange(9), True, None, None, TensorCache(), torch.device("cpu"), torch.float64
+    )
     assert torch.allclose(alibi(ctx)[0], _che_reference_alibi(n_heads, 9))
 
 
@@ -329,8 +362,9 @@ def test_alibi_encoder_model_tells_left_from_right():
     gaps = {}
     for revision in (2, 3):
         torch.manual_seed(0)
-        m = Transformer(parse_pe("alibi"), vocab_size=V, d_model=32, n_layers=2, n_heads=4, causal=False,
-                        revision=revision).eval()
+        m = Transformer(
+            parse_pe("alibi"), vocab_size=V, d_model=32, n_layers=2, n_heads=4, causal=False, revision=revision
+        ).eval()
         with torch.no_grad():
             gaps[revision] = (m(x.flip(1)).flip(1) - m(x)).abs().max().item()
     assert gaps[2] < 1e-5 and gaps[3] > 1e-3

@@ -40,13 +40,13 @@ def test_mqar_answer_slot_is_empty_and_values_never_repeat_in_the_input():
     for split, g, samples in _mqar_samples(task):
         for s in samples:
             n = s.params["n_kv"]
-            context = dict(zip(s.ids[0:2 * n:2].tolist(), s.ids[1:2 * n:2].tolist()))
+            context = dict(zip(s.ids[0 : 2 * n : 2].tolist(), s.ids[1 : 2 * n : 2].tolist()))
             # the logits at a query key predict that key's value from the context
             assert [context[k] for k in s.ids[s.scored].tolist()] == s.target_ids.tolist()
             assert (s.ids[s.scored + 1] == 0).all(), (split, g)  # the empty token, Zoology's 0
-            assert not (s.ids[2 * n:] >= half).any()  # no value anywhere in the query region
+            assert not (s.ids[2 * n :] >= half).any()  # no value anywhere in the query region
             for p, y in zip(s.scored, s.target_ids):  # the target is never an input after its key
-                assert y not in s.ids[p + 1:]
+                assert y not in s.ids[p + 1 :]
             assert task.solve(s) == s.targets
 
 
@@ -56,9 +56,9 @@ def _elimination_accuracy(samples) -> float:
     accs = []
     for s in samples:
         n = s.params["n_kv"]
-        values = set(s.ids[1:2 * n:2].tolist())
+        values = set(s.ids[1 : 2 * n : 2].tolist())
         for p, y in zip(s.scored, s.target_ids):
-            cand = values - set(s.ids[2 * n:p + 1].tolist())
+            cand = values - set(s.ids[2 * n : p + 1].tolist())
             accs.append(1.0 / len(cand) if y in cand else 0.0)
     return float(np.mean(accs))
 
@@ -86,8 +86,9 @@ def test_mqar_ood_length_groups():
 
 
 # -- arithmetic ---------------------------------------------------------------------------
-@pytest.mark.parametrize("params", [dict(n_ops=2, ood_ops_max=4), dict(n_ops=4, ood_ops_max=6),
-                                    dict(n_ops=5, min_ops=3, ood_ops_max=0)])
+@pytest.mark.parametrize(
+    "params", [dict(n_ops=2, ood_ops_max=4), dict(n_ops=4, ood_ops_max=6), dict(n_ops=5, min_ops=3, ood_ops_max=0)]
+)
 def test_arithmetic_test_split_has_exactly_n_ops(params):
     task = generators.get_task("arithmetic", **params)
     k = params["n_ops"]
@@ -104,8 +105,8 @@ def test_arithmetic_test_mix_is_the_training_mix_held_out():
     counts = np.bincount([task.op_count(s) for s in mix], minlength=4)[1:] / len(mix)
     # uniform over 1..n_ops, as train (sd 0.019); the prompt-hash rejection alone gives 1 op ~0.23
     assert np.all(np.abs(counts - 1 / 3) < 0.05)
-    train = {tuple(s.ids[:task.prompt_length(s)].tolist()) for s in task.sample("train", 2000, seed=1)}
-    held = {tuple(s.ids[:task.prompt_length(s)].tolist()) for s in mix}
+    train = {tuple(s.ids[: task.prompt_length(s)].tolist()) for s in task.sample("train", 2000, seed=1)}
+    held = {tuple(s.ids[: task.prompt_length(s)].tolist()) for s in mix}
     assert not train & held
     # one operator count only: test-mix would repeat test, so there is none
     assert "test-mix" not in generators.get_task("arithmetic", n_ops=3, min_ops=3, ood_ops_max=0).splits
@@ -159,7 +160,7 @@ class _Oracle(torch.nn.Module):
         for b in range(B):
             row = ids[b].tolist()
             for t in range(T):
-                out[b, t, self.next.get(tuple(row[:t + 1]), 0)] = 1.0
+                out[b, t, self.next.get(tuple(row[: t + 1]), 0)] = 1.0
         return out
 
 

@@ -36,8 +36,13 @@ def test_pose_positions_are_drawn_per_example():
     assert len({tuple(r) for r in pos.tolist()}) == 8  # every example its own draw
     _check_pose_law(pos, chunks=2, target=256)
     # deterministic per (seed, step): same bytes again, a new draw next step
-    again = list(TrainBatches(TrainStream(task, seed=0, batch_size=8), steps=2,
-                              positions=PositionSampler(parse_positions("pose:chunks=2,target=256"), seed=0)))
+    again = list(
+        TrainBatches(
+            TrainStream(task, seed=0, batch_size=8),
+            steps=2,
+            positions=PositionSampler(parse_positions("pose:chunks=2,target=256"), seed=0),
+        )
+    )
     assert all(torch.equal(a[2], b[2]) for a, b in zip(items, again))
     assert not torch.equal(items[0][2], items[1][2])
 
@@ -58,7 +63,7 @@ def test_pose_skip_law_per_example():
     _check_pose_law(pos, chunks=2, target=Lt)
     jump = (pos[:, 1:] - pos[:, :-1]).max(-1).values - 1  # (B,) u_1 (0 when no skip)
     room = Lt - T
-    assert abs(float(jump.float().mean()) - room / 2) < 5 * (room / 12 ** 0.5) / B ** 0.5
+    assert abs(float(jump.float().mean()) - room / 2) < 5 * (room / 12**0.5) / B**0.5
     assert int(jump.min()) == 0 and int(jump.max()) == room
     cut = torch.where((pos[:, 1:] - pos[:, :-1]) > 1, torch.arange(1, T), T).min(-1).values  # (B,) first skip
     with_skip = cut[jump > 0]
@@ -76,7 +81,7 @@ def test_pose_chunks_at_least_window_is_randpos():
         steps = pos[:, 1:] - pos[:, :-1]  # (B, T-1)
         assert torch.all(steps >= 1) and int(pos.min()) >= 0 and int(pos.max()) < Lt
         assert torch.all((steps > 1).sum(-1) >= T // 2)  # RandPos: ~ (1 - T/L_t) (T-1) = 55 gaps; saturated: ~10
-        tail = pos[:, -T // 4:]
+        tail = pos[:, -T // 4 :]
         assert torch.all(tail[:, -1] - tail[:, 0] > T // 4 - 1)  # the last quarter is not contiguous
         assert torch.all(pos[:, -1] - pos[:, 0] > Lt // 2)  # spread over the target range
         assert len({tuple(r) for r in pos.tolist()}) == B
@@ -128,8 +133,15 @@ def test_load_run_restores_poses_static_rope_factor(tmp_path):
 
     from synthlab import load_run
 
-    rec = train("passkey", "rope", preset="smoke", positions="pose:chunks=2,target=128", rope_scaling="linear",
-                steps=3, out=tmp_path)
+    rec = train(
+        "passkey",
+        "rope",
+        preset="smoke",
+        positions="pose:chunks=2,target=128",
+        rope_scaling="linear",
+        steps=3,
+        out=tmp_path,
+    )
     run = load_run(tmp_path / rec["run_id"])
     rot = run.model.rotary_encoders()[0]
     assert rot._scale(64) == 4.0 and rot._scale(32) == 4.0

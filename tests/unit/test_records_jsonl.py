@@ -11,8 +11,16 @@ import pytest
 
 from synthlab.run import records
 
-REC = {"schema": 1, "run_id": "r1", "task": "flipflop", "pe": "rope", "status": "ok", "error": "naïve ✓",
-       "metrics": {"test": {"token_acc": float("nan"), "seq_acc": 0.5}}, "train": {"lr": 1e-3, "seed": 2}}
+REC = {
+    "schema": 1,
+    "run_id": "r1",
+    "task": "flipflop",
+    "pe": "rope",
+    "status": "ok",
+    "error": "naïve ✓",
+    "metrics": {"test": {"token_acc": float("nan"), "seq_acc": 0.5}},
+    "train": {"lr": 1e-3, "seed": 2},
+}
 
 
 def _old_line(rec, ensure_ascii=False) -> bytes:
@@ -46,8 +54,10 @@ def test_append_writes_the_same_bytes_with_one_fsynced_write_per_record(tmp_path
     assert path.read_bytes() == _old_line(REC) + _old_line(REC, ensure_ascii=True)
     assert calls["write"] == [_old_line(REC), _old_line(REC, ensure_ascii=True)]  # whole lines, one call each
     assert calls["fsync"] == 2 and calls["jsonlines"] == 2
-    assert b"NaN" not in path.read_bytes() and json.loads(path.read_text().splitlines()[0])["metrics"]["test"] == \
-        {"token_acc": None, "seq_acc": 0.5}
+    assert b"NaN" not in path.read_bytes() and json.loads(path.read_text().splitlines()[0])["metrics"]["test"] == {
+        "token_acc": None,
+        "seq_acc": 0.5,
+    }
 
 
 def test_write_records_is_byte_identical_to_the_old_writer(tmp_path):
@@ -90,7 +100,7 @@ def _short_writes(monkeypatch, room: int):
     def write(fd, data):
         if left["n"] <= 0:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        n = real_write(fd, bytes(data)[:left["n"]])
+        n = real_write(fd, bytes(data)[: left["n"]])
         left["n"] -= n
         return n
 
@@ -140,7 +150,7 @@ def test_a_record_torn_inside_a_character_loses_that_record_only(tmp_path):
     records.append_record(path, {**base, "run_id": "a"})
     data = records._encode([{**base, "run_id": "b", "status": "failed", "error": "loss ≥ 1e9"}], ensure_ascii=False)
     with open(path, "ab") as f:
-        f.write(data[:data.index("≥".encode()) + 1])
+        f.write(data[: data.index("≥".encode()) + 1])
     records.append_record(path, {**base, "run_id": "c", "train": {"seed": 1}})  # appended behind the torn bytes
     assert [r["run_id"] for r in records.scan_records(path)[0]] == ["a", "c"]
     assert [r["run_id"] for r in records.read_results(path)] == ["a", "c"]

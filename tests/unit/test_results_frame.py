@@ -15,15 +15,37 @@ from synthlab.run import records
 
 
 def rec(pe="rope", seed=0, acc=0.9, status="ok", cell=None, study=None, run_id=None, **more):
-    r = {"schema": 1, "run_id": run_id or f"{pe}-{seed}", "task": "flipflop",
-         "task_params": {"n_pairs": 16, "p_i": 0.8, "loss": "reads"},
-         "pe": pe, "pe_params": {pe: {"base": 10000.0}}, "positions": None, "rope_scaling": None, "preset": "smoke",
-         "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1234},
-         "train": {"steps": 5, "batch_size": 4, "lr": 1e-3, "seed": seed, "train_len": 32, "threads": 1,
-                   "deterministic": False},
-         "metrics": {"test": {"token_acc": acc, "seq_acc": acc / 2}, "ood-sparse": {"token_acc": acc / 3}},
-         "by_length": None, "wall_s": 1.5, "device": "cpu", "synthlab": "0.1.0", "git": "abc",
-         "study": study, "trial": 0 if study else None, "status": status, **more}
+    r = {
+        "schema": 1,
+        "run_id": run_id or f"{pe}-{seed}",
+        "task": "flipflop",
+        "task_params": {"n_pairs": 16, "p_i": 0.8, "loss": "reads"},
+        "pe": pe,
+        "pe_params": {pe: {"base": 10000.0}},
+        "positions": None,
+        "rope_scaling": None,
+        "preset": "smoke",
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "params": 1234},
+        "train": {
+            "steps": 5,
+            "batch_size": 4,
+            "lr": 1e-3,
+            "seed": seed,
+            "train_len": 32,
+            "threads": 1,
+            "deterministic": False,
+        },
+        "metrics": {"test": {"token_acc": acc, "seq_acc": acc / 2}, "ood-sparse": {"token_acc": acc / 3}},
+        "by_length": None,
+        "wall_s": 1.5,
+        "device": "cpu",
+        "synthlab": "0.1.0",
+        "git": "abc",
+        "study": study,
+        "trial": 0 if study else None,
+        "status": status,
+        **more,
+    }
     if cell is not None:
         r["cell"] = json.dumps({"overrides": {"model.d_model": 16, "train.lr": 1e-3}, "pe": pe, "seed": seed})
     if status != "ok":
@@ -39,10 +61,10 @@ def write(path, *recs):
 def test_one_row_per_run_and_split_with_documented_column_order(tmp_path):
     df = synthlab.results(write(tmp_path / "results.jsonl", rec("rope"), rec("cope"), rec("nope", status="failed")))
     assert len(df) == 2 + 2 + 1
-    assert list(df.columns[:len(RUN_COLUMNS)]) == list(RUN_COLUMNS)
+    assert list(df.columns[: len(RUN_COLUMNS)]) == list(RUN_COLUMNS)
     metrics_end = len(RUN_COLUMNS) + 2
-    assert list(df.columns[len(RUN_COLUMNS):metrics_end]) == ["token_acc", "seq_acc"]  # first-seen order
-    assert list(df.columns[metrics_end:metrics_end + len(TAIL_COLUMNS)]) == list(TAIL_COLUMNS)
+    assert list(df.columns[len(RUN_COLUMNS) : metrics_end]) == ["token_acc", "seq_acc"]  # first-seen order
+    assert list(df.columns[metrics_end : metrics_end + len(TAIL_COLUMNS)]) == list(TAIL_COLUMNS)
     assert {"task.n_pairs", "task.p_i", "task.loss", "pe.rope.base", "pe.cope.base"} <= set(df.columns)
     row = df[(df.pe == "rope") & (df.split == "ood-sparse")].iloc[0]
     assert row.token_acc == pytest.approx(0.3) and math.isnan(row.seq_acc)  # not measured on that split: NaN
@@ -58,8 +80,11 @@ def test_one_row_per_run_and_split_with_documented_column_order(tmp_path):
 def test_latest_record_per_cell_across_files_and_directories(tmp_path):
     a, b = tmp_path / "m1", tmp_path / "m2"
     a.mkdir(), b.mkdir()
-    write(a / "results.jsonl", rec("rope", status="failed", cell=True, study="s", run_id="first"),
-          rec("cope", cell=True, study="s"))
+    write(
+        a / "results.jsonl",
+        rec("rope", status="failed", cell=True, study="s", run_id="first"),
+        rec("cope", cell=True, study="s"),
+    )
     write(b / "results.jsonl", rec("rope", acc=0.5, cell=True, study="s", run_id="retried"))
     df = synthlab.results([a, b / "results.jsonl"])
     assert sorted(set(df.run_id)) == ["cope-0", "retried"]  # the failure was replaced by its retry

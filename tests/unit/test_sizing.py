@@ -17,8 +17,23 @@ from synthlab.run.sizing import check_fits, estimate_bytes, param_count
 GB = 1e9
 
 
-@pytest.mark.parametrize("pe", ["rope", "learned", "cope", "cope:layer_tables=1,sep_keys=1", "cope-alibi", "relative",
-                                "nope+dape:k=3", "kerple+dape", "t5", "fire", "bipe-rope", "bipe-alibi"])
+@pytest.mark.parametrize(
+    "pe",
+    [
+        "rope",
+        "learned",
+        "cope",
+        "cope:layer_tables=1,sep_keys=1",
+        "cope-alibi",
+        "relative",
+        "nope+dape:k=3",
+        "kerple+dape",
+        "t5",
+        "fire",
+        "bipe-rope",
+        "bipe-alibi",
+    ],
+)
 def test_param_count_matches_the_model(pe):
     cfg = resolve_config("flipflop", pe, "smoke", {"d_model": 64, "n_layers": 3, "n_heads": 4})
     task, spec = make_task(cfg), m.parse_pe(cfg.pe)
@@ -43,17 +58,38 @@ def _preset_estimates(preset, device):
         if preset not in sw.presets:
             continue
         for c in expand_cells(sw, preset):
-            key = (c.task, c.pe, c.positions, c.rope_scaling,
-                   json.dumps({k: v for k, v in c.overrides.items() if k != "train.lr"}, sort_keys=True))
+            key = (
+                c.task,
+                c.pe,
+                c.positions,
+                c.rope_scaling,
+                json.dumps({k: v for k, v in c.overrides.items() if k != "train.lr"}, sort_keys=True),
+            )
             if key in seen:
                 continue
-            cfg, spec = resolve(c.task, c.pe, preset, c.overrides, seed=0, positions=c.positions,
-                                 rope_scaling=c.rope_scaling, probe=False)
+            cfg, spec = resolve(
+                c.task,
+                c.pe,
+                preset,
+                c.overrides,
+                seed=0,
+                positions=c.positions,
+                rope_scaling=c.rope_scaling,
+                probe=False,
+            )
             scheme = m.parse_positions(cfg.positions) if cfg.positions else None
             task, tl, el = _task_and_lengths(cfg.task, tuple(sorted(cfg.task_params.items())), 0)
-            seen[key] = estimate_bytes(cfg, spec, tl, el, device=device, task=task, vocab_size=len(task.vocab) + 1,
-                                       max_len=max_len_of(cfg, scheme, tl, el),
-                                       per_example_positions=bool(getattr(scheme, "per_example", False)))
+            seen[key] = estimate_bytes(
+                cfg,
+                spec,
+                tl,
+                el,
+                device=device,
+                task=task,
+                vocab_size=len(task.vocab) + 1,
+                max_len=max_len_of(cfg, scheme, tl, el),
+                per_example_positions=bool(getattr(scheme, "per_example", False)),
+            )
     return seen
 
 
@@ -76,8 +112,9 @@ def test_every_paper_preset_fits_an_80_gb_gpu():
 
 
 def test_a_refusal_is_one_line_with_the_estimate_and_the_fix():
-    cfg, spec = resolve("flipflop", "cope", "smoke", {"batch_size": 4096}, seed=0, positions=None,
-                         rope_scaling=None, probe=False)
+    cfg, spec = resolve(
+        "flipflop", "cope", "smoke", {"batch_size": 4096}, seed=0, positions=None, rope_scaling=None, probe=False
+    )
     est = estimate_bytes(cfg, spec, 8192, 8192, device="cpu", vocab_size=6)
     assert est["activations"] > 1e12 and est["host"] == est["total"]
     with pytest.raises(ValueError) as e:

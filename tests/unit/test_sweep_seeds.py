@@ -28,37 +28,51 @@ axes = { seed = [0, 1, 2] }
 """
 
 
-@pytest.mark.parametrize("value, seeds", [
-    ("10", list(range(10))), (10, list(range(10))), ("1", [0]),
-    ("3-9", [3, 4, 5, 6, 7, 8, 9]), ("7-7", [7]), ("0,4,7", [0, 4, 7]), ("7,0", [7, 0]),
-    (" 0-2, 7 ", [0, 1, 2, 7]), ([5, 2], [5, 2]), ((0,), [0]), ("4294967295-4294967295", [4294967295]),
-    (str(MAX_SEEDS), list(range(MAX_SEEDS))),
-])
+@pytest.mark.parametrize(
+    "value, seeds",
+    [
+        ("10", list(range(10))),
+        (10, list(range(10))),
+        ("1", [0]),
+        ("3-9", [3, 4, 5, 6, 7, 8, 9]),
+        ("7-7", [7]),
+        ("0,4,7", [0, 4, 7]),
+        ("7,0", [7, 0]),
+        (" 0-2, 7 ", [0, 1, 2, 7]),
+        ([5, 2], [5, 2]),
+        ((0,), [0]),
+        ("4294967295-4294967295", [4294967295]),
+        (str(MAX_SEEDS), list(range(MAX_SEEDS))),
+    ],
+)
 def test_a_count_a_range_or_a_list(value, seeds):
     assert parse_seeds(value) == seeds
 
 
-@pytest.mark.parametrize("value, needle", [
-    ("0", "--seeds '0': a count of seeds is at least 1"),
-    (0, "a count of seeds is at least 1"),
-    ("-3", "--seeds '-3': seeds are integers from 0 to 4294967295, got -3"),
-    ("5-2", "--seeds '5-2': range 5-2 ends before it starts"),
-    ("a", "--seeds 'a': expected a count N (seeds 0 to N-1), a range A-B or a list A,B,C"),
-    ("", "expected a count N"),
-    ("1,,2", "expected a count N"),
-    ("1.5", "expected a count N"),
-    ("1,1", "--seeds '1,1': seed 1 is repeated"),
-    ("0-3,2", "seed 2 is repeated"),
-    ("100000", "--seeds '100000': 100,000 seeds, over the 10,000 a sweep takes"),
-    ("0-4294967295", "more than 10,000 seeds"),  # counted, never made
-    ("4294967296-4294967296", "seeds are integers from 0 to 4294967295, got 4294967296"),
-    ([], "expected at least one seed"),
-    ([0, -1], "got -1"),
-    ([0, "1"], "seed '1' is not an integer"),
-    ([1, 1], "seed 1 is repeated"),
-    (True, "expected a count N"),
-    (2.0, "expected a count N"),
-])
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ("0", "--seeds '0': a count of seeds is at least 1"),
+        (0, "a count of seeds is at least 1"),
+        ("-3", "--seeds '-3': seeds are integers from 0 to 4294967295, got -3"),
+        ("5-2", "--seeds '5-2': range 5-2 ends before it starts"),
+        ("a", "--seeds 'a': expected a count N (seeds 0 to N-1), a range A-B or a list A,B,C"),
+        ("", "expected a count N"),
+        ("1,,2", "expected a count N"),
+        ("1.5", "expected a count N"),
+        ("1,1", "--seeds '1,1': seed 1 is repeated"),
+        ("0-3,2", "seed 2 is repeated"),
+        ("100000", "--seeds '100000': 100,000 seeds, over the 10,000 a sweep takes"),
+        ("0-4294967295", "more than 10,000 seeds"),  # counted, never made
+        ("4294967296-4294967296", "seeds are integers from 0 to 4294967295, got 4294967296"),
+        ([], "expected at least one seed"),
+        ([0, -1], "got -1"),
+        ([0, "1"], "seed '1' is not an integer"),
+        ([1, 1], "seed 1 is repeated"),
+        (True, "expected a count N"),
+        (2.0, "expected a count N"),
+    ],
+)
 def test_bad_seeds_are_one_line_naming_the_flag(value, needle):
     with pytest.raises(ValueError) as e:
         parse_seeds(value)
@@ -85,8 +99,11 @@ def test_seeds_replace_the_preset_axis_in_the_grid_and_its_count():
 
 def test_set_train_seed_points_at_the_flag():
     spec = parse_sweep(SWEEP, "t.toml")
-    with pytest.raises(ValueError, match=r"train.seed is the seed axis \(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, \.\.\.\); "
-                                         "give the seeds with --seeds"):
+    with pytest.raises(
+        ValueError,
+        match=r"train.seed is the seed axis \(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, \.\.\.\); "
+        "give the seeds with --seeds",
+    ):
         expand_cells(spec, "smoke", settings={"train.seed": "3"}, seeds=list(range(20)))
 
 
@@ -128,8 +145,11 @@ def test_a_study_that_held_the_seed_as_categorical_keeps_it_and_leaves_new_seeds
 
     spec = parse_sweep(SWEEP, "t.toml")
     st = _study()
-    st.add_trial(create_trial(state=TrialState.WAITING, params={"seed": 0},
-                              distributions={"seed": CategoricalDistribution((0, 1))}))
+    st.add_trial(
+        create_trial(
+            state=TrialState.WAITING, params={"seed": 0}, distributions={"seed": CategoricalDistribution((0, 1))}
+        )
+    )
     cells = expand_cells(spec, "smoke", ["rope"], seeds=[1, 2])
     ax = dashboard.AxisParams(cells)
     ax.learn(st.get_trials())

@@ -64,26 +64,45 @@ def test_cell_key_is_stable_and_names_the_whole_run():
     assert not set(a) & {c.key for c in sw.expand_cells(changed, "smoke")}
 
 
-@pytest.mark.parametrize("text, match", [
-    (GOOD.replace("[axes]", "[axes]\nbogus_table = 1\n").replace("bogus_table = 1", "x = 1"), "axes.x"),
-    (GOOD.replace('metric = "token_acc"', 'metrik = "token_acc"'), r"unknown key sweep.'metrik'.*allowed: name, task"),
-    (GOOD.replace("d_model = [16, 32]", 'd_model = [16, "big"]'), r"axes.d_model: value 'big' has the wrong type \(allowed: integers"),
-    (GOOD.replace("seed = [0, 1]", "seed = [0.5]"), r"axes.seed.*wrong type.*integers"),
-    (GOOD.replace('pe = ["rope", "kerple+dape"]', "pe = [1]"), r"axes.pe.*wrong type.*strings"),
-    (GOOD.replace('show = "error"', 'show = "loss"'), r"sweep.show.*allowed: accuracy, error"),
-    (GOOD.replace("[presets.paper]", ""), r"presets.paper is missing"),
-    (GOOD.replace("[presets.paper]", "[presets.huge]"), r"unknown key presets.'huge'.*allowed: smoke, quick, paper"),
-    (GOOD.replace("model = { n_layers = 1 }", "model = { n_layers = [1] }"), r"presets.smoke.model.n_layers.*wrong type"),
-    (GOOD.replace("[presets.smoke]", "[presets.smoke]\nwarmup = 3"), r"unknown key presets.smoke.'warmup'"),
-    (GOOD + "\n[tune]\nlr = { low = 1e-2, high = 1e-3 }\n", r"tune.lr.*low < high"),
-    (GOOD.replace('d_model = [16, 32]', 'd_model = [16, 16]'), r"axes.d_model: repeated value"),
-    (GOOD.replace('task = "flipflop"\n', ""), r"no task"),
-    (GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = "flipflp"'),
-     r"sweep.base: unknown sweep 'flipflp' \(did you mean flipflop"),
-    (GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = "che"'),
-     r"sweep.base: sweeps/che.toml has no presets for task 'flipflop' \(its tasks: even_pairs,"),
-    (GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = 3'), r"sweep.base: value 3 has the wrong type"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (GOOD.replace("[axes]", "[axes]\nbogus_table = 1\n").replace("bogus_table = 1", "x = 1"), "axes.x"),
+        (
+            GOOD.replace('metric = "token_acc"', 'metrik = "token_acc"'),
+            r"unknown key sweep.'metrik'.*allowed: name, task",
+        ),
+        (
+            GOOD.replace("d_model = [16, 32]", 'd_model = [16, "big"]'),
+            r"axes.d_model: value 'big' has the wrong type \(allowed: integers",
+        ),
+        (GOOD.replace("seed = [0, 1]", "seed = [0.5]"), r"axes.seed.*wrong type.*integers"),
+        (GOOD.replace('pe = ["rope", "kerple+dape"]', "pe = [1]"), r"axes.pe.*wrong type.*strings"),
+        (GOOD.replace('show = "error"', 'show = "loss"'), r"sweep.show.*allowed: accuracy, error"),
+        (GOOD.replace("[presets.paper]", ""), r"presets.paper is missing"),
+        (
+            GOOD.replace("[presets.paper]", "[presets.huge]"),
+            r"unknown key presets.'huge'.*allowed: smoke, quick, paper",
+        ),
+        (
+            GOOD.replace("model = { n_layers = 1 }", "model = { n_layers = [1] }"),
+            r"presets.smoke.model.n_layers.*wrong type",
+        ),
+        (GOOD.replace("[presets.smoke]", "[presets.smoke]\nwarmup = 3"), r"unknown key presets.smoke.'warmup'"),
+        (GOOD + "\n[tune]\nlr = { low = 1e-2, high = 1e-3 }\n", r"tune.lr.*low < high"),
+        (GOOD.replace("d_model = [16, 32]", "d_model = [16, 16]"), r"axes.d_model: repeated value"),
+        (GOOD.replace('task = "flipflop"\n', ""), r"no task"),
+        (
+            GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = "flipflp"'),
+            r"sweep.base: unknown sweep 'flipflp' \(did you mean flipflop",
+        ),
+        (
+            GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = "che"'),
+            r"sweep.base: sweeps/che.toml has no presets for task 'flipflop' \(its tasks: even_pairs,",
+        ),
+        (GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = 3'), r"sweep.base: value 3 has the wrong type"),
+    ],
+)
 def test_bad_files_name_file_key_and_allowed_values(text, match):
     with pytest.raises(ValueError, match=match) as e:
         sw.parse_sweep(text, "bad.toml")
@@ -101,8 +120,11 @@ def test_a_base_gives_its_preset_settings_under_the_files_own_key_by_key():
     spec = sw.parse_sweep(GOOD.replace('task = "flipflop"', 'task = "flipflop"\nbase = "flipflop"'), "good.toml")
     family = sw.load_sweep("flipflop")
     assert spec.base == "flipflop" and spec.axes == plain.axes
-    assert spec.presets["smoke"]["overrides"] == {**family.presets["smoke"]["overrides"], "model.n_layers": 1,
-                                                  "train.steps": 5}
+    assert spec.presets["smoke"]["overrides"] == {
+        **family.presets["smoke"]["overrides"],
+        "model.n_layers": 1,
+        "train.steps": 5,
+    }
     assert spec.presets["quick"]["overrides"] == family.presets["quick"]["overrides"]
     assert spec.presets["quick"]["axes"] == {}  # flipflop.toml's 8 quick seeds are its own design
     cell = sw.expand_cells(spec, "smoke")[0]
@@ -130,8 +152,9 @@ def test_pose_chunks_axis_is_a_field_of_the_cell_and_of_its_config():
     from synthlab.model import PoSE
     from synthlab.run import specs, training
 
-    text = GOOD.replace('dape_k = [1, 3]', 'pose_chunks = [1, 3]').replace(
-        "[presets.smoke]", '[presets.smoke]\npositions = "pose:target=64"')
+    text = GOOD.replace("dape_k = [1, 3]", "pose_chunks = [1, 3]").replace(
+        "[presets.smoke]", '[presets.smoke]\npositions = "pose:target=64"'
+    )
     grid = sw.expand_cells(sw.parse_sweep(text, "p.toml"), "smoke")
     assert sorted({c.pose_chunks for c in grid}) == [1, 3] and {c.scheme for c in grid} == {"pose:target=64"}
     # the key keeps the spelling of studies already run, which resume by it
@@ -216,12 +239,15 @@ def test_storage_urls_are_checked_without_creating_anything(tmp_path):
     assert storage._redact("postgresql://me:secret@host/db") == "postgresql://me:***@host/db"
 
 
-@pytest.mark.parametrize("installed, driver", [({"psycopg", "psycopg2"}, "psycopg"), ({"psycopg"}, "psycopg"),
-                                               ({"psycopg2"}, "psycopg2"), (set(), "psycopg")])
+@pytest.mark.parametrize(
+    "installed, driver",
+    [({"psycopg", "psycopg2"}, "psycopg"), ({"psycopg"}, "psycopg"), ({"psycopg2"}, "psycopg2"), (set(), "psycopg")],
+)
 def test_a_postgresql_url_without_a_driver_gets_psycopg_3(monkeypatch, installed, driver):
     import importlib.util
 
     real = importlib.util.find_spec
+
     def find_spec(name, *a):
         if "psycopg" in name:
             return real("json") if name in installed else None
@@ -260,8 +286,16 @@ def test_a_tuned_slot_with_a_failed_seed_never_wins_on_its_survivors():
     spec = sw.load_sweep("flipflop")
 
     def rec(slot, seed, acc):
-        c = cells.Cell("flipflop", "rope", seed, {"train.lr": [1e-3, 1e-2][slot]}, None, None, slot,
-                       {"pe": "rope", "seed": seed, "slot": slot})
+        c = cells.Cell(
+            "flipflop",
+            "rope",
+            seed,
+            {"train.lr": [1e-3, 1e-2][slot]},
+            None,
+            None,
+            slot,
+            {"pe": "rope", "seed": seed, "slot": slot},
+        )
         metrics = {} if acc is None else {sw.objective_split(spec): {spec.metric: acc}}
         return c, {"status": "failed" if acc is None else "ok", "metrics": metrics, "slot": slot}
 
@@ -278,7 +312,8 @@ def test_records_carry_the_axes_as_fields_and_tables_read_old_records_too():
     from synthlab.run import pipeline, specs, training
 
     text = GOOD.replace("[presets.smoke]", '[presets.smoke]\npositions = "pose:target=64"').replace(
-        "dape_k = [1, 3]", "dape_k = [3]\npose_chunks = [4]")
+        "dape_k = [1, 3]", "dape_k = [3]\npose_chunks = [4]"
+    )
     c = next(c for c in sw.expand_cells(sw.parse_sweep(text, "r.toml"), "smoke") if c.dape_k is not None)
     cfg = training.cell_config(c, "smoke", probe=False)
     record = pipeline.new_record(cfg, specs.encoding(cfg), "r1", {}, 16, None, None)

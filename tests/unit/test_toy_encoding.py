@@ -33,8 +33,15 @@ class LinearDistanceBias(nn.Module):
         return bias.expand(bias.shape[0], self.n_heads, ctx.T, ctx.T)  # (1|B, H, T, T)
 
 
-TOY = Encoding("toy-linear", "bias", "b = -w |i - j|, one learned scalar w", "test_toy_encoding.py (no paper)",
-               build=LinearDistanceBias, params={"w0": 0.1}, checks={"w0": POSITIVE})
+TOY = Encoding(
+    "toy-linear",
+    "bias",
+    "b = -w |i - j|, one learned scalar w",
+    "test_toy_encoding.py (no paper)",
+    build=LinearDistanceBias,
+    params={"w0": 0.1},
+    checks={"w0": POSITIVE},
+)
 
 
 @pytest.fixture

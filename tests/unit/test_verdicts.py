@@ -21,16 +21,35 @@ def _records(cope: list[float], rope: list[float], seeds=None) -> list[dict]:
     out = []
     for pe, errors in (("cope", cope), ("rope", rope)):
         for seed, err in zip(seeds, errors):
-            out.append({
-                "schema": 1, "run_id": f"{pe}-{seed}", "task": "flipflop", "pe": pe, "status": "ok",
-                "preset": "quick", "study": "flipflop-quick", "positions": None, "rope_scaling": None,
-                "task_params": {"n_pairs": 64, "loss": "reads", "p_i": 0.8},
-                "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "dropout": 0.0},
-                "train": {"seed": seed, "steps": 1000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
-                          "weight_decay": 0.1, "eval_samples": 500},
-                "metrics": {"test": {"token_acc": 1.0}, "ood-sparse": {"token_acc": 1 - err / 100},
-                            "ood-dense": {"token_acc": 1.0}},
-            })
+            out.append(
+                {
+                    "schema": 1,
+                    "run_id": f"{pe}-{seed}",
+                    "task": "flipflop",
+                    "pe": pe,
+                    "status": "ok",
+                    "preset": "quick",
+                    "study": "flipflop-quick",
+                    "positions": None,
+                    "rope_scaling": None,
+                    "task_params": {"n_pairs": 64, "loss": "reads", "p_i": 0.8},
+                    "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "dropout": 0.0},
+                    "train": {
+                        "seed": seed,
+                        "steps": 1000,
+                        "batch_size": 32,
+                        "lr": 2e-3,
+                        "warmup": 50,
+                        "weight_decay": 0.1,
+                        "eval_samples": 500,
+                    },
+                    "metrics": {
+                        "test": {"token_acc": 1.0},
+                        "ood-sparse": {"token_acc": 1 - err / 100},
+                        "ood-dense": {"token_acc": 1.0},
+                    },
+                }
+            )
     return out
 
 
@@ -74,7 +93,7 @@ def test_the_first_three_seeds_are_inconclusive_and_say_what_would_settle_it():
 
 @pytest.mark.parametrize("start", range(9))
 def test_any_two_seeds_are_never_supported(start):
-    v = _main_claim(_records(COPE[start:start + 2], ROPE[start:start + 2], seeds=[start, start + 1]))
+    v = _main_claim(_records(COPE[start : start + 2], ROPE[start : start + 2], seeds=[start, start + 1]))
     assert v.verdict == claims.INCONCLUSIVE
 
 

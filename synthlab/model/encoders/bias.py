@@ -48,8 +48,9 @@ class ALiBi(nn.Module):
     @classmethod
     def build(cls, cfg: BuildConfig) -> "ALiBi":
         assert cfg.index is not None, "ALiBi reads an index"
-        return cls(cfg.n_heads, scale=cfg.params.get("slope_scale", 1.0), index=cfg.index,
-                   encoder_break=cfg.revision >= 3)  # pe revision <= 2: symmetric in encoder mode
+        return cls(
+            cfg.n_heads, scale=cfg.params.get("slope_scale", 1.0), index=cfg.index, encoder_break=cfg.revision >= 3
+        )  # pe revision <= 2: symmetric in encoder mode
 
     def __init__(self, n_heads: int, scale: float = 1.0, index: str = "token", encoder_break: bool = True):
         super().__init__()
@@ -73,9 +74,11 @@ class ALiBi(nn.Module):
             return None
         slopes = self.slopes.to(ctx.dtype)
         if ctx.causal or not self.encoder_break:
+
             def alibi(score, b, h, q_idx, kv_idx):
                 return score - slopes[h] * (q_idx - kv_idx).abs()
         else:
+
             def alibi(score, b, h, q_idx, kv_idx):
                 return score + slopes[h] * (0.5 * (kv_idx < q_idx) - (q_idx - kv_idx).abs())
 
@@ -100,9 +103,14 @@ def t5_buckets(rel: torch.Tensor, causal: bool, num_buckets: int = 32, max_dista
         n = rel.abs()
     max_exact = num_buckets // 2
     is_small = n < max_exact
-    large = max_exact + (
-        torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-    ).long()
+    large = (
+        max_exact
+        + (
+            torch.log(n.float().clamp(min=1) / max_exact)
+            / math.log(max_distance / max_exact)
+            * (num_buckets - max_exact)
+        ).long()
+    )
     large = large.clamp(max=num_buckets - 1)
     return ret + torch.where(is_small, n, large)
 
@@ -133,7 +141,9 @@ class T5Bias(nn.Module):
 
     def forward(self, ctx, q: torch.Tensor | None = None) -> torch.Tensor:
         key = ("t5-buckets", "token", self.buckets, self.max_distance)
-        idx = ctx.memoize(key, "token", lambda: t5_buckets(ctx.rel("token"), ctx.causal, self.buckets, self.max_distance))
+        idx = ctx.memoize(
+            key, "token", lambda: t5_buckets(ctx.rel("token"), ctx.causal, self.buckets, self.max_distance)
+        )
         bias = self.table(idx)  # (.., T, T, H)
         # (.., T, T, H) -> (1|B, H, T, T), contiguous for the attention kernels
         return (bias.movedim(-1, -3) if bias.dim() == 4 else bias.permute(2, 0, 1).unsqueeze(0)).contiguous()
@@ -145,8 +155,11 @@ class T5Bias(nn.Module):
             return None
         T = ctx.T
         key = ("t5-buckets-by-rel", self.buckets, self.max_distance)
-        by_rel = ctx.memoize(key, "token", lambda: t5_buckets(torch.arange(1 - T, T, device=ctx.device), ctx.causal,
-                                                            self.buckets, self.max_distance))
+        by_rel = ctx.memoize(
+            key,
+            "token",
+            lambda: t5_buckets(torch.arange(1 - T, T, device=ctx.device), ctx.causal, self.buckets, self.max_distance),
+        )
         table = self.table.weight  # (buckets, H)
 
         def t5(score, b, h, q_idx, kv_idx):
@@ -345,13 +358,25 @@ class Relative(nn.Module):
         against the rows for distances T-1..0, shifted so that column j holds distance i - j."""
         T = q.shape[-2]
         if T > self.rows and not self.capped:
-            raise ValueError(f"relative: distance {T - 1} past the table of {self.rows} rows (max_len); use relative-capped or raise max_len")
+            raise ValueError(
+                f"relative: distance {T - 1} past the table of {self.rows} rows (max_len); use relative-capped or "
+                "raise max_len"
+            )
         # row 0 is a zero vector (the skew's padding column); rows 1.. are distances T-1 .. 0
-        rows = ctx.memoize(("relative-rows", self.rows), "token",
-                           lambda: torch.cat([torch.zeros(1, dtype=torch.long, device=q.device),
-                                              (T - 1 - torch.arange(T, device=q.device)).clamp(max=self.rows - 1) + 1]))
+        rows = ctx.memoize(
+            ("relative-rows", self.rows),
+            "token",
+            lambda: torch.cat(
+                [
+                    torch.zeros(1, dtype=torch.long, device=q.device),
+                    (T - 1 - torch.arange(T, device=q.device)).clamp(max=self.rows - 1) + 1,
+                ]
+            ),
+        )
         table = F.pad(self.table, (0, 0, 1, 0))  # (rows + 1, d_h), row 0 = 0
-        rel = (q * self.scale) @ table.index_select(0, rows).t()  # (B, H, T, T + 1): column 0 = 0, m + 1 = distance T-1-m
+        rel = (q * self.scale) @ table.index_select(
+            0, rows
+        ).t()  # (B, H, T, T + 1): column 0 = 0, m + 1 = distance T-1-m
         B, H = rel.shape[:2]
         return rel.view(B, H, T + 1, T)[:, :, 1:]  # (B, H, T, T): [i, j] = distance i - j (j <= i)
 
@@ -371,7 +396,10 @@ class Relative(nn.Module):
         far = int(rel.abs().max())
         if far >= self.rows:
             if not self.capped:
-                raise ValueError(f"relative: distance {far} past the table of {self.rows} rows (max_len); use relative-capped or raise max_len")
+                raise ValueError(
+                    f"relative: distance {far} past the table of {self.rows} rows (max_len); use relative-capped or "
+                    "raise max_len"
+                )
             rel = rel.clamp(-(self.rows - 1), self.rows - 1)
         return rel + self.rows - 1, 2 * self.rows - 1
 

@@ -22,8 +22,9 @@ def cope_positions(gates: torch.Tensor) -> torch.Tensor:
     return (gates.sum(-1, keepdim=True) + gates).sub_(gates.cumsum(-1))
 
 
-def cope_term(G: torch.Tensor, table: torch.Tensor | None, slopes: torch.Tensor | None, npos: int,
-              future: torch.Tensor) -> torch.Tensor:
+def cope_term(
+    G: torch.Tensor, table: torch.Tensor | None, slopes: torch.Tensor | None, npos: int, future: torch.Tensor
+) -> torch.Tensor:
     """CoPE's additive term (B, H, T, T), the reference (Golovneva et al. 2024, Sec. 4, Listing 1).
     G (B, H, T, T) the gate logits, future (T, T) bool; table = q . e (B, H, T, npos), or None
     with ``slopes`` (H, 1, 1) for CoPE-ALiBi (App. C, Eq. 10)."""
@@ -78,13 +79,28 @@ class CoPE(nn.Module):
     def build(cls, cfg: BuildConfig) -> "CoPE":
         p = cfg.params
         slopes = cope_alibi_slopes(cfg.n_heads, p["m0"]) if cfg.revision >= 2 else alibi_slopes(cfg.n_heads)
-        return cls(cfg.d_model, cfg.n_heads, npos=p["npos"], sep_keys=p["sep_keys"], alibi=p["alibi"],
-                   pos_emb=cfg.shared, slopes=slopes)
+        return cls(
+            cfg.d_model,
+            cfg.n_heads,
+            npos=p["npos"],
+            sep_keys=p["sep_keys"],
+            alibi=p["alibi"],
+            pos_emb=cfg.shared,
+            slopes=slopes,
+        )
 
     slopes: torch.Tensor  # CoPE-ALiBi's (H, 1, 1), a buffer
 
-    def __init__(self, d_model: int, n_heads: int, npos: int = 64, sep_keys: bool = False, alibi: bool = False,
-                 pos_emb: nn.Parameter | None = None, slopes: list[float] | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        npos: int = 64,
+        sep_keys: bool = False,
+        alibi: bool = False,
+        pos_emb: nn.Parameter | None = None,
+        slopes: list[float] | None = None,
+    ):
         super().__init__()
         self.n_heads, self.head_dim, self.npos, self.alibi = n_heads, d_model // n_heads, npos, alibi
         self.scale = 1.0 / math.sqrt(self.head_dim)
@@ -116,8 +132,9 @@ class CoPE(nn.Module):
         kg = self.gate_key(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d_h)
         return (q @ kg.transpose(-2, -1)) * self.scale
 
-    def gates_positions(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor,
-                        future: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def gates_positions(
+        self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor, future: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The gates g_ij (future ones exactly 0) and positions p_ij clamped to [0, npos - 1],
         each (B, H, T, T), as the reference computes them (the hook points read them)."""
         gates = torch.sigmoid(_at_least_float32(self.gate_logits(q, S, x))).masked_fill(future, 0.0)
@@ -127,8 +144,9 @@ class CoPE(nn.Module):
         """q (B, H, T, d_h), S = q k^T / sqrt(d_h) (B, H, T, T), x (B, T, C) the layer input,
         future (T, T) bool -> the additive term (B, H, T, T), for a layer with other terms too."""
         G, table, slopes = self.gate_logits(q, S, x), self._table(q), self.slopes if self.alibi else None
-        return native_cope.cope_term(G, table, slopes, self.npos,
-                                     reference=lambda: cope_term(G, table, slopes, self.npos, future))
+        return native_cope.cope_term(
+            G, table, slopes, self.npos, reference=lambda: cope_term(G, table, slopes, self.npos, future)
+        )
 
     def attention(self, q: torch.Tensor, S: torch.Tensor, x: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
         """softmax(S + the CoPE term) with the causal mask (B, H, T, T), for a layer whose only
@@ -139,18 +157,29 @@ class CoPE(nn.Module):
             A = S + cope_term(G, table, slopes, self.npos, future)  # (B, H, T, T)
             return torch.softmax(A.masked_fill_(future, float("-inf")), dim=-1)
 
-        return native_cope.cope_probabilities(S, None if self.gate_key is None else G, table, slopes, self.npos,
-                                              reference)
+        return native_cope.cope_probabilities(
+            S, None if self.gate_key is None else G, table, slopes, self.npos, reference
+        )
 
-    def attend(self, q_raw: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor,
-               future: torch.Tensor, scale: float) -> torch.Tensor:
+    def attend(
+        self,
+        q_raw: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        x: torch.Tensor,
+        future: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor:
         """The layer's attention output softmax(S + the CoPE term) v (B, H, T, d_h), S = q k^T
         scale, for a layer whose only position term is CoPE; q_raw is the content query of the
         table term. The fused kernels (C++ on CPU, Triton on CUDA) make no (T, T) tensor."""
+
         def reference() -> torch.Tensor:
             return self.attention(q_raw, (q * scale) @ k.transpose(-2, -1), x, future) @ v
 
         if self.gate_key is not None:  # gates from a separate key projection: the kernels read S's
             return reference()
-        return native_cope.cope_attention(q, k, v, self._table(q_raw), self.slopes if self.alibi else None,
-                                          self.npos, scale, reference)
+        return native_cope.cope_attention(
+            q, k, v, self._table(q_raw), self.slopes if self.alibi else None, self.npos, scale, reference
+        )

@@ -19,8 +19,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     other dtypes and devices (bf16 autocast, MPS), and under torch.compile (inductor has no code
     generation for complex numbers; it fuses the real form into one kernel): the same arithmetic
     in real numbers."""
-    if (x.dtype in (torch.float32, torch.float64) and x.device.type in ("cpu", "cuda")
-            and not torch.compiler.is_compiling()):
+    if (
+        x.dtype in (torch.float32, torch.float64)
+        and x.device.type in ("cpu", "cuda")
+        and not torch.compiler.is_compiling()
+    ):
         pairs = x.unflatten(-1, (-1, 2))  # (B, H, T, d/2, 2): a view, even for q, k split off one qkv
         if pairs.stride(-1) != 1 or pairs.storage_offset() % 2 or any(st % 2 for st in pairs.stride()[:-2]):
             pairs = pairs.contiguous()
@@ -64,11 +67,19 @@ class Rotary(nn.Module):
         assert cfg.index is not None, "a rotary part reads an index"
         return cls(cfg.head_dim, base=cfg.params["base"], index=cfg.index)
 
-    def __init__(self, head_dim: int, base: float = 10000.0, xpos: bool = False, scale_base: float = 512.0, index: str = "token"):
+    def __init__(
+        self, head_dim: int, base: float = 10000.0, xpos: bool = False, scale_base: float = 512.0, index: str = "token"
+    ):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary encodings need an even head dim (d_model / n_heads), got {head_dim}")
-        self.head_dim, self.base, self.xpos, self.scale_base, self.index = head_dim, float(base), xpos, float(scale_base), index
+        self.head_dim, self.base, self.xpos, self.scale_base, self.index = (
+            head_dim,
+            float(base),
+            xpos,
+            float(scale_base),
+            index,
+        )
         k = torch.arange(head_dim // 2, dtype=torch.float32)
         self.register_buffer("inv_freq", base ** (-2 * k / head_dim), persistent=False)  # (d/2,)
         self.register_buffer("zeta", (2 * k + 0.4 * head_dim) / (1.4 * head_dim), persistent=False)  # (d/2,)
@@ -132,7 +143,7 @@ class Rotary(nn.Module):
         out: tuple[torch.Tensor, ...]
         if self.xpos:
             power = (p - T // 2).unsqueeze(-1) / self.scale_base  # (..., T, 1)
-            up = self.zeta ** power  # (..., T, d/2)
+            up = self.zeta**power  # (..., T, d/2)
             out = (cos * up, sin * up, cos / up, sin / up)
         else:
             out = (cos, sin, cos, sin)
@@ -160,4 +171,6 @@ class XPos(Rotary):
     @classmethod
     def build(cls, cfg: BuildConfig) -> "XPos":
         assert cfg.index is not None, "a rotary part reads an index"
-        return cls(cfg.head_dim, base=cfg.params["base"], xpos=True, scale_base=cfg.params["scale_base"], index=cfg.index)
+        return cls(
+            cfg.head_dim, base=cfg.params["base"], xpos=True, scale_base=cfg.params["scale_base"], index=cfg.index
+        )

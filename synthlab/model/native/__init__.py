@@ -30,8 +30,16 @@ _LOADED: dict[str, ctypes.CDLL | None] = {}
 _TORCH_OPENMP: set[str] | None = None  # the OpenMP runtimes mapped before any kernel was loaded
 _OPENMP_USABLE: dict[str, bool] = {}  # compiler -> whether its OpenMP build runs on torch's runtime
 PRUNE_DAYS = 30  # a kernel library unused this long is removed when a new one is built
-_BASE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=fast", "-shared", "-fPIC", "-pthread", "-fno-math-errno",
-               "-fno-trapping-math"]  # no FP traps: loops with a float select vectorise without AVX-512 masks
+_BASE_FLAGS = [
+    "-O3",
+    "-std=c++17",
+    "-ffp-contract=fast",
+    "-shared",
+    "-fPIC",
+    "-pthread",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+]  # no FP traps: loops with a float select vectorise without AVX-512 masks
 # -march=native (x86, Linux ARM), -mcpu=native (Apple clang on arm64), then portable code.
 _NATIVE_ARCH_FLAGS = [["-march=native"], ["-mcpu=native"], []]
 
@@ -40,6 +48,8 @@ def _arch_flags() -> list[list[str]]:
     """The -march choices tried in turn: this CPU's own, or only ``$SYNTHLAB_NATIVE_MARCH``'s."""
     march = os.environ.get("SYNTHLAB_NATIVE_MARCH", "").strip()
     return [[f"-march={march}"]] if march else _NATIVE_ARCH_FLAGS
+
+
 # OpenMP only where the library then runs on the OpenMP runtime torch already loaded (see
 # _openmp_runtimes): torch's own warm worker threads. A second runtime beside torch's (clang's
 # libomp next to torch's libgomp, or a libgomp of another soname) measured 2.2-2.8x slower than
@@ -56,8 +66,10 @@ def ptr(t) -> int | None:
     if t is None:
         return None
     if str(t.dtype) != "torch.float32" or not t.is_contiguous():
-        raise TypeError(f"native kernel operand: expected a contiguous float32 tensor, got {t.dtype} "
-                        f"{'contiguous' if t.is_contiguous() else 'strided'} {tuple(t.shape)}")
+        raise TypeError(
+            f"native kernel operand: expected a contiguous float32 tensor, got {t.dtype} "
+            f"{'contiguous' if t.is_contiguous() else 'strided'} {tuple(t.shape)}"
+        )
     return t.data_ptr()
 
 
@@ -118,7 +130,9 @@ def _build(cxx: str, source: Path, out: Path, extra: list[str]) -> None:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        errors.append(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
+        errors.append(
+            f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+        )
     raise RuntimeError("; ".join(errors))
 
 
@@ -158,8 +172,9 @@ def abi_version(name: str) -> int:
 def _library(cxx: str, version: str, source: Path, extra: list[str]) -> Path:
     """The cached library of ``source`` built with ``extra`` flags (built now if missing)."""
     texts = [source.read_text()] + [h.read_text() for h in sorted(_DIR.glob("*.h"))]
-    key = hashlib.sha256("\0".join([*texts, cxx, version, repr((_BASE_FLAGS, extra, _arch_flags())), _cpu_signature()])
-                         .encode()).hexdigest()[:20]
+    key = hashlib.sha256(
+        "\0".join([*texts, cxx, version, repr((_BASE_FLAGS, extra, _arch_flags())), _cpu_signature()]).encode()
+    ).hexdigest()[:20]
     path = cache_dir() / f"{source.stem}-{key}{'-omp' if extra else ''}.so"
     failed = path.with_suffix(".failed")  # an OpenMP build this compiler cannot do: not retried
     if not path.exists():
@@ -248,8 +263,12 @@ def kernel(name: str) -> ctypes.CDLL | None:
             try:
                 _LOADED[name] = _load(name)
             except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-                warnings.warn(f"synthlab: the native {KERNELS[name][2]} kernel is unavailable ({e}); "
-                              "using the slower PyTorch path", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"synthlab: the native {KERNELS[name][2]} kernel is unavailable ({e}); "
+                    "using the slower PyTorch path",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 _LOADED[name] = None
         return _LOADED[name]
 
@@ -264,8 +283,9 @@ def describe() -> str:
     cxx = _compiler()
     threads = "OpenMP, on torch's runtime" if cxx is not None and _OPENMP_USABLE.get(cxx) else "std::thread"
     built = ", ".join(f"{n} [{isa(n)}]" for n, lib in libs.items() if lib)
-    return (f"native kernels: {built} built with {cxx} -march={build_arch()} ({threads})"
-            + "".join(f"; {n} unavailable" for n, lib in libs.items() if lib is None))
+    return f"native kernels: {built} built with {cxx} -march={build_arch()} ({threads})" + "".join(
+        f"; {n} unavailable" for n, lib in libs.items() if lib is None
+    )
 
 
 def dape_kernel() -> ctypes.CDLL | None:

@@ -38,6 +38,7 @@ def _empty_if_none(t: Tensor | None, like: Tensor) -> Tensor:
 
 # ---- the C++ kernel as custom ops ----
 
+
 @torch.library.custom_op("synthlab::cope_term", mutates_args=())
 def _term(gates: Tensor, table: Tensor | None, slopes: Tensor | None, npos: int) -> Tensor:
     """The additive CoPE term (B, H, T, T), 0 above the diagonal, from gates = sigmoid(logits)
@@ -51,14 +52,26 @@ def _term(gates: Tensor, table: Tensor | None, slopes: Tensor | None, npos: int)
 
 
 @torch.library.custom_op("synthlab::cope_term_backward", mutates_args=())
-def _term_backward(gates: Tensor, table: Tensor | None, slopes: Tensor | None, grad: Tensor,
-                   npos: int) -> tuple[Tensor, Tensor]:
+def _term_backward(
+    gates: Tensor, table: Tensor | None, slopes: Tensor | None, grad: Tensor, npos: int
+) -> tuple[Tensor, Tensor]:
     B, H, T, _ = gates.shape
     gates, table, slopes, grad = gates.contiguous(), _dense(table), _slopes(slopes, H), grad.contiguous()
     g_gates = torch.empty_like(gates)
     g_table = None if table is None else torch.empty_like(table)
-    _lib().cope_backward(ptr(gates), ptr(table), ptr(slopes), ptr(grad), ptr(g_gates), ptr(g_table), B, H, T, npos,
-                         torch.get_num_threads())
+    _lib().cope_backward(
+        ptr(gates),
+        ptr(table),
+        ptr(slopes),
+        ptr(grad),
+        ptr(g_gates),
+        ptr(g_table),
+        B,
+        H,
+        T,
+        npos,
+        torch.get_num_threads(),
+    )
     return g_gates, _empty_if_none(g_table, gates)
 
 
@@ -69,53 +82,118 @@ def _probabilities(S: Tensor, G: Tensor | None, table: Tensor | None, slopes: Te
     B, H, T, _ = S.shape
     S, G, table, slopes = S.contiguous(), _dense(G), _dense(table), _slopes(slopes, H)
     att = torch.empty_like(S)
-    _lib().cope_attention_forward(ptr(S), ptr(G), ptr(table), ptr(slopes), ptr(att), B, H, T, npos,
-                                  torch.get_num_threads())
+    _lib().cope_attention_forward(
+        ptr(S), ptr(G), ptr(table), ptr(slopes), ptr(att), B, H, T, npos, torch.get_num_threads()
+    )
     return att
 
 
 @torch.library.custom_op("synthlab::cope_probabilities_backward", mutates_args=())
-def _probabilities_backward(S: Tensor | None, G: Tensor | None, table: Tensor | None, slopes: Tensor | None,
-                            att: Tensor, grad: Tensor, npos: int) -> tuple[Tensor, Tensor, Tensor]:
+def _probabilities_backward(
+    S: Tensor | None,
+    G: Tensor | None,
+    table: Tensor | None,
+    slopes: Tensor | None,
+    att: Tensor,
+    grad: Tensor,
+    npos: int,
+) -> tuple[Tensor, Tensor, Tensor]:
     B, H, T, _ = att.shape
     S, G, table, slopes = _dense(S), _dense(G), _dense(table), _slopes(slopes, H)
     att, grad = att.contiguous(), grad.contiguous()
     gS = torch.empty_like(att)
     gG = None if G is None else torch.empty_like(G)
     g_table = None if table is None else torch.empty_like(table)
-    _lib().cope_attention_backward(ptr(S), ptr(G), ptr(table), ptr(slopes), ptr(att), ptr(grad), ptr(gS), ptr(gG),
-                                   ptr(g_table), B, H, T, npos, torch.get_num_threads())
+    _lib().cope_attention_backward(
+        ptr(S),
+        ptr(G),
+        ptr(table),
+        ptr(slopes),
+        ptr(att),
+        ptr(grad),
+        ptr(gS),
+        ptr(gG),
+        ptr(g_table),
+        B,
+        H,
+        T,
+        npos,
+        torch.get_num_threads(),
+    )
     return gS, _empty_if_none(gG, att), _empty_if_none(g_table, att)
 
 
 @torch.library.custom_op("synthlab::cope_attention", mutates_args=())
-def _attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor | None, slopes: Tensor | None, npos: int,
-               scale: float) -> tuple[Tensor, Tensor]:
+def _attention(
+    q: Tensor, k: Tensor, v: Tensor, table: Tensor | None, slopes: Tensor | None, npos: int, scale: float
+) -> tuple[Tensor, Tensor]:
     """(y, lse): y = softmax_j(q_i k_j scale + CoPE term_ij) v_j (B, H, T, d_h) flash-attention
     style (no (T, T) tensor), lse (B, H, T) each row's log-sum-exp, saved for the backward."""
     B, H, T, D = q.shape
     q, k, v, table, slopes = q.contiguous(), k.contiguous(), v.contiguous(), _dense(table), _slopes(slopes, H)
     y = torch.empty_like(q)
     lse = q.new_empty(B, H, T)
-    _lib().cope_qkv_forward(ptr(q), ptr(k), ptr(v), ptr(table), ptr(slopes), ptr(y), ptr(lse), B, H, T, D, npos,
-                            scale, torch.get_num_threads())
+    _lib().cope_qkv_forward(
+        ptr(q),
+        ptr(k),
+        ptr(v),
+        ptr(table),
+        ptr(slopes),
+        ptr(y),
+        ptr(lse),
+        B,
+        H,
+        T,
+        D,
+        npos,
+        scale,
+        torch.get_num_threads(),
+    )
     return y, lse
 
 
 @torch.library.custom_op("synthlab::cope_attention_backward", mutates_args=())
-def _attention_backward(q: Tensor, k: Tensor, v: Tensor, table: Tensor | None, slopes: Tensor | None, lse: Tensor,
-                        gy: Tensor, npos: int, scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _attention_backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    table: Tensor | None,
+    slopes: Tensor | None,
+    lse: Tensor,
+    gy: Tensor,
+    npos: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     B, H, T, D = q.shape
     q, k, v, table, slopes = q.contiguous(), k.contiguous(), v.contiguous(), _dense(table), _slopes(slopes, H)
     gy = gy.contiguous()
     gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     g_table = None if table is None else torch.empty_like(table)
-    _lib().cope_qkv_backward(ptr(q), ptr(k), ptr(v), ptr(table), ptr(slopes), ptr(lse), ptr(gy), ptr(gq), ptr(gk),
-                             ptr(gv), ptr(g_table), B, H, T, D, npos, scale, torch.get_num_threads())
+    _lib().cope_qkv_backward(
+        ptr(q),
+        ptr(k),
+        ptr(v),
+        ptr(table),
+        ptr(slopes),
+        ptr(lse),
+        ptr(gy),
+        ptr(gq),
+        ptr(gk),
+        ptr(gv),
+        ptr(g_table),
+        B,
+        H,
+        T,
+        D,
+        npos,
+        scale,
+        torch.get_num_threads(),
+    )
     return gq, gk, gv, _empty_if_none(g_table, q)
 
 
 # fake tensors (torch.compile, meta): the shapes alone
+
 
 @_term.register_fake
 def _(gates, table, slopes, npos):
@@ -134,8 +212,11 @@ def _(S, G, table, slopes, npos):
 
 @_probabilities_backward.register_fake
 def _(S, G, table, slopes, att, grad, npos):
-    return (torch.empty_like(att), _empty_if_none(None if G is None else torch.empty_like(G), att),
-            _empty_if_none(None if table is None else torch.empty_like(table), att))
+    return (
+        torch.empty_like(att),
+        _empty_if_none(None if G is None else torch.empty_like(G), att),
+        _empty_if_none(None if table is None else torch.empty_like(table), att),
+    )
 
 
 @_attention.register_fake
@@ -145,11 +226,16 @@ def _(q, k, v, table, slopes, npos, scale):
 
 @_attention_backward.register_fake
 def _(q, k, v, table, slopes, lse, gy, npos, scale):
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
-            _empty_if_none(None if table is None else torch.empty_like(table), q))
+    return (
+        torch.empty_like(q),
+        torch.empty_like(k),
+        torch.empty_like(v),
+        _empty_if_none(None if table is None else torch.empty_like(table), q),
+    )
 
 
 # autograd: each backward is the kernel's backward op
+
 
 def _term_setup(ctx, inputs, output):
     gates, table, slopes, npos = inputs
@@ -196,12 +282,17 @@ _attention.register_autograd(_attention_grad, setup_context=_attention_setup)
 # CoPE-ALiBi's slopes are one for the batch
 _term.register_vmap(lambda info, dims, *a: fold_vmap(_term, info, dims, a, ("batch", "batch", "shared", None)))
 _probabilities.register_vmap(
-    lambda info, dims, *a: fold_vmap(_probabilities, info, dims, a, ("batch", "batch", "batch", "shared", None)))
+    lambda info, dims, *a: fold_vmap(_probabilities, info, dims, a, ("batch", "batch", "batch", "shared", None))
+)
 _attention.register_vmap(
-    lambda info, dims, *a: fold_vmap(_attention, info, dims, a, ("batch", "batch", "batch", "batch", "shared", None, None)))
+    lambda info, dims, *a: fold_vmap(
+        _attention, info, dims, a, ("batch", "batch", "batch", "batch", "shared", None, None)
+    )
+)
 
 
 # ---- which path runs ----
+
 
 def _cpu_autocast() -> bool:
     """Whether autocast is on for CPU tensors (train.precision=bf16-mixed)."""
@@ -215,9 +306,11 @@ def native_applies(*operands: Tensor | None) -> bool:
     """Whether the C++ kernel runs: float32 CPU operands, no CPU autocast (under it a table
     q . pos_emb is bfloat16 even where q is float32: under vmap nn.Linear with stacked weights is
     not autocast), the kernel built and not switched off."""
-    return (not _cpu_autocast()
-            and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in operands if t is not None)
-            and cope_kernel() is not None)
+    return (
+        not _cpu_autocast()
+        and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in operands if t is not None)
+        and cope_kernel() is not None
+    )
 
 
 def triton_applies(q: Tensor, npos: int, has_table: bool) -> bool:
@@ -229,11 +322,15 @@ def triton_applies(q: Tensor, npos: int, has_table: bool) -> bool:
     from . import cope_triton  # here: CPU-only runs never import triton
 
     H, T, D = q.shape[-3:]
-    return (cope_triton.enabled() and cope_triton.triton_available(q.device)
-            and cope_triton.builds(q.device, H, T, D, npos, has_table))
+    return (
+        cope_triton.enabled()
+        and cope_triton.triton_available(q.device)
+        and cope_triton.builds(q.device, H, T, D, npos, has_table)
+    )
 
 
 # ---- the dispatchers: what the CoPE module calls ----
+
 
 def cope_term(G: Tensor, table: Tensor | None, slopes: Tensor | None, npos: int, reference: Reference) -> Tensor:
     """CoPE's additive term (B, H, T, T) from the gate logits G (B, H, T, T) and table
@@ -244,8 +341,9 @@ def cope_term(G: Tensor, table: Tensor | None, slopes: Tensor | None, npos: int,
     return reference()
 
 
-def cope_probabilities(S: Tensor, G: Tensor | None, table: Tensor | None, slopes: Tensor | None, npos: int,
-                       reference: Reference) -> Tensor:
+def cope_probabilities(
+    S: Tensor, G: Tensor | None, table: Tensor | None, slopes: Tensor | None, npos: int, reference: Reference
+) -> Tensor:
     """softmax(S + CoPE term) with the causal mask (B, H, T, T); G: the gate logits (None: S).
     The C++ kernel in one pass where it applies, else ``reference()``."""
     if native_applies(S, G, table, slopes):
@@ -253,8 +351,16 @@ def cope_probabilities(S: Tensor, G: Tensor | None, table: Tensor | None, slopes
     return reference()
 
 
-def cope_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor | None, slopes: Tensor | None, npos: int,
-                   scale: float, reference: Reference) -> Tensor:
+def cope_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    table: Tensor | None,
+    slopes: Tensor | None,
+    npos: int,
+    scale: float,
+    reference: Reference,
+) -> Tensor:
     """The attention output softmax_j(q_i k_j scale + CoPE term_ij) v_j (B, H, T, d_h), gates
     from the attention logits, without any (T, T) tensor: the C++ kernel on CPU, the Triton
     kernels on CUDA, else ``reference()`` (which materialises them)."""

@@ -56,9 +56,11 @@ def triton_available(device: torch.device | str) -> bool:
 
 # ---- kernels ----
 
+
 @_jit
-def _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
-                  HAS_TABLE: tl.constexpr, PRECISION: tl.constexpr):
+def _block_logits(
+    q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope, HAS_TABLE: tl.constexpr, PRECISION: tl.constexpr
+):
     """One (query block, key block) tile: the logits s + term, the gates, and what the backward
     needs. q (BLOCK_M, D_PAD) already scaled, k (BLOCK_N, D_PAD); gate_suffix (BLOCK_M,) the
     row's gates of the key blocks right of this one; table_rows (BLOCK_M, 1) pointers to the
@@ -85,10 +87,27 @@ def _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
 
 
 @_jit
-def _cope_fwd_kernel(Q, K, V, TABLE, SLOPES, Y, LSE, GATE_SUFFIX,
-                     H, T, D, NPOS, N_KEY_BLOCKS, scale,
-                     HAS_TABLE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     D_PAD: tl.constexpr, PRECISION: tl.constexpr):
+def _cope_fwd_kernel(
+    Q,
+    K,
+    V,
+    TABLE,
+    SLOPES,
+    Y,
+    LSE,
+    GATE_SUFFIX,
+    H,
+    T,
+    D,
+    NPOS,
+    N_KEY_BLOCKS,
+    scale,
+    HAS_TABLE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D_PAD: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     bh = tl.program_id(0)
     first_row = tl.program_id(1) * BLOCK_M
     rows = first_row + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
@@ -116,8 +135,9 @@ def _cope_fwd_kernel(Q, K, V, TABLE, SLOPES, Y, LSE, GATE_SUFFIX,
         k = tl.load(K + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)  # (BLOCK_N, D_PAD)
         v = tl.load(V + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)
         tl.store(suffix_rows + n, gate_suffix, mask=row_ok)
-        live, logits, g, pc, dterm_dp = _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
-                                                      HAS_TABLE, PRECISION)
+        live, logits, g, pc, dterm_dp = _block_logits(
+            q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope, HAS_TABLE, PRECISION
+        )
         gate_suffix += tl.sum(g, axis=1)
         m_new = tl.maximum(m_i, tl.max(logits, axis=1))
         alpha = tl.exp(m_i - m_new)
@@ -126,17 +146,38 @@ def _cope_fwd_kernel(Q, K, V, TABLE, SLOPES, Y, LSE, GATE_SUFFIX,
         acc = acc * alpha[:, None] + tl.dot(e, v, input_precision=PRECISION)
         m_i = m_new
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)  # rows past T have no keys (and are not stored)
-    tl.store(Y + qkv + rows[:, None] * D + dims[None, :], acc / l_safe[:, None],
-             mask=row_ok[:, None] & dim_ok[None, :])
+    tl.store(Y + qkv + rows[:, None] * D + dims[None, :], acc / l_safe[:, None], mask=row_ok[:, None] & dim_ok[None, :])
     tl.store(LSE + stats + rows, m_i + tl.log(l_safe), mask=row_ok)
 
 
 @_jit
-def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, GQ, GTABLE, DP_PREFIX,
-                           H, T, D, NPOS, N_KEY_BLOCKS, scale,
-                           HAS_TABLE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           D_PAD: tl.constexpr, NPOS_PAD: tl.constexpr, NPOS_CHUNK: tl.constexpr,
-                           PRECISION: tl.constexpr):
+def _cope_bwd_query_kernel(
+    Q,
+    K,
+    V,
+    TABLE,
+    SLOPES,
+    LSE,
+    DELTA,
+    GATE_SUFFIX,
+    GY,
+    GQ,
+    GTABLE,
+    DP_PREFIX,
+    H,
+    T,
+    D,
+    NPOS,
+    N_KEY_BLOCKS,
+    scale,
+    HAS_TABLE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D_PAD: tl.constexpr,
+    NPOS_PAD: tl.constexpr,
+    NPOS_CHUNK: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dq, the table's gradient and dp_prefix for one query block, key blocks ascending.
 
     The table's gradient of a row is sum_j dz_ij max(0, 1 - |p_ij - b|) over its entries b: a
@@ -168,8 +209,9 @@ def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, 
     if HAS_TABLE and CHUNKED:  # the rows accumulate in GTABLE: zero them first
         for c in range(0, NPOS_PAD // NPOS_CHUNK):
             at = c * NPOS_CHUNK + chunk_bins[None, :]
-            tl.store(gtable_rows + at, tl.zeros([BLOCK_M, NPOS_CHUNK], dtype=tl.float32),
-                     mask=row_ok[:, None] & (at < NPOS))
+            tl.store(
+                gtable_rows + at, tl.zeros([BLOCK_M, NPOS_CHUNK], dtype=tl.float32), mask=row_ok[:, None] & (at < NPOS)
+            )
         tl.debug_barrier()
 
     dq = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
@@ -183,8 +225,9 @@ def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, 
         v = tl.load(V + qkv + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)
         has_keys = row_ok & (rows >= n * BLOCK_N)  # the forward wrote gate_suffix for these only
         gate_suffix = tl.load(GATE_SUFFIX + block_rows + n, mask=has_keys, other=0.0)
-        live, logits, g, pc, dterm_dp = _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
-                                                      HAS_TABLE, PRECISION)
+        live, logits, g, pc, dterm_dp = _block_logits(
+            q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope, HAS_TABLE, PRECISION
+        )
         a = tl.exp(logits - lse[:, None])  # the forward's weights (BLOCK_M, BLOCK_N), 0 off live
         da = tl.dot(gy, tl.trans(v), input_precision=PRECISION)  # dL/da_ij = gy_i . v_j
         dz = a * (da - delta[:, None])  # softmax's backward: dL/d(s + term)
@@ -213,10 +256,31 @@ def _cope_bwd_query_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, 
 
 
 @_jit
-def _cope_bwd_key_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, DP_PREFIX, GK, GV,
-                         H, T, D, NPOS, N_KEY_BLOCKS, scale,
-                         HAS_TABLE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         D_PAD: tl.constexpr, PRECISION: tl.constexpr):
+def _cope_bwd_key_kernel(
+    Q,
+    K,
+    V,
+    TABLE,
+    SLOPES,
+    LSE,
+    DELTA,
+    GATE_SUFFIX,
+    GY,
+    DP_PREFIX,
+    GK,
+    GV,
+    H,
+    T,
+    D,
+    NPOS,
+    N_KEY_BLOCKS,
+    scale,
+    HAS_TABLE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D_PAD: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dk and dv for one key block (the forward's BLOCK_N), query blocks from the diagonal on."""
     bh = tl.program_id(0)
     n = tl.program_id(1)  # the key block
@@ -247,8 +311,9 @@ def _cope_bwd_key_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, DP
         gate_suffix = tl.load(GATE_SUFFIX + block_rows, mask=has_keys, other=0.0)
         dp_prefix = tl.load(DP_PREFIX + block_rows, mask=has_keys, other=0.0)
         table_rows = TABLE + bh.to(tl.int64) * T * NPOS + rows[:, None] * NPOS
-        live, logits, g, pc, dterm_dp = _block_logits(q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope,
-                                                      HAS_TABLE, PRECISION)
+        live, logits, g, pc, dterm_dp = _block_logits(
+            q, k, rows, cols, T, gate_suffix, table_rows, NPOS, slope, HAS_TABLE, PRECISION
+        )
         a = tl.exp(logits - lse[:, None])  # (BLOCK_M, BLOCK_N)
         da = tl.dot(gy, tl.trans(v), input_precision=PRECISION)
         dz = a * (da - delta[:, None])
@@ -261,6 +326,7 @@ def _cope_bwd_key_kernel(Q, K, V, TABLE, SLOPES, LSE, DELTA, GATE_SUFFIX, GY, DP
 
 
 # ---- launch ----
+
 
 def _pow2(n: int, least: int = 16) -> int:
     """n rounded up to a power of two, at least ``least`` (tl.dot wants dimensions >= 16)."""
@@ -285,11 +351,31 @@ def block_sizes(device: torch.device, d_pad: int, npos_pad: int) -> dict[str, in
     (at npos 512 the whole tile spilled 10.8 KB a thread; chunks of 16 spill nothing); under the
     interpreter npos above 16, so the tests see both ways."""
     if device.type != "cuda":
-        return dict(fwd_m=16, block_n=16, bwd_query_m=16, bwd_key_m=16, fwd_warps=4, bwd_query_warps=4,
-                    bwd_key_warps=4, bwd_stages=1, npos_whole=16, npos_chunk=16)
+        return dict(
+            fwd_m=16,
+            block_n=16,
+            bwd_query_m=16,
+            bwd_key_m=16,
+            fwd_warps=4,
+            bwd_query_warps=4,
+            bwd_key_warps=4,
+            bwd_stages=1,
+            npos_whole=16,
+            npos_chunk=16,
+        )
     wide = d_pad > 64
-    return dict(fwd_m=32, block_n=32, bwd_query_m=16 if npos_pad > 32 or wide else 32, bwd_key_m=32,
-                fwd_warps=8, bwd_query_warps=8, bwd_key_warps=8, bwd_stages=1, npos_whole=64, npos_chunk=16)
+    return dict(
+        fwd_m=32,
+        block_n=32,
+        bwd_query_m=16 if npos_pad > 32 or wide else 32,
+        bwd_key_m=32,
+        fwd_warps=8,
+        bwd_query_warps=8,
+        bwd_key_warps=8,
+        bwd_stages=1,
+        npos_whole=64,
+        npos_chunk=16,
+    )
 
 
 def npos_chunk_of(tiles: dict[str, int], npos_pad: int) -> int:
@@ -321,29 +407,123 @@ def _compile_only(kernel, grid, *args, **kwargs) -> None:
     kernel.warmup(*args, grid=grid, **kwargs)  # compiles (or finds in the cache), launches nothing
 
 
-def _forward_launch(launch, tiles, device, B, H, T, D, npos, scale, has_table,
-                    q, k, v, table, slopes, y, lse, gate_suffix) -> None:
+def _forward_launch(
+    launch, tiles, device, B, H, T, D, npos, scale, has_table, q, k, v, table, slopes, y, lse, gate_suffix
+) -> None:
     """The forward kernel's launch (``launch`` = _launch, or _compile_only for ``builds``)."""
-    launch(_cope_fwd_kernel, (B * H, triton.cdiv(T, tiles["fwd_m"])),
-           q, k, v, table, slopes, y, lse, gate_suffix, H, T, D, npos, triton.cdiv(T, tiles["block_n"]), float(scale),
-           HAS_TABLE=has_table, BLOCK_M=tiles["fwd_m"], BLOCK_N=tiles["block_n"], D_PAD=_pow2(D),
-           PRECISION=_precision(device), num_warps=tiles["fwd_warps"])
+    launch(
+        _cope_fwd_kernel,
+        (B * H, triton.cdiv(T, tiles["fwd_m"])),
+        q,
+        k,
+        v,
+        table,
+        slopes,
+        y,
+        lse,
+        gate_suffix,
+        H,
+        T,
+        D,
+        npos,
+        triton.cdiv(T, tiles["block_n"]),
+        float(scale),
+        HAS_TABLE=has_table,
+        BLOCK_M=tiles["fwd_m"],
+        BLOCK_N=tiles["block_n"],
+        D_PAD=_pow2(D),
+        PRECISION=_precision(device),
+        num_warps=tiles["fwd_warps"],
+    )
 
 
-def _backward_launch(launch, tiles, device, B, H, T, D, npos, scale, has_table,
-                     q, k, v, table, slopes, lse, delta, gate_suffix, gy, gq, gtable, dp_prefix, gk, gv) -> None:
+def _backward_launch(
+    launch,
+    tiles,
+    device,
+    B,
+    H,
+    T,
+    D,
+    npos,
+    scale,
+    has_table,
+    q,
+    k,
+    v,
+    table,
+    slopes,
+    lse,
+    delta,
+    gate_suffix,
+    gy,
+    gq,
+    gtable,
+    dp_prefix,
+    gk,
+    gv,
+) -> None:
     """The backward's two kernel launches (as ``_forward_launch``)."""
     npos_pad, n_key_blocks = _pow2(npos), triton.cdiv(T, tiles["block_n"])
-    common = dict(HAS_TABLE=has_table, BLOCK_N=tiles["block_n"], D_PAD=_pow2(D), PRECISION=_precision(device),
-                  num_stages=tiles["bwd_stages"])
-    launch(_cope_bwd_query_kernel, (B * H, triton.cdiv(T, tiles["bwd_query_m"])),
-           q, k, v, table, slopes, lse, delta, gate_suffix, gy, gq, gtable, dp_prefix,
-           H, T, D, npos, n_key_blocks, scale,
-           BLOCK_M=tiles["bwd_query_m"], NPOS_PAD=npos_pad, NPOS_CHUNK=npos_chunk_of(tiles, npos_pad),
-           num_warps=tiles["bwd_query_warps"], **common)
-    launch(_cope_bwd_key_kernel, (B * H, n_key_blocks),
-           q, k, v, table, slopes, lse, delta, gate_suffix, gy, dp_prefix, gk, gv,
-           H, T, D, npos, n_key_blocks, scale, BLOCK_M=tiles["bwd_key_m"], num_warps=tiles["bwd_key_warps"], **common)
+    common = dict(
+        HAS_TABLE=has_table,
+        BLOCK_N=tiles["block_n"],
+        D_PAD=_pow2(D),
+        PRECISION=_precision(device),
+        num_stages=tiles["bwd_stages"],
+    )
+    launch(
+        _cope_bwd_query_kernel,
+        (B * H, triton.cdiv(T, tiles["bwd_query_m"])),
+        q,
+        k,
+        v,
+        table,
+        slopes,
+        lse,
+        delta,
+        gate_suffix,
+        gy,
+        gq,
+        gtable,
+        dp_prefix,
+        H,
+        T,
+        D,
+        npos,
+        n_key_blocks,
+        scale,
+        BLOCK_M=tiles["bwd_query_m"],
+        NPOS_PAD=npos_pad,
+        NPOS_CHUNK=npos_chunk_of(tiles, npos_pad),
+        num_warps=tiles["bwd_query_warps"],
+        **common,
+    )
+    launch(
+        _cope_bwd_key_kernel,
+        (B * H, n_key_blocks),
+        q,
+        k,
+        v,
+        table,
+        slopes,
+        lse,
+        delta,
+        gate_suffix,
+        gy,
+        dp_prefix,
+        gk,
+        gv,
+        H,
+        T,
+        D,
+        npos,
+        n_key_blocks,
+        scale,
+        BLOCK_M=tiles["bwd_key_m"],
+        num_warps=tiles["bwd_key_warps"],
+        **common,
+    )
 
 
 def _compile_all(device: torch.device, H: int, T: int, D: int, npos: int, has_table: bool) -> None:
@@ -394,9 +574,26 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
         lse = q.new_empty(B, H, T)
         gate_suffix = q.new_empty(B, H, T, n_key_blocks)
         dummy = q  # the pointer of an absent table / slopes (never read)
-        _forward_launch(_launch, tiles, q.device, B, H, T, D, npos, scale, table is not None,
-                        q, k, v, dummy if table is None else table, dummy if slopes is None else slopes,
-                        y, lse, gate_suffix)
+        _forward_launch(
+            _launch,
+            tiles,
+            q.device,
+            B,
+            H,
+            T,
+            D,
+            npos,
+            scale,
+            table is not None,
+            q,
+            k,
+            v,
+            dummy if table is None else table,
+            dummy if slopes is None else slopes,
+            y,
+            lse,
+            gate_suffix,
+        )
         return y, lse, gate_suffix
 
     @staticmethod
@@ -404,8 +601,9 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
         q, k, v, table, slopes, npos, scale = inputs
         y, lse, gate_suffix = output
         ctx.mark_non_differentiable(lse, gate_suffix)
-        ctx.save_for_backward(_dense32(q), _dense32(k), _dense32(v), _dense32(table), _slopes32(slopes, q.shape[1]),
-                              y, lse, gate_suffix)
+        ctx.save_for_backward(
+            _dense32(q), _dense32(k), _dense32(v), _dense32(table), _slopes32(slopes, q.shape[1]), y, lse, gate_suffix
+        )
         ctx.npos, ctx.scale = npos, float(scale)
         ctx.tiles = block_sizes(q.device, _pow2(q.shape[-1]), _pow2(npos))  # the forward's
 
@@ -420,15 +618,39 @@ class _CoPEQKVTritonKernel(torch.autograd.Function):
         gtable = None if table is None else torch.empty_like(table)
         dp_prefix = torch.empty_like(gate_suffix)
         dummy = q
-        _backward_launch(_launch, tiles, q.device, B, H, T, D, npos, scale, table is not None,
-                         q, k, v, dummy if table is None else table, dummy if slopes is None else slopes, lse, delta,
-                         gate_suffix, gy, gq, dummy if gtable is None else gtable, dp_prefix, gk, gv)
+        _backward_launch(
+            _launch,
+            tiles,
+            q.device,
+            B,
+            H,
+            T,
+            D,
+            npos,
+            scale,
+            table is not None,
+            q,
+            k,
+            v,
+            dummy if table is None else table,
+            dummy if slopes is None else slopes,
+            lse,
+            delta,
+            gate_suffix,
+            gy,
+            gq,
+            dummy if gtable is None else gtable,
+            dp_prefix,
+            gk,
+            gv,
+        )
         return gq, gk, gv, gtable, None, None, None
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        return fold_vmap(_CoPEQKVTritonKernel.apply, info, in_dims, args,
-                         ("batch", "batch", "batch", "batch", "shared", None, None))
+        return fold_vmap(
+            _CoPEQKVTritonKernel.apply, info, in_dims, args, ("batch", "batch", "batch", "batch", "shared", None, None)
+        )
 
 
 class CoPEQKVTriton:

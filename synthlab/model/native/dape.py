@@ -38,8 +38,9 @@ def _operands(S: Tensor, bias: Tensor | None, w1: Tensor, w2: Tensor):
 
 
 @torch.library.custom_op("synthlab::dape_scores", mutates_args=())
-def _scores(S: Tensor, bias: Tensor | None, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, causal: bool,
-            softmax: bool) -> Tensor:
+def _scores(
+    S: Tensor, bias: Tensor | None, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, causal: bool, softmax: bool
+) -> Tensor:
     """A = S + bias + f([S, bias]), -inf above the diagonal in causal mode (the same function as
     ``DAPE.forward_full`` followed by the mask), or softmax(A) with ``softmax``: both
     convolutions and the LeakyReLU fused per strip of query rows, the hidden map recomputed in
@@ -48,15 +49,39 @@ def _scores(S: Tensor, bias: Tensor | None, w1: Tensor, b1: Tensor, w2: Tensor, 
     D, C, _, k = w1.shape
     S, b_in, shared, w1c, w2c = _operands(S, bias, w1, w2)
     out = torch.empty_like(S)
-    _lib().dape_forward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(out), ptr(w1c), ptr(b1),
-                        ptr(w2c), ptr(b2), B, T, H, C, D, k, int(causal), torch.get_num_threads())
+    _lib().dape_forward(
+        ptr(S),
+        ptr(b_in),
+        0 if shared else H * T * T,
+        ptr(out),
+        ptr(w1c),
+        ptr(b1),
+        ptr(w2c),
+        ptr(b2),
+        B,
+        T,
+        H,
+        C,
+        D,
+        k,
+        int(causal),
+        torch.get_num_threads(),
+    )
     return torch.softmax(out, dim=-1) if softmax else out
 
 
 @torch.library.custom_op("synthlab::dape_scores_backward", mutates_args=())
-def _scores_backward(S: Tensor, bias: Tensor | None, w1: Tensor, b1: Tensor, w2: Tensor, grad: Tensor,
-                     P: Tensor | None, causal: bool, need_gbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor,
-                                                                                Tensor, Tensor]:
+def _scores_backward(
+    S: Tensor,
+    bias: Tensor | None,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    grad: Tensor,
+    P: Tensor | None,
+    causal: bool,
+    need_gbias: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(gS, g_bias per batch row (empty where not needed), gw1 (D, C, k), gb1, gw2 (H, D, k), gb2)
     from dA, or from dP given P = softmax(A)."""
     B, H, T, _ = S.shape
@@ -65,11 +90,36 @@ def _scores_backward(S: Tensor, bias: Tensor | None, w1: Tensor, b1: Tensor, w2:
     grad = grad.contiguous()
     gS = torch.empty_like(S)
     g_bias_rows = torch.empty_like(S) if b_in is not None and need_gbias else None
-    gw1, gb1, gw2, gb2 = (torch.empty_like(w1c), torch.empty_like(b1), torch.empty_like(w2c),
-                          torch.empty(H, dtype=S.dtype))
-    _lib().dape_backward(ptr(S), ptr(b_in), 0 if shared else H * T * T, ptr(grad), ptr(P), ptr(gS), ptr(g_bias_rows),
-                         ptr(w1c), ptr(b1), ptr(w2c), ptr(gw1), ptr(gb1), ptr(gw2), ptr(gb2),
-                         B, T, H, C, D, k, int(causal), torch.get_num_threads())
+    gw1, gb1, gw2, gb2 = (
+        torch.empty_like(w1c),
+        torch.empty_like(b1),
+        torch.empty_like(w2c),
+        torch.empty(H, dtype=S.dtype),
+    )
+    _lib().dape_backward(
+        ptr(S),
+        ptr(b_in),
+        0 if shared else H * T * T,
+        ptr(grad),
+        ptr(P),
+        ptr(gS),
+        ptr(g_bias_rows),
+        ptr(w1c),
+        ptr(b1),
+        ptr(w2c),
+        ptr(gw1),
+        ptr(gb1),
+        ptr(gw2),
+        ptr(gb2),
+        B,
+        T,
+        H,
+        C,
+        D,
+        k,
+        int(causal),
+        torch.get_num_threads(),
+    )
     return gS, S.new_empty(0) if g_bias_rows is None else g_bias_rows, gw1, gb1, gw2, gb2
 
 
@@ -82,8 +132,14 @@ def _(S, bias, w1, b1, w2, b2, causal, softmax):
 def _(S, bias, w1, b1, w2, grad, P, causal, need_gbias):
     H, (D, C, _, k) = S.shape[1], w1.shape
     rows = torch.empty_like(S) if bias is not None and need_gbias else S.new_empty(0)
-    return (torch.empty_like(S), rows, w1.new_empty(D, C, k), torch.empty_like(b1), w2.new_empty(H, D, k),
-            S.new_empty(H))
+    return (
+        torch.empty_like(S),
+        rows,
+        w1.new_empty(D, C, k),
+        torch.empty_like(b1),
+        w2.new_empty(H, D, k),
+        S.new_empty(H),
+    )
 
 
 def _scores_setup(ctx, inputs, output):
@@ -111,8 +167,10 @@ _scores.register_vmap(lambda info, dims, *a: fold_vmap(_scores, info, dims, a, _
 
 def native_applies(*operands: Tensor | None) -> bool:
     """Whether the C++ kernel runs: float32 CPU operands, the kernel built and not switched off."""
-    return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in operands if t is not None)
-            and dape_kernel() is not None)
+    return (
+        all(t.device.type == "cpu" and t.dtype == torch.float32 for t in operands if t is not None)
+        and dape_kernel() is not None
+    )
 
 
 def triton_applies(S: Tensor, w1: Tensor, with_bias: bool, causal: bool, softmax: bool) -> bool:
@@ -125,14 +183,27 @@ def triton_applies(S: Tensor, w1: Tensor, with_bias: bool, causal: bool, softmax
 
     D, C, _, k = w1.shape
     H, T = S.shape[-3], S.shape[-1]
-    return (dape_triton.enabled() and dape_triton.triton_available(S.device)
-            and dape_triton.builds(S.device, H, C, T, D, k, with_bias, causal, softmax))
+    return (
+        dape_triton.enabled()
+        and dape_triton.triton_available(S.device)
+        and dape_triton.builds(S.device, H, C, T, D, k, with_bias, causal, softmax)
+    )
 
 
 # ---- the dispatchers: what the DAPE module calls ----
 
-def dape_scores(S: Tensor, bias: Tensor | None, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, causal: bool,
-                future: Tensor | None, reference: Reference) -> Tensor:
+
+def dape_scores(
+    S: Tensor,
+    bias: Tensor | None,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+    causal: bool,
+    future: Tensor | None,
+    reference: Reference,
+) -> Tensor:
     """DAPE's processed logits A (B, H, T, T), -inf above the diagonal in causal mode: S (B, H,
     T, T), bias (1|B, H, T, T) or None (a DAPE without one), the convolutions' weights. The C++
     kernel, the Triton kernels, in causal mode the packed GEMMs, else ``reference()`` (unmasked:
@@ -151,8 +222,17 @@ def dape_scores(S: Tensor, bias: Tensor | None, w1: Tensor, b1: Tensor, w2: Tens
     return dape_packed(S, bias, base, w1, b1, w2, b2).masked_fill_(future, float("-inf"))
 
 
-def dape_attention(S: Tensor, bias: Tensor | None, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, causal: bool,
-                   future: Tensor | None, reference: Reference) -> Tensor:
+def dape_attention(
+    S: Tensor,
+    bias: Tensor | None,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+    causal: bool,
+    future: Tensor | None,
+    reference: Reference,
+) -> Tensor:
     """softmax(A) over the keys, A as in :func:`dape_scores`: the attention weights (B, H, T, T),
     the softmax's backward fused into the kernels' where one applies."""
     if native_applies(S, bias, w1, w2):

@@ -44,16 +44,17 @@ def _make_packing(T: int, c: int, device: torch.device):
         other = T - 1 - r  # == r for the middle row of an odd T: it has the packed row to itself
         for i, at in [(r, 0)] + ([(other, r + 1 + 2 * c)] if other != r else []):  # (query row, first position)
             L = i + 1
-            gather[r, c + at: c + at + L] = i * T + torch.arange(L)
-            zero[r, c + at: c + at + L] = False
+            gather[r, c + at : c + at + L] = i * T + torch.arange(L)
+            zero[r, c + at : c + at + L] = False
             scatter[i, :L] = r * W + at + torch.arange(L)
-            hidden_pad[r, at: at + min(L + c, T)] = False  # the row and the c hidden values after it, inside the map
+            hidden_pad[r, at : at + min(L + c, T)] = False  # the row and the c hidden values after it, inside the map
     return gather.flatten().to(device), zero.to(device), scatter.flatten().to(device), hidden_pad.flatten().to(device)
 
 
 def _hidden_pad_index(T: int, c: int, B: int, device: torch.device) -> torch.Tensor:
     """Flat positions (in the packed hidden map, B*R*W) that are conv2's zero padding on the
     full map (see ``_packing``), for B batch elements (cached)."""
+
     def make() -> torch.Tensor:  # on the CPU, then moved: nonzero on a GPU would wait for the device
         pad = _packing(T, c, torch.device("cpu"))[3]  # (R*W,)
         per = pad.nonzero().flatten()
@@ -74,7 +75,7 @@ class _Shifts(torch.autograd.Function):
     @staticmethod
     def forward(X: torch.Tensor, k: int) -> torch.Tensor:
         W = X.shape[-1] - (k - 1)
-        return torch.stack([X[..., s: s + W] for s in range(k)], dim=1)
+        return torch.stack([X[..., s : s + W] for s in range(k)], dim=1)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -87,7 +88,7 @@ class _Shifts(torch.autograd.Function):
         W = g.shape[-1]
         gX = g.new_zeros(ctx.shape)
         for s in range(k):
-            gX[..., s: s + W] += g[:, s]
+            gX[..., s : s + W] += g[:, s]
         return gX, None
 
     @staticmethod
@@ -131,7 +132,7 @@ class _ShiftSum(torch.autograd.Function):
                 gY[s, ..., :off] = 0
             else:
                 gY[s, ..., : W + off] = g[..., -off:]
-                gY[s, ..., W + off:] = 0
+                gY[s, ..., W + off :] = 0
         return gY
 
     @staticmethod
@@ -172,8 +173,15 @@ class _PaddedLeakyReLU(torch.autograd.Function):
         return torch.stack([_PaddedLeakyReLU.apply(Ps[i].clone(), pads[i]) for i in range(info.batch_size)]), 0
 
 
-def dape_packed(S: torch.Tensor, bias: torch.Tensor | None, base: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor,
-                w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+def dape_packed(
+    S: torch.Tensor,
+    bias: torch.Tensor | None,
+    base: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+) -> torch.Tensor:
     """DAPE's A = base + f([S, bias]) in causal mode (``bias`` None: f(S)), the convolutions as
     GEMMs on the lower triangle folded into ceil(T/2) rows (see ``_packing``); w1 (D, C, 1, k),
     w2 (H, D, 1, k) the two convolutions' weights. Values above the diagonal are placeholders,

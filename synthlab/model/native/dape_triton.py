@@ -52,6 +52,7 @@ def _jit_kernel(fn):
 # the same way gives conv1; conv2 and the gradients likewise. Channel counts are padded to
 # tl.dot's least 16 (H 4 -> 16, C k 24 -> 32 at the paper size).
 
+
 @_jit
 def _entries(first_row, n, T, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The tile's rows and columns, one per flattened entry: (E, 1) each."""
@@ -60,8 +61,20 @@ def _entries(first_row, n, T, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @_jit
-def _unfolded_inputs(s_base, bias_base, rows, cols, T, SHIFT, H: tl.constexpr, C: tl.constexpr,
-                     K: tl.constexpr, CK_PAD: tl.constexpr, HAS_BIAS: tl.constexpr, CAUSAL: tl.constexpr):
+def _unfolded_inputs(
+    s_base,
+    bias_base,
+    rows,
+    cols,
+    T,
+    SHIFT,
+    H: tl.constexpr,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    CK_PAD: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     """(E, CK_PAD): column s C + m = input channel m (S's head m, or the bias's head m - H) at
     column offset SHIFT + s - c; zero outside the map and, in causal mode, above the diagonal."""
     q = tl.arange(0, CK_PAD)[None, :]
@@ -98,10 +111,30 @@ def _leaky(pre, cols, T):
 
 
 @_jit_kernel
-def _dape_fwd_kernel(S, BIAS, W1, B1, W2, B2, OUT, T, D, bias_bstride, taps,
-                     H: tl.constexpr, C: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     D_PAD: tl.constexpr, H_PAD: tl.constexpr, CK_PAD: tl.constexpr, PRECISION: tl.constexpr):
+def _dape_fwd_kernel(
+    S,
+    BIAS,
+    W1,
+    B1,
+    W2,
+    B2,
+    OUT,
+    T,
+    D,
+    bias_bstride,
+    taps,
+    H: tl.constexpr,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D_PAD: tl.constexpr,
+    H_PAD: tl.constexpr,
+    CK_PAD: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """A for the program's BLOCK_M query rows of batch element b, all heads, all key blocks."""
     b = tl.program_id(0)
     first_row = tl.program_id(1) * BLOCK_M
@@ -139,9 +172,11 @@ def _dape_fwd_kernel(S, BIAS, W1, B1, W2, B2, OUT, T, D, bias_bstride, taps,
         tl.store(out_base + at, a, mask=(rows < T) & (cols < T) & (heads < H))
     for n in range(n_live, n_blocks):  # causal: key blocks wholly above the diagonal
         rows, cols = _entries(first_row, n, T, BLOCK_M, BLOCK_N)
-        tl.store(out_base + heads * T * T + rows * T + cols,
-                 tl.full([BLOCK_M * BLOCK_N, H_PAD], float("-inf"), dtype=tl.float32),
-                 mask=(rows < T) & (cols < T) & (heads < H))
+        tl.store(
+            out_base + heads * T * T + rows * T + cols,
+            tl.full([BLOCK_M * BLOCK_N, H_PAD], float("-inf"), dtype=tl.float32),
+            mask=(rows < T) & (cols < T) & (heads < H),
+        )
 
 
 @_jit
@@ -161,11 +196,40 @@ def _grad_logits(g_base, p_base, delta_base, rows, cols, head, ok, T, SOFTMAX: t
 
 
 @_jit_kernel
-def _dape_bwd_kernel(S, BIAS, W1, B1, W2, G, P, DELTA, GS, GBIAS, GW1, GB1, GW2, GB2, T, D, bias_bstride, taps,
-                     H: tl.constexpr, C: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     CAUSAL: tl.constexpr, SOFTMAX: tl.constexpr, NEED_GBIAS: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D_PAD: tl.constexpr, C_PAD: tl.constexpr,
-                     CK_PAD: tl.constexpr, HK_PAD: tl.constexpr, PRECISION: tl.constexpr):
+def _dape_bwd_kernel(
+    S,
+    BIAS,
+    W1,
+    B1,
+    W2,
+    G,
+    P,
+    DELTA,
+    GS,
+    GBIAS,
+    GW1,
+    GB1,
+    GW2,
+    GB2,
+    T,
+    D,
+    bias_bstride,
+    taps,
+    H: tl.constexpr,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SOFTMAX: tl.constexpr,
+    NEED_GBIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D_PAD: tl.constexpr,
+    C_PAD: tl.constexpr,
+    CK_PAD: tl.constexpr,
+    HK_PAD: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dS, d bias (this batch element's) over the program's rows, and its partial sums of the
     weight gradients at row ``program`` of GW1 (CK_PAD, D_PAD; row s C + m = d/dw1[:, m, s]),
     GB1 (D_PAD), GW2 (HK_PAD, D_PAD; row s H + o = d/dw2[o, :, s]) and GB2 (C_PAD; its first H)."""
@@ -181,8 +245,11 @@ def _dape_bwd_kernel(S, BIAS, W1, B1, W2, G, P, DELTA, GS, GBIAS, GW1, GB1, GW2,
     b1 = tl.load(B1 + hid, mask=hid < D, other=0.0)
     w1 = _conv1_weights(W1, D, C, K, CK_PAD, D_PAD)
     # w2 unfolded as dA below: (HK_PAD, D_PAD), row s H + o = w2[o, :, s]
-    w2 = tl.load(W2 + (hk_rows % H) * (D * K) + hid[None, :] * K + hk_rows // H,
-                 mask=(hk_rows < H * K) & (hid[None, :] < D), other=0.0)
+    w2 = tl.load(
+        W2 + (hk_rows % H) * (D * K) + hid[None, :] * K + hk_rows // H,
+        mask=(hk_rows < H * K) & (hid[None, :] < D),
+        other=0.0,
+    )
     s_base = S + b.to(tl.int64) * H * T * T
     bias_base = BIAS + b.to(tl.int64) * bias_bstride
     g_base = G + b.to(tl.int64) * H * T * T
@@ -206,8 +273,9 @@ def _dape_bwd_kernel(S, BIAS, W1, B1, W2, G, P, DELTA, GS, GBIAS, GW1, GB1, GW2,
             x = _unfolded_inputs(s_base, bias_base, rows, cols, T, tau - c, H, C, K, CK_PAD, HAS_BIAS, CAUSAL)
             pre = _hidden_pre(x, w1, b1, PRECISION)  # (E, D_PAD)
             # dL/dh(j + tau - c) = sum_{s, o} w2[o, :, s] dA_o(j + tau - s): dA unfolded the same way
-            da = _grad_logits(g_base, p_base, delta_base, rows, cols + (tau - hk // H), hk % H, hk < H * K, T,
-                              SOFTMAX, CAUSAL)  # (E, HK_PAD)
+            da = _grad_logits(
+                g_base, p_base, delta_base, rows, cols + (tau - hk // H), hk % H, hk < H * K, T, SOFTMAX, CAUSAL
+            )  # (E, HK_PAD)
             dh = tl.dot(da, w2, input_precision=PRECISION)  # (E, D_PAD)
             hcols = cols + (tau - c)
             dpre = tl.where((hcols >= 0) & (hcols < T), tl.where(pre > 0.0, dh, 0.01 * dh), 0.0)
@@ -248,6 +316,7 @@ def _dape_bwd_kernel(S, BIAS, W1, B1, W2, G, P, DELTA, GS, GBIAS, GW1, GB1, GW2,
 
 # ---- launch ----
 
+
 def block_sizes(device: torch.device) -> dict[str, int]:
     """Tile sizes: rows x columns of one tile (the matmuls' M = their product, at least 16).
     Small under the interpreter (numpy per program). On a GPU one row of 32 keys, 4 warps, no
@@ -277,22 +346,105 @@ def _padded(H: int, C: int, D: int, k: int) -> dict[str, int]:
 def _forward_launch(launch, device, B, H, C, T, D, k, has_bias, causal, S, bias, w1, b1, w2, b2, A, bias_bstride):
     """The forward kernel's launch (``launch`` = _launch, or _compile_only for ``builds``)."""
     tiles, pads = block_sizes(device), _padded(H, C, D, k)
-    launch(_dape_fwd_kernel, (B, triton.cdiv(T, tiles["block_m"])), S, bias, w1, b1, w2, b2, A, T, D, bias_bstride, k,
-           H=H, C=C, K=k, HAS_BIAS=has_bias, CAUSAL=causal, BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"],
-           D_PAD=pads["D_PAD"], H_PAD=pads["H_PAD"], CK_PAD=pads["CK_PAD"], PRECISION=_precision(device),
-           num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+    launch(
+        _dape_fwd_kernel,
+        (B, triton.cdiv(T, tiles["block_m"])),
+        S,
+        bias,
+        w1,
+        b1,
+        w2,
+        b2,
+        A,
+        T,
+        D,
+        bias_bstride,
+        k,
+        H=H,
+        C=C,
+        K=k,
+        HAS_BIAS=has_bias,
+        CAUSAL=causal,
+        BLOCK_M=tiles["block_m"],
+        BLOCK_N=tiles["block_n"],
+        D_PAD=pads["D_PAD"],
+        H_PAD=pads["H_PAD"],
+        CK_PAD=pads["CK_PAD"],
+        PRECISION=_precision(device),
+        num_warps=tiles["num_warps"],
+        num_stages=tiles["num_stages"],
+    )
 
 
-def _backward_launch(launch, device, B, H, C, T, D, k, has_bias, causal, softmax, need_gbias,
-                     S, bias, w1, b1, w2, g, P, delta, gS, g_bias, gw1, gb1, gw2, gb2, bias_bstride):
+def _backward_launch(
+    launch,
+    device,
+    B,
+    H,
+    C,
+    T,
+    D,
+    k,
+    has_bias,
+    causal,
+    softmax,
+    need_gbias,
+    S,
+    bias,
+    w1,
+    b1,
+    w2,
+    g,
+    P,
+    delta,
+    gS,
+    g_bias,
+    gw1,
+    gb1,
+    gw2,
+    gb2,
+    bias_bstride,
+):
     """The backward kernel's launch (as ``_forward_launch``)."""
     tiles, pads = block_sizes(device), _padded(H, C, D, k)
-    launch(_dape_bwd_kernel, (B, triton.cdiv(T, tiles["block_m"])),
-           S, bias, w1, b1, w2, g, P, delta, gS, g_bias, gw1, gb1, gw2, gb2, T, D, bias_bstride, k,
-           H=H, C=C, K=k, HAS_BIAS=has_bias, CAUSAL=causal, SOFTMAX=softmax, NEED_GBIAS=need_gbias,
-           BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"], D_PAD=pads["D_PAD"], C_PAD=pads["C_PAD"],
-           CK_PAD=pads["CK_PAD"], HK_PAD=pads["HK_PAD"], PRECISION=_precision(device),
-           num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+    launch(
+        _dape_bwd_kernel,
+        (B, triton.cdiv(T, tiles["block_m"])),
+        S,
+        bias,
+        w1,
+        b1,
+        w2,
+        g,
+        P,
+        delta,
+        gS,
+        g_bias,
+        gw1,
+        gb1,
+        gw2,
+        gb2,
+        T,
+        D,
+        bias_bstride,
+        k,
+        H=H,
+        C=C,
+        K=k,
+        HAS_BIAS=has_bias,
+        CAUSAL=causal,
+        SOFTMAX=softmax,
+        NEED_GBIAS=need_gbias,
+        BLOCK_M=tiles["block_m"],
+        BLOCK_N=tiles["block_n"],
+        D_PAD=pads["D_PAD"],
+        C_PAD=pads["C_PAD"],
+        CK_PAD=pads["CK_PAD"],
+        HK_PAD=pads["HK_PAD"],
+        PRECISION=_precision(device),
+        num_warps=tiles["num_warps"],
+        num_stages=tiles["num_stages"],
+    )
 
 
 def _compile_all(device, H, C, T, D, k, has_bias, causal, softmax) -> None:
@@ -300,9 +452,36 @@ def _compile_all(device, H, C, T, D, k, has_bias, causal, softmax) -> None:
     on these sizes launches them; one small float32 tensor stands for every operand."""
     x = torch.empty(16, device=device)
     _forward_launch(_compile_only, device, 1, H, C, T, D, k, has_bias, causal, x, x, x, x, x, x, x, 0)
-    for need_gbias in ((False, True) if has_bias else (False,)):
-        _backward_launch(_compile_only, device, 1, H, C, T, D, k, has_bias, causal, softmax, need_gbias,
-                         x, x, x, x, x, x, x, x, x, x, x, x, x, x, 0)
+    for need_gbias in (False, True) if has_bias else (False,):
+        _backward_launch(
+            _compile_only,
+            device,
+            1,
+            H,
+            C,
+            T,
+            D,
+            k,
+            has_bias,
+            causal,
+            softmax,
+            need_gbias,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            x,
+            0,
+        )
 
 
 BUILDS = KernelBuilds("DAPE", "SYNTHLAB_DAPE_TRITON")
@@ -329,9 +508,26 @@ class _DAPETritonKernel(torch.autograd.Function):
         S = _dense32(S)
         b_in, shared = _bias_operand(bias)
         A = torch.empty_like(S)
-        _forward_launch(_launch, S.device, B, H, C, T, D, k, b_in is not None, bool(causal),
-                        S, S if b_in is None else b_in, _dense32(w1), _dense32(b1), _dense32(w2), _dense32(b2), A,
-                        0 if shared or b_in is None else H * T * T)
+        _forward_launch(
+            _launch,
+            S.device,
+            B,
+            H,
+            C,
+            T,
+            D,
+            k,
+            b_in is not None,
+            bool(causal),
+            S,
+            S if b_in is None else b_in,
+            _dense32(w1),
+            _dense32(b1),
+            _dense32(w2),
+            _dense32(b2),
+            A,
+            0 if shared or b_in is None else H * T * T,
+        )
         return torch.softmax(A, dim=-1) if softmax else A
 
     @staticmethod
@@ -339,8 +535,7 @@ class _DAPETritonKernel(torch.autograd.Function):
         S, bias, w1, b1, w2, b2, causal, softmax = inputs
         ctx.meta = (bool(causal), bool(softmax), None if bias is None else bias.shape, w1.shape, w2.shape)
         b_in, ctx.shared = _bias_operand(bias)
-        ctx.save_for_backward(_dense32(S), b_in, _dense32(w1), _dense32(b1), _dense32(w2),
-                              output if softmax else None)
+        ctx.save_for_backward(_dense32(S), b_in, _dense32(w1), _dense32(b1), _dense32(w2), output if softmax else None)
 
     @staticmethod
     def backward(ctx, g):
@@ -359,13 +554,38 @@ class _DAPETritonKernel(torch.autograd.Function):
         gb1 = S.new_empty(n_programs, pads["D_PAD"])
         gw2 = S.new_empty(n_programs, pads["HK_PAD"], pads["D_PAD"])
         gb2 = S.new_empty(n_programs, pads["C_PAD"])
-        _backward_launch(_launch, S.device, B, H, C, T, D, k, b_in is not None, causal, softmax, need_gbias,
-                         S, S if b_in is None else b_in, w1, b1, w2, g, S if P is None else P, delta, gS,
-                         S if g_bias is None else g_bias, gw1, gb1, gw2, gb2,
-                         0 if ctx.shared or b_in is None else H * T * T)
+        _backward_launch(
+            _launch,
+            S.device,
+            B,
+            H,
+            C,
+            T,
+            D,
+            k,
+            b_in is not None,
+            causal,
+            softmax,
+            need_gbias,
+            S,
+            S if b_in is None else b_in,
+            w1,
+            b1,
+            w2,
+            g,
+            S if P is None else P,
+            delta,
+            gS,
+            S if g_bias is None else g_bias,
+            gw1,
+            gb1,
+            gw2,
+            gb2,
+            0 if ctx.shared or b_in is None else H * T * T,
+        )
         # the programs' partial sums, added in program order (torch's sum: a fixed reduction)
-        g_w1 = gw1.sum(0)[:C * k, :D].view(k, C, D).permute(2, 1, 0).reshape(w1_shape)
-        g_w2 = gw2.sum(0)[:H * k, :D].view(k, H, D).permute(1, 2, 0).reshape(w2_shape)
+        g_w1 = gw1.sum(0)[: C * k, :D].view(k, C, D).permute(2, 1, 0).reshape(w1_shape)
+        g_w2 = gw2.sum(0)[: H * k, :D].view(k, H, D).permute(1, 2, 0).reshape(w2_shape)
         if g_bias is not None and bias_shape[0] == 1:
             g_bias = g_bias.sum(0, keepdim=True)
         return gS, g_bias, g_w1, gb1.sum(0)[:D], g_w2, gb2.sum(0)[:H], None, None
@@ -387,6 +607,14 @@ class DAPETriton:
 
     @staticmethod
     def apply(S, bias, w1, b1, w2, b2, causal: bool, softmax: bool) -> torch.Tensor:
-        out = _DAPETritonKernel.apply(_dense32(S), bias if bias is None else bias.float(), _dense32(w1),
-                                      _dense32(b1), _dense32(w2), _dense32(b2), causal, softmax)
+        out = _DAPETritonKernel.apply(
+            _dense32(S),
+            bias if bias is None else bias.float(),
+            _dense32(w1),
+            _dense32(b1),
+            _dense32(w2),
+            _dense32(b2),
+            causal,
+            softmax,
+        )
         return out.to(S.dtype)

@@ -31,9 +31,13 @@ class KernelBuilds:
         except Exception as e:  # noqa: BLE001 - any compile failure: the PyTorch path instead
             first = (str(e).strip().splitlines() or [""])[0][:300]
             self.failure = f"{type(e).__name__}: {first}"
-            warnings.warn(f"{self.what}'s Triton kernels do not compile here ({self.failure}); its PyTorch path "
-                          f"runs instead for this process (same results, slower; {self.switch}=0 skips the "
-                          f"attempt)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"{self.what}'s Triton kernels do not compile here ({self.failure}); its PyTorch path "
+                f"runs instead for this process (same results, slower; {self.switch}=0 skips the "
+                f"attempt)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return False
         self.compiled.add(key)
         return True

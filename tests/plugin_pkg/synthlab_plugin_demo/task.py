@@ -17,13 +17,17 @@ class Reverse(Task):
     family = "plugin_demo"
     description = "repeat n digits in reverse order after '='"
     paper = "synthlab-plugin-demo (no paper)"
-    PARAMS = {"n": Param(6, int, "digits to reverse", positive),
-              "ood_n": Param(9, int, "digits in the ood split", positive)}
+    PARAMS = {
+        "n": Param(6, int, "digits to reverse", positive),
+        "ood_n": Param(9, int, "digits in the ood split", positive),
+    }
 
     def validate(self) -> None:
         if self.params["ood_n"] <= self.params["n"]:
-            raise ValueError(f"task {self.name!r}: parameter 'ood_n' must be greater than n={self.params['n']}, "
-                             f"got {self.params['ood_n']}")
+            raise ValueError(
+                f"task {self.name!r}: parameter 'ood_n' must be greater than n={self.params['n']}, "
+                f"got {self.params['ood_n']}"
+            )
 
     @property
     def vocab(self) -> list[str]:
@@ -49,4 +53,4 @@ class Reverse(Task):
 
     def solve(self, sample: Sample) -> list[str]:
         tokens = sample.tokens
-        return tokens[:tokens.index("=")][::-1]
+        return tokens[: tokens.index("=")][::-1]
