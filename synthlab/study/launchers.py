@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.plan.sweepfile import LAUNCHER_KEYS
+from synthlab.study.optuna_api import trial_id
 
 NAMES = ("local", "slurm")
 # key -> what it is (the settings a [launcher] table or --set launcher.KEY may give)
@@ -290,16 +291,16 @@ class SlurmLauncher(Launcher):
             record = t.user_attrs.get("record")
             try:
                 if record is not None:
-                    runner.storage.set_trial_user_attr(t._trial_id, "closed_from_record", reason)
+                    runner.storage.set_trial_user_attr(trial_id(t), "closed_from_record", reason)
                     runner._ensure_recorded(record, t.user_attrs["cell_key"])
-                    runner._close(t._trial_id, t.number, record, reaping=True)
+                    runner._close(trial_id(t), t.number, record, reaping=True)
                     runner.log(
                         f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
                         "closed from its record"
                     )
                     continue
-                runner.storage.set_trial_user_attr(t._trial_id, "stale", reason)
-                runner.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                runner.storage.set_trial_user_attr(trial_id(t), "stale", reason)
+                runner.storage.set_trial_state_values(trial_id(t), TrialState.FAIL)
             except (UpdateFinishedTrialError, RuntimeError):
                 continue
             runner.log(f"[sweep] trial {t.number} ({label}): {reason} without a record; its cell runs again")
@@ -373,7 +374,7 @@ class SlurmLauncher(Launcher):
         ex = self.executor(folder, f"synthlab-{grid.study_name}"[:100])
         jobs = ex.map_array(CellTask(), jobs_in)
         for t, job in zip(waiting, jobs):
-            runner.storage.set_trial_user_attr(t._trial_id, "slurm_job", str(job.job_id))
+            runner.storage.set_trial_user_attr(trial_id(t), "slurm_job", str(job.job_id))
         return [str(j.job_id) for j in jobs]
 
     # ---- the launcher

@@ -22,6 +22,7 @@ from synthlab.plan.sweepfile import SweepSpec, objective
 from synthlab.run.records import append_record, clean, failed_record, scan_records, with_cell
 from synthlab.study.dashboard import AxisParams, Intermediate, TrialPlan, metric_attrs
 from synthlab.study.liveness import Heartbeat, SilenceWatch, claim_key, is_live, stale_reason
+from synthlab.study.optuna_api import trial_id
 from synthlab.study.progress import QUIET, LiveTrial, SweepProgress
 from synthlab.study.seedgroups import SCRATCH as _SCRATCH  # OUT/runs/.record-<trial>-<pid>.jsonl
 from synthlab.study.seedgroups import SeedGroups, seed_group
@@ -203,21 +204,21 @@ class Runner(SeedGroups):
             record = t.user_attrs.get("record")
             if record is not None:  # the run ended and was recorded; its worker died before closing it
                 try:
-                    self.storage.set_trial_user_attr(t._trial_id, "closed_from_record", reason)
+                    self.storage.set_trial_user_attr(trial_id(t), "closed_from_record", reason)
                 except (UpdateFinishedTrialError, RuntimeError):
                     continue
                 # the line first, then the close, as for a run that just ended: a kill between
                 # the two then leaves a RUNNING trial that the next sweep reaps again
                 self._ensure_recorded(record, t.user_attrs["cell_key"])
-                if self._close(t._trial_id, t.number, record, reaping=True):
+                if self._close(trial_id(t), t.number, record, reaping=True):
                     self.log(
                         f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
                         "closed from its record"
                     )
                 continue
             try:
-                self.storage.set_trial_user_attr(t._trial_id, "stale", reason)
-                self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                self.storage.set_trial_user_attr(trial_id(t), "stale", reason)
+                self.storage.set_trial_state_values(trial_id(t), TrialState.FAIL)
             except (UpdateFinishedTrialError, RuntimeError):
                 continue  # another worker reaped it, or it just finished
             self.log(f"[sweep] trial {t.number} ({label}) died: {reason}; its cell runs again")
@@ -263,8 +264,8 @@ class Runner(SeedGroups):
         for t in waiting:
             try:
                 # a claim before the take: a kill between the take and ``worker`` leaves a pid to check
-                self.storage.set_trial_user_attr(t._trial_id, claim_key(self.me), self.me)
-                if self.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                self.storage.set_trial_user_attr(trial_id(t), claim_key(self.me), self.me)
+                if self.storage.set_trial_state_values(trial_id(t), state=TrialState.RUNNING):
                     return t
             except UpdateFinishedTrialError:
                 continue
@@ -280,9 +281,9 @@ class Runner(SeedGroups):
         live = LiveTrial(t.number, cell.label(), plan.steps or None)
         self.progress.started(live)
         try:
-            with Heartbeat(self.storage, t._trial_id, self.heartbeat_interval, live):
+            with Heartbeat(self.storage, trial_id(t), self.heartbeat_interval, live):
                 record = self._train(
-                    cell, t.number, trial_report(live.update, Intermediate(self.storage, t._trial_id, plan))
+                    cell, t.number, trial_report(live.update, Intermediate(self.storage, trial_id(t), plan))
                 )
         except (KeyboardInterrupt, OSError):  # Ctrl-C, or the disk (full, read-only): no record, so the
             self._give_back([t])  # cell runs again
@@ -302,7 +303,7 @@ class Runner(SeedGroups):
         duplicate of a lower trial, or a cell already in results.jsonl)."""
         from optuna.trial import TrialState
 
-        sid = t._trial_id
+        sid = trial_id(t)
         self.storage.set_trial_user_attr(sid, "worker", self.me)
         key = t.user_attrs["cell_key"]
         trials = self.trials()
@@ -333,7 +334,7 @@ class Runner(SeedGroups):
         run), into results.jsonl, and the trial closed."""
         from optuna.exceptions import UpdateFinishedTrialError
 
-        sid, key = t._trial_id, cell.key
+        sid, key = trial_id(t), cell.key
         record = with_cell(clean(record), key)
         try:
             self.storage.set_trial_user_attr(sid, "record", record)  # first: from here on a kill cannot lose the run

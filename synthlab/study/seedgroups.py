@@ -21,6 +21,7 @@ from synthlab.plan.cells import Cell
 from synthlab.run.records import failed_record, scan_records
 from synthlab.study.dashboard import Intermediate, TrialPlan
 from synthlab.study.liveness import Heartbeat, claim_key
+from synthlab.study.optuna_api import trial_id
 from synthlab.study.progress import LiveTrial, SweepProgress
 from synthlab.study.trialhooks import trial_report
 
@@ -92,8 +93,8 @@ class SeedGroups:
             if limit is not None and len(taken) >= limit:
                 break
             try:
-                self.storage.set_trial_user_attr(u._trial_id, claim_key(self.me), self.me)
-                if self.storage.set_trial_state_values(u._trial_id, state=TrialState.RUNNING):
+                self.storage.set_trial_user_attr(trial_id(u), claim_key(self.me), self.me)
+                if self.storage.set_trial_state_values(trial_id(u), state=TrialState.RUNNING):
                     taken.append(u)
             except UpdateFinishedTrialError:
                 continue
@@ -112,11 +113,11 @@ class SeedGroups:
             live = LiveTrial(t.number, c.label(), plan.steps or None)
             self.progress.started(live)
             lives.append(live)
-            reports.append(trial_report(live.update, Intermediate(self.storage, t._trial_id, plan)))
+            reports.append(trial_report(live.update, Intermediate(self.storage, trial_id(t), plan)))
         try:
             with contextlib.ExitStack() as beats:
                 for (t, _), live in zip(begun, lives):
-                    beats.enter_context(Heartbeat(self.storage, t._trial_id, self.heartbeat_interval, live))
+                    beats.enter_context(Heartbeat(self.storage, trial_id(t), self.heartbeat_interval, live))
                 records = self._train_batch([c for _, c in begun], [t.number for t, _ in begun], reports)
         except (KeyboardInterrupt, OSError):
             self._give_back([t for t, _ in begun])

@@ -16,6 +16,7 @@ from typing import Any
 
 import submitit
 
+from synthlab.study.optuna_api import trial_id
 from synthlab.study.scheduler import Runner
 
 
@@ -48,9 +49,9 @@ class SlurmRunner(Runner):
         if t.state == TrialState.WAITING:
             try:
                 # a claim before the take, then the take (atomic WAITING -> RUNNING), then the name
-                self.storage.set_trial_user_attr(t._trial_id, f"slurm:{job}", True)
-                if self.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-                    self.storage.set_trial_user_attr(t._trial_id, "slurm_job", job)
+                self.storage.set_trial_user_attr(trial_id(t), f"slurm:{job}", True)
+                if self.storage.set_trial_state_values(trial_id(t), state=TrialState.RUNNING):
+                    self.storage.set_trial_user_attr(trial_id(t), "slurm_job", job)
                     return _trial(self.trials(), number)
             except UpdateFinishedTrialError:
                 return None
@@ -59,7 +60,7 @@ class SlurmRunner(Runner):
             record = t.user_attrs.get("record")
             if record is not None:  # trained and recorded, stopped before the close: close it
                 self._ensure_recorded(record, t.user_attrs["cell_key"])
-                self._close(t._trial_id, t.number, record, reaping=True)
+                self._close(trial_id(t), t.number, record, reaping=True)
                 return None
             print(f"[task {job}] trial {number}: taken up again (requeued)", file=sys.stderr, flush=True)
             return t

@@ -253,12 +253,16 @@ def _named_backend_class():
         """A journal file whose failed reads and writes name it (a full disk: ``PATH: No space
         left on device``, where optuna's own write named no file)."""
 
+        def __init__(self, file_path: str, lock_obj: Any = None) -> None:
+            super().__init__(file_path, lock_obj=lock_obj)
+            self.path = file_path
+
         def append_logs(self, logs):
-            with naming(self._file_path):
+            with naming(self.path):
                 return super().append_logs(logs)
 
         def read_logs(self, log_number_from):  # a generator: the reads happen while it is consumed
-            with naming(self._file_path):
+            with naming(self.path):
                 yield from super().read_logs(log_number_from)
 
     return NamedJournalBackend
