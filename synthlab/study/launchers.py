@@ -277,7 +277,6 @@ class SlurmLauncher(Launcher):
         """Close each RUNNING trial of the grid whose SLURM task has left the queue: from its
         record when it has one (the task died between the record and the close), else failed
         (``stale``), so that its cell is submitted again."""
-        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         for t in trials:
@@ -286,24 +285,9 @@ class SlurmLauncher(Launcher):
                 continue
             if any(j in states for j in jobs):
                 continue
-            label = runner.by_key[t.user_attrs["cell_key"]].label()
             reason = f"SLURM task {', '.join(sorted(jobs))} left the queue"
-            record = t.user_attrs.get("record")
-            try:
-                if record is not None:
-                    runner.storage.set_trial_user_attr(trial_id(t), "closed_from_record", reason)
-                    runner._ensure_recorded(record, t.user_attrs["cell_key"])
-                    runner._close(trial_id(t), t.number, record, reaping=True)
-                    runner.log(
-                        f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
-                        "closed from its record"
-                    )
-                    continue
-                runner.storage.set_trial_user_attr(trial_id(t), "stale", reason)
-                runner.storage.set_trial_state_values(trial_id(t), TrialState.FAIL)
-            except (UpdateFinishedTrialError, RuntimeError):
-                continue
-            runner.log(f"[sweep] trial {t.number} ({label}): {reason} without a record; its cell runs again")
+            if not runner.close_from_record(t, reason):
+                runner.fail_stale(t, reason, f": {reason} without a record")
 
     def to_submit(self, runner, trials, states: dict[str, str]) -> list:
         """The WAITING trials of the grid's cells that no task in the queue holds: one per cell

@@ -59,8 +59,8 @@ class SlurmRunner(Runner):
         if t.state == TrialState.RUNNING and t.user_attrs.get("slurm_job") == job:
             record = t.user_attrs.get("record")
             if record is not None:  # trained and recorded, stopped before the close: close it
-                self._ensure_recorded(record, t.user_attrs["cell_key"])
-                self._close(trial_id(t), t.number, record, reaping=True)
+                self.ensure_recorded(record, t.user_attrs["cell_key"])
+                self.close(trial_id(t), t.number, record, reaping=True)
                 return None
             print(f"[task {job}] trial {number}: taken up again (requeued)", file=sys.stderr, flush=True)
             return t
@@ -118,9 +118,9 @@ def run_cell(job: dict[str, Any]) -> str:
     if t is None:
         return f"trial {job['trial']} ({cell.label()}): finished or held elsewhere; nothing to train"
     repair_jsonl(out / "results.jsonl")
-    if runner._begin(t) is None:
+    if runner.begin(t) is None:
         return f"trial {t.number} ({cell.label()}): closed without training (recorded already)"
-    runner._train_one(t, cell)
+    runner.train_one(t, cell)
     return f"trial {t.number} ({cell.label()}): trained"
 
 
