@@ -117,7 +117,7 @@ class Launcher:
 
 class LocalLauncher(Launcher):
     """This machine: the sweep's own process plus ``--workers`` helpers (:mod:`synthlab.study.workers`).
-    Its loop is :func:`synthlab.study.sweeping._run_named` (workers, trials, helpers); this class only names it."""
+    Its loop is :func:`synthlab.study.sweeping._run` (workers, trials, helpers); this class only names it."""
 
     name = "local"
 
@@ -364,12 +364,13 @@ class SlurmLauncher(Launcher):
     # ---- the launcher
 
     def run(self, grid: Grid) -> list:
+        from synthlab.study import dashboard
         from synthlab.study import progress as progress_mod
         from synthlab.study.slurmtask import SlurmRunner
 
         mode = progress_mod.mode_for(grid.quiet)
         view = progress_mod.SweepProgress(
-            mode, {c.key: c.label() for c in grid.cells}, _objective_name(grid.spec), grid.progress_every
+            mode, {c.key: c.label() for c in grid.cells}, dashboard.objective_name(grid.spec), grid.progress_every
         )
         view.slurm = True
         runner = SlurmRunner(
@@ -448,12 +449,6 @@ class SlurmLauncher(Launcher):
 def _absolute(url: str) -> str:
     """A journal file's path made absolute (tasks start in another directory); URLs as they are."""
     return str(Path(url).resolve()) if "://" not in url else url
-
-
-def _objective_name(spec) -> str:
-    from synthlab.study import dashboard
-
-    return dashboard.objective_name(spec)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -229,7 +229,7 @@ def _open_journal(path: str):
                 repair_journal_tail(path, check_last=True)
             finally:
                 lock.release()
-    backend = _NamedJournalBackend(path, lock_obj=lock)
+    backend = _named_backend_class()(path, lock_obj=lock)
     try:
         return JournalStorage(backend)
     except Exception:
@@ -266,10 +266,6 @@ def _named_backend_class():
                 yield from super().read_logs(log_number_from)
 
     return NamedJournalBackend
-
-
-def _NamedJournalBackend(path: str, lock_obj: Any):
-    return _named_backend_class()(path, lock_obj=lock_obj)
 
 
 def _repairing_lock_class():
