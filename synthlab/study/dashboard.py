@@ -17,6 +17,7 @@ from typing import Any, Iterable, TypeGuard
 
 from synthlab.plan.cells import Cell
 from synthlab.plan.sweepfile import SweepSpec, objective_split
+from synthlab.study.optuna_api import trial_id
 
 MAX_POINTS = 50  # intermediate values written per trial, at most (about)
 MIN_INTERVAL = 0.5  # seconds between two intermediate-value writes of one trial
@@ -143,7 +144,7 @@ class AxisParams:
         missing = {k: vd for k, vd in self.of(cell).items() if k not in trial.params}
         for name, (v, d) in missing.items():
             try:
-                storage.set_trial_param(trial._trial_id, name, _internal(d, v), d)
+                storage.set_trial_param(trial_id(trial), name, _internal(d, v), d)
             except ValueError:  # "does not support dynamic value space": another grid fixed it first
                 self.left_off.setdefault(name, []).append(v)
 

@@ -10,6 +10,8 @@ import os
 import sys
 import time
 
+from synthlab.study import optuna_api
+
 LOCK_GRACE_PERIOD = 10  # seconds before a lock left by a killed process is broken
 # file systems where an flock may not mean what it means on a local disk: it may stay on the
 # client (two machines both "hold" it), reach a lock server that keeps a crashed client's lock
@@ -106,6 +108,7 @@ def lock_class(repair):
         def __init__(self, path: str) -> None:
             super().__init__(path, grace_period=LOCK_GRACE_PERIOD)
             self.journal = path
+            self.lock_file = optuna_api.lock_path(self)
             self._fd: int | None = None
             self._flock: bool | None = None  # whether the journal's file system has a local flock
 
@@ -129,19 +132,19 @@ def lock_class(repair):
             try:
                 mine = os.fstat(fd)
                 try:
-                    there = os.stat(self._lock_file)
+                    there = os.stat(self.lock_file)
                 except FileNotFoundError:
                     there = None
                 if there is None or (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
                     raise RuntimeError(
-                        f"the journal lock {self._lock_file} was broken while this process held it "
+                        f"the journal lock {self.lock_file} was broken while this process held it "
                         "(from another machine?): another process may have written at the same time"
                     )
                 if not self._uses_flock():
                     self._fd = None
                     held.discard(self)
                     os.close(fd)
-                os.unlink(self._lock_file)
+                os.unlink(self.lock_file)
             finally:
                 if self._fd is not None:
                     with registering:
@@ -161,7 +164,7 @@ def lock_class(repair):
                 if self._create():
                     return
                 try:
-                    st = os.stat(self._lock_file)
+                    st = os.stat(self.lock_file)
                 except OSError:
                     continue  # just released: try again
                 ident = (st.st_dev, st.st_ino, st.st_mtime_ns)
@@ -175,7 +178,7 @@ def lock_class(repair):
                     if time.monotonic() - warned > _WAIT_WARNING:
                         warned = time.monotonic()
                         print(
-                            f"synthlab: waiting for the journal lock {self._lock_file}, held for over "
+                            f"synthlab: waiting for the journal lock {self.lock_file}, held for over "
                             f"{self.grace_period:g} s by process {self._holder()} on this machine "
                             "(paused?); it is not broken while that process lives",
                             file=sys.stderr,
@@ -186,7 +189,7 @@ def lock_class(repair):
 
         def _uses_flock(self) -> bool:
             if self._flock is None:  # the journal's folder exists by the first acquire
-                self._flock = _local_fs(os.path.dirname(os.path.abspath(self._lock_file)))
+                self._flock = _local_fs(os.path.dirname(os.path.abspath(self.lock_file)))
             return self._flock
 
         def _still_held(self) -> bool:
@@ -197,7 +200,7 @@ def lock_class(repair):
             if self._fd is None:
                 return False
             try:
-                mine, there = os.fstat(self._fd), os.stat(self._lock_file)
+                mine, there = os.fstat(self._fd), os.stat(self.lock_file)
                 if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
                     return True
             except OSError:
@@ -216,13 +219,13 @@ def lock_class(repair):
             flock = self._uses_flock()
             with registering:
                 try:
-                    fd = os.open(self._lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                    fd = os.open(self.lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 except FileExistsError:
                     return False
                 try:
                     if flock:
                         fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a breaker looks at it
-                        mine, there = os.fstat(fd), os.stat(self._lock_file)
+                        mine, there = os.fstat(fd), os.stat(self.lock_file)
                         if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
                             os.close(fd)
                             return False
@@ -237,16 +240,16 @@ def lock_class(repair):
                     self._fd = None
                     held.discard(self)
                     with contextlib.suppress(OSError):
-                        mine, there = os.fstat(fd), os.stat(self._lock_file)
+                        mine, there = os.fstat(fd), os.stat(self.lock_file)
                         if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
-                            os.unlink(self._lock_file)
+                            os.unlink(self.lock_file)
                     os.close(fd)
                     raise
             return True
 
         def _holder(self) -> str:
             try:
-                with open(self._lock_file) as f:
+                with open(self.lock_file) as f:
                     return f.read().strip() or "?"
             except OSError:
                 return "?"
@@ -256,14 +259,14 @@ def lock_class(repair):
             this machine holds its flock. True if that file is gone (removed here or by its
             holder, or replaced by another): watch again; False if its holder lives."""
             try:
-                fd = os.open(self._lock_file, os.O_RDONLY)
+                fd = os.open(self.lock_file, os.O_RDONLY)
             except FileNotFoundError:
                 return True
             except OSError:  # cannot even read it: the grace period alone decides, as Optuna's
                 with contextlib.suppress(OSError):
-                    st = os.stat(self._lock_file)
+                    st = os.stat(self.lock_file)
                     if (st.st_dev, st.st_ino, st.st_mtime_ns) == ident:
-                        os.unlink(self._lock_file)
+                        os.unlink(self.lock_file)
                 return True
             try:
                 st = os.fstat(fd)
@@ -277,12 +280,12 @@ def lock_class(repair):
                     except OSError:  # no flock after all: the grace period decides
                         pass
                 try:
-                    now = os.stat(self._lock_file)
+                    now = os.stat(self.lock_file)
                 except FileNotFoundError:
                     return True
                 if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):  # still the file that stood still
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._lock_file)
+                        os.unlink(self.lock_file)
                 return True
             finally:
                 os.close(fd)

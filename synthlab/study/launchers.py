@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.plan.sweepfile import LAUNCHER_KEYS
+from synthlab.study.optuna_api import trial_id
 
 NAMES = ("local", "slurm")
 # key -> what it is (the settings a [launcher] table or --set launcher.KEY may give)
@@ -116,7 +117,7 @@ class Launcher:
 
 class LocalLauncher(Launcher):
     """This machine: the sweep's own process plus ``--workers`` helpers (:mod:`synthlab.study.workers`).
-    Its loop is :func:`synthlab.study.sweeping._run_named` (workers, trials, helpers); this class only names it."""
+    Its loop is :func:`synthlab.study.sweeping._run` (workers, trials, helpers); this class only names it."""
 
     name = "local"
 
@@ -276,7 +277,6 @@ class SlurmLauncher(Launcher):
         """Close each RUNNING trial of the grid whose SLURM task has left the queue: from its
         record when it has one (the task died between the record and the close), else failed
         (``stale``), so that its cell is submitted again."""
-        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         for t in trials:
@@ -285,24 +285,9 @@ class SlurmLauncher(Launcher):
                 continue
             if any(j in states for j in jobs):
                 continue
-            label = runner.by_key[t.user_attrs["cell_key"]].label()
             reason = f"SLURM task {', '.join(sorted(jobs))} left the queue"
-            record = t.user_attrs.get("record")
-            try:
-                if record is not None:
-                    runner.storage.set_trial_user_attr(t._trial_id, "closed_from_record", reason)
-                    runner._ensure_recorded(record, t.user_attrs["cell_key"])
-                    runner._close(t._trial_id, t.number, record, reaping=True)
-                    runner.log(
-                        f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
-                        "closed from its record"
-                    )
-                    continue
-                runner.storage.set_trial_user_attr(t._trial_id, "stale", reason)
-                runner.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            except (UpdateFinishedTrialError, RuntimeError):
-                continue
-            runner.log(f"[sweep] trial {t.number} ({label}): {reason} without a record; its cell runs again")
+            if not runner.close_from_record(t, reason):
+                runner.fail_stale(t, reason, f": {reason} without a record")
 
     def to_submit(self, runner, trials, states: dict[str, str]) -> list:
         """The WAITING trials of the grid's cells that no task in the queue holds: one per cell
@@ -373,18 +358,19 @@ class SlurmLauncher(Launcher):
         ex = self.executor(folder, f"synthlab-{grid.study_name}"[:100])
         jobs = ex.map_array(CellTask(), jobs_in)
         for t, job in zip(waiting, jobs):
-            runner.storage.set_trial_user_attr(t._trial_id, "slurm_job", str(job.job_id))
+            runner.storage.set_trial_user_attr(trial_id(t), "slurm_job", str(job.job_id))
         return [str(j.job_id) for j in jobs]
 
     # ---- the launcher
 
     def run(self, grid: Grid) -> list:
+        from synthlab.study import dashboard
         from synthlab.study import progress as progress_mod
         from synthlab.study.slurmtask import SlurmRunner
 
         mode = progress_mod.mode_for(grid.quiet)
         view = progress_mod.SweepProgress(
-            mode, {c.key: c.label() for c in grid.cells}, _objective_name(grid.spec), grid.progress_every
+            mode, {c.key: c.label() for c in grid.cells}, dashboard.objective_name(grid.spec), grid.progress_every
         )
         view.slurm = True
         runner = SlurmRunner(
@@ -463,12 +449,6 @@ class SlurmLauncher(Launcher):
 def _absolute(url: str) -> str:
     """A journal file's path made absolute (tasks start in another directory); URLs as they are."""
     return str(Path(url).resolve()) if "://" not in url else url
-
-
-def _objective_name(spec) -> str:
-    from synthlab.study import dashboard
-
-    return dashboard.objective_name(spec)
 
 
 if __name__ == "__main__":  # pragma: no cover

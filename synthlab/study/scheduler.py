@@ -4,13 +4,16 @@ process is killed.
 Cells are enqueued as WAITING trials and taken by the storage's atomic WAITING -> RUNNING
 transition; the lowest-numbered live trial of a cell runs; a dead worker's trial is reaped and
 its cell enqueued again; a record goes onto the trial, then into ``results.jsonl``, then the
-trial is closed. This module owns those rules and :class:`Runner`, one worker's loop. The rules
-one by one: docs/architecture.md, "The sweep queue's rules".
+trial is closed. This module owns those rules and :class:`Runner`, one worker's loop, batched
+seeds included (a taken cell's sibling seeds trained as one stacked model). The rules one by
+one: docs/architecture.md, "The sweep queue's rules" and "Batched seeds: one stacked model".
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import os
 import time
 from pathlib import Path
@@ -22,13 +25,30 @@ from synthlab.plan.sweepfile import SweepSpec, objective
 from synthlab.run.records import append_record, clean, failed_record, scan_records, with_cell
 from synthlab.study.dashboard import AxisParams, Intermediate, TrialPlan, metric_attrs
 from synthlab.study.liveness import Heartbeat, SilenceWatch, claim_key, is_live, stale_reason
+from synthlab.study.optuna_api import trial_id
 from synthlab.study.progress import QUIET, LiveTrial, SweepProgress
-from synthlab.study.seedgroups import SCRATCH as _SCRATCH  # OUT/runs/.record-<trial>-<pid>.jsonl
-from synthlab.study.seedgroups import SeedGroups, seed_group
 from synthlab.study.trialhooks import trial_report
 
+SCRATCH = ".record-"  # OUT/runs/.record-<trial>-<pid>.jsonl: the trainer's own record of a run
 
-class Runner(SeedGroups):
+
+def seed_group(cell: Cell) -> str:
+    """A cell's key without its seed: the cells that batched seeds train together."""
+    return json.dumps(
+        {
+            "task": cell.task,
+            "pe": cell.pe,
+            "positions": cell.positions,
+            "rope_scaling": cell.rope_scaling,
+            "overrides": cell.overrides,
+            "slot": cell.slot,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+class Runner:
     """One worker's loop over a grid's cells in a study (see the module docstring)."""
 
     def __init__(
@@ -138,7 +158,7 @@ class Runner(SeedGroups):
                 return r
         return None
 
-    def _ensure_recorded(self, record: dict[str, Any], key: str) -> None:
+    def ensure_recorded(self, record: dict[str, Any], key: str) -> None:
         """Append ``record`` to results.jsonl unless it is there already (a reaped trial's)."""
         self._read_results()
         there = self._recorded.get(key)
@@ -147,7 +167,7 @@ class Runner(SeedGroups):
 
     def _clear_scratch(self) -> None:
         """Remove the trainer's record files that killed workers left behind."""
-        for p in (self.out / "runs").glob(f"{_SCRATCH}*.jsonl"):
+        for p in (self.out / "runs").glob(f"{SCRATCH}*.jsonl"):
             try:
                 pid = int(p.stem.rsplit("-", 1)[1])
             except (IndexError, ValueError):
@@ -157,7 +177,7 @@ class Runner(SeedGroups):
 
     # ---- the trials
 
-    def _close(self, trial_id: int, number: int, record: dict[str, Any], reaping: bool = False) -> bool:
+    def close(self, trial_id: int, number: int, record: dict[str, Any], reaping: bool = False) -> bool:
         """Close a running trial from its record: COMPLETE with the objective, or FAIL. When
         reaping, through the atomic transition (False: another worker closed it first)."""
         from optuna.exceptions import UpdateFinishedTrialError
@@ -187,7 +207,6 @@ class Runner(SeedGroups):
         return True  # the progress view prints the cell's line (ok or failed)
 
     def reap(self, trials) -> None:
-        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         for t in trials:
@@ -196,31 +215,47 @@ class Runner(SeedGroups):
             if "slurm_job" in t.user_attrs or any(k.startswith("slurm:") for k in t.user_attrs):
                 continue  # a SLURM task's: SLURM owns its liveness (synthlab.study.launchers.SlurmLauncher.reap)
             reason = stale_reason(t, self.grace_period, self.me, self.silence)
-            if reason is None:
-                continue
-            cell = self.by_key.get(t.user_attrs["cell_key"])
-            label = cell.label() if cell else "a cell of another grid"
-            record = t.user_attrs.get("record")
-            if record is not None:  # the run ended and was recorded; its worker died before closing it
-                try:
-                    self.storage.set_trial_user_attr(t._trial_id, "closed_from_record", reason)
-                except (UpdateFinishedTrialError, RuntimeError):
-                    continue
-                # the line first, then the close, as for a run that just ended: a kill between
-                # the two then leaves a RUNNING trial that the next sweep reaps again
-                self._ensure_recorded(record, t.user_attrs["cell_key"])
-                if self._close(t._trial_id, t.number, record, reaping=True):
-                    self.log(
-                        f"[sweep] trial {t.number} ({label}) was recorded but not closed ({reason}): "
-                        "closed from its record"
-                    )
-                continue
-            try:
-                self.storage.set_trial_user_attr(t._trial_id, "stale", reason)
-                self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            except (UpdateFinishedTrialError, RuntimeError):
-                continue  # another worker reaped it, or it just finished
-            self.log(f"[sweep] trial {t.number} ({label}) died: {reason}; its cell runs again")
+            if reason is not None and not self.close_from_record(t, reason):
+                self.fail_stale(t, reason, f" died: {reason}")
+
+    def _label(self, t) -> str:
+        cell = self.by_key.get(t.user_attrs["cell_key"])
+        return cell.label() if cell else "a cell of another grid"
+
+    def close_from_record(self, t, reason: str) -> bool:
+        """Close a RUNNING trial whose run was recorded but whose worker or task died before the
+        close; False if it has no record. Another worker closing it first counts as closed."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        record = t.user_attrs.get("record")
+        if record is None:
+            return False
+        try:
+            self.storage.set_trial_user_attr(trial_id(t), "closed_from_record", reason)
+        except (UpdateFinishedTrialError, RuntimeError):
+            return True
+        # the line first, then the close, as for a run that just ended: a kill between
+        # the two then leaves a RUNNING trial that the next sweep reaps again
+        self.ensure_recorded(record, t.user_attrs["cell_key"])
+        if self.close(trial_id(t), t.number, record, reaping=True):
+            self.log(
+                f"[sweep] trial {t.number} ({self._label(t)}) was recorded but not closed ({reason}): "
+                "closed from its record"
+            )
+        return True
+
+    def fail_stale(self, t, reason: str, said: str) -> None:
+        """Fail a RUNNING trial without a record whose worker or task is gone (``reason``), so its
+        cell runs again; ``said``: what the log line says after the trial's label."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        try:
+            self.storage.set_trial_user_attr(trial_id(t), "stale", reason)
+            self.storage.set_trial_state_values(trial_id(t), TrialState.FAIL)
+        except (UpdateFinishedTrialError, RuntimeError):
+            return  # another worker reaped it, or it just finished
+        self.log(f"[sweep] trial {t.number} ({self._label(t)}){said}; its cell runs again")
 
     def retry_failed(self, trials) -> None:
         """Set aside the failed result of every cell of this grid whose only result is a failure
@@ -253,36 +288,39 @@ class Runner(SeedGroups):
 
     def pop(self, trials):
         """Take a WAITING trial of one of our cells (atomic WAITING -> RUNNING), or None."""
-        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         waiting = sorted(
             (t for t in trials if t.state == TrialState.WAITING and t.user_attrs.get("cell_key") in self.by_key),
             key=lambda t: t.number,
         )
-        for t in waiting:
-            try:
-                # a claim before the take: a kill between the take and ``worker`` leaves a pid to check
-                self.storage.set_trial_user_attr(t._trial_id, claim_key(self.me), self.me)
-                if self.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-                    return t
-            except UpdateFinishedTrialError:
-                continue
-        return None
+        return next((t for t in waiting if self._take(t)), None)
+
+    def _take(self, t) -> bool:
+        """Claim then take ``t`` (atomic WAITING -> RUNNING); False if another worker took it."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        try:
+            # a claim before the take: a kill between the take and ``worker`` leaves a pid to check
+            self.storage.set_trial_user_attr(trial_id(t), claim_key(self.me), self.me)
+            return bool(self.storage.set_trial_state_values(trial_id(t), state=TrialState.RUNNING))
+        except UpdateFinishedTrialError:
+            return False
 
     def run_trial(self, t) -> None:
-        cell = self._begin(t)
+        cell = self.begin(t)
         if cell is not None:
-            self._train_one(t, cell)
+            self.train_one(t, cell)
 
-    def _train_one(self, t, cell: Cell) -> None:
+    def train_one(self, t, cell: Cell) -> None:
         plan = self.plans.get(cell.key, TrialPlan(0, "loss"))
         live = LiveTrial(t.number, cell.label(), plan.steps or None)
         self.progress.started(live)
         try:
-            with Heartbeat(self.storage, t._trial_id, self.heartbeat_interval, live):
+            with Heartbeat(self.storage, trial_id(t), self.heartbeat_interval, live):
                 record = self._train(
-                    cell, t.number, trial_report(live.update, Intermediate(self.storage, t._trial_id, plan))
+                    cell, t.number, trial_report(live.update, Intermediate(self.storage, trial_id(t), plan))
                 )
         except (KeyboardInterrupt, OSError):  # Ctrl-C, or the disk (full, read-only): no record, so the
             self._give_back([t])  # cell runs again
@@ -297,12 +335,12 @@ class Runner(SeedGroups):
         for t in ts:
             self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
 
-    def _begin(self, t) -> Cell | None:
+    def begin(self, t) -> Cell | None:
         """A taken trial's cell to train, or None where the trial is closed here instead (a
         duplicate of a lower trial, or a cell already in results.jsonl)."""
         from optuna.trial import TrialState
 
-        sid = t._trial_id
+        sid = trial_id(t)
         self.storage.set_trial_user_attr(sid, "worker", self.me)
         key = t.user_attrs["cell_key"]
         trials = self.trials()
@@ -320,7 +358,7 @@ class Runner(SeedGroups):
         done = self.recorded(cell, trials)
         if done is not None and done.get("status") == "ok":
             self.storage.set_trial_user_attr(sid, "record", with_cell(done, key))
-            self._close(sid, t.number, done)
+            self.close(sid, t.number, done)
             self.log(
                 f"[sweep] trial {t.number}: {cell.label()} is in results.jsonl already (trial "
                 f"{done.get('trial')}): closed from that record, not trained again"
@@ -333,7 +371,7 @@ class Runner(SeedGroups):
         run), into results.jsonl, and the trial closed."""
         from optuna.exceptions import UpdateFinishedTrialError
 
-        sid, key = t._trial_id, cell.key
+        sid, key = trial_id(t), cell.key
         record = with_cell(clean(record), key)
         try:
             self.storage.set_trial_user_attr(sid, "record", record)  # first: from here on a kill cannot lose the run
@@ -345,7 +383,7 @@ class Runner(SeedGroups):
             )
             return
         append_record(self.results, record)
-        self._close(sid, t.number, record)
+        self.close(sid, t.number, record)
         self.ran += 1
 
     def config(self, cell: Cell) -> Any:
@@ -357,13 +395,32 @@ class Runner(SeedGroups):
             self.configs[cell.key] = training.cell_config(cell, self.preset, probe=False)
         return self.configs[cell.key]
 
+    def _scratch(self, number: int) -> Path:
+        # the trainer appends its record to a file of its own: the runner writes results.jsonl
+        # (with the cell's key, after the trial has the record)
+        scratch = self.out / "runs" / f"{SCRATCH}{number}-{os.getpid()}.jsonl"
+        scratch.parent.mkdir(parents=True, exist_ok=True)
+        return scratch
+
+    def _failures(self, cells: list[Cell], numbers: list[int], scratch: Path, e: Exception) -> list[dict[str, Any]]:
+        """Each cell's record of a run that raised: the trainer's own failure record where it
+        wrote one before raising, else one saying why."""
+        own = [r for r in scan_records(scratch)[0] if r.get("status") == "failed"]
+        by_seed = {r.get("train", {}).get("seed"): r for r in own}
+        if len(cells) == 1 and own:
+            by_seed[cells[0].seed] = own[-1]
+        return [
+            by_seed.get(c.seed)
+            or failed_record(
+                c.task, c.pe, c.positions, c.overrides, c.seed, self.study.study_name, n, f"{type(e).__name__}: {e}"
+            )
+            for c, n in zip(cells, numbers)
+        ]
+
     def _train(self, cell: Cell, number: int, report) -> dict[str, Any]:
         from synthlab.run import training  # torch and lightning: loaded once a trial runs
 
-        # the trainer appends its record to a file of its own: the runner writes results.jsonl
-        # (with the cell's key, after the trial has the record)
-        scratch = self.out / "runs" / f"{_SCRATCH}{number}-{os.getpid()}.jsonl"
-        scratch.parent.mkdir(parents=True, exist_ok=True)
+        scratch = self._scratch(number)
         options: dict[str, Any] = (
             {"logger": self.logger} if self.logger is not None else {}
         )  # None: the trainer's default
@@ -381,19 +438,90 @@ class Runner(SeedGroups):
         except OSError:  # the environment, not the cell's failure: this worker stops (exit 1)
             raise
         except Exception as e:  # the trainer should return status "failed"; never stop the sweep
-            own = [r for r in scan_records(scratch)[0] if r.get("status") == "failed"]
-            if own:  # the trainer recorded its failure, then raised
-                return own[-1]
-            return failed_record(
-                cell.task,
-                cell.pe,
-                cell.positions,
-                cell.overrides,
-                cell.seed,
-                self.study.study_name,
-                number,
-                f"{type(e).__name__}: {e}",
+            return self._failures([cell], [number], scratch, e)[0]
+        finally:
+            scratch.unlink(missing_ok=True)
+
+    # ---- batched seeds: a taken cell's sibling seeds still waiting, trained as one stacked model
+
+    def pop_siblings(self, t, trials, limit: int | None = None) -> list:
+        """Take the WAITING trials of ``t``'s cell's other seeds (at most ``limit``)."""
+        from optuna.trial import TrialState
+
+        group = seed_group(self.by_key[t.user_attrs["cell_key"]])
+        waiting = sorted(
+            (
+                u
+                for u in trials
+                if u.state == TrialState.WAITING
+                and u.number != t.number
+                and (c := self.by_key.get(u.user_attrs.get("cell_key"))) is not None
+                and seed_group(c) == group
+            ),
+            key=lambda u: u.number,
+        )
+        taken: list[Any] = []
+        for u in waiting:
+            if limit is not None and len(taken) >= limit:
+                break
+            if self._take(u):
+                taken.append(u)
+        return taken
+
+    def run_group(self, ts) -> None:
+        """Taken trials of one cell's seeds, trained as one stacked model."""
+        begun = [(t, c) for t in ts if (c := self.begin(t)) is not None]
+        if len(begun) <= 1:
+            for t, c in begun:
+                self.train_one(t, c)
+            return
+        lives, reports = [], []
+        for t, c in begun:
+            plan = self.plans.get(c.key, TrialPlan(0, "loss"))
+            live = LiveTrial(t.number, c.label(), plan.steps or None)
+            self.progress.started(live)
+            lives.append(live)
+            reports.append(trial_report(live.update, Intermediate(self.storage, trial_id(t), plan)))
+        try:
+            with contextlib.ExitStack() as beats:
+                for (t, _), live in zip(begun, lives):
+                    beats.enter_context(Heartbeat(self.storage, trial_id(t), self.heartbeat_interval, live))
+                records = self._train_batch([c for _, c in begun], [t.number for t, _ in begun], reports)
+        except (KeyboardInterrupt, OSError):
+            self._give_back([t for t, _ in begun])
+            raise
+        finally:
+            for t, _ in begun:
+                self.progress.ended(t.number)
+        for (t, c), record in zip(begun, records):
+            self._record(t, c, record)
+
+    def _train_batch(self, cells: list[Cell], numbers: list[int], reports: list) -> list[dict[str, Any]]:
+        """:meth:`_train` for the seeds of one cell, as one stacked model; one by one where
+        they cannot be (logged once per cell)."""
+        from synthlab.run import seedbatch
+
+        c0 = cells[0]
+        scratch = self._scratch(numbers[0])
+        try:
+            return seedbatch.run_seeds(
+                [self.config(c) for c in cells],
+                out=str(self.out / "runs"),
+                results=str(scratch),
+                quiet=self.quiet,
+                study=self.study.study_name,
+                trials=numbers,
+                reports=reports,
             )
+        except seedbatch.NotBatchable as e:
+            self.unbatchable.add(seed_group(c0))
+            label = " ".join(p for p in c0.label().split() if not p.startswith("seed="))
+            self.log(f"[sweep] the seeds of {label} train one by one: {e}")
+            return [self._train(c, n, r) for c, n, r in zip(cells, numbers, reports)]
+        except OSError:
+            raise
+        except Exception as e:  # every seed's record says why (written by the trainer, or here)
+            return self._failures(cells, numbers, scratch, e)
         finally:
             scratch.unlink(missing_ok=True)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import submitit
 
+from synthlab.study.optuna_api import trial_id
 from synthlab.study.scheduler import Runner
 
 
@@ -48,9 +49,9 @@ class SlurmRunner(Runner):
         if t.state == TrialState.WAITING:
             try:
                 # a claim before the take, then the take (atomic WAITING -> RUNNING), then the name
-                self.storage.set_trial_user_attr(t._trial_id, f"slurm:{job}", True)
-                if self.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-                    self.storage.set_trial_user_attr(t._trial_id, "slurm_job", job)
+                self.storage.set_trial_user_attr(trial_id(t), f"slurm:{job}", True)
+                if self.storage.set_trial_state_values(trial_id(t), state=TrialState.RUNNING):
+                    self.storage.set_trial_user_attr(trial_id(t), "slurm_job", job)
                     return _trial(self.trials(), number)
             except UpdateFinishedTrialError:
                 return None
@@ -58,8 +59,8 @@ class SlurmRunner(Runner):
         if t.state == TrialState.RUNNING and t.user_attrs.get("slurm_job") == job:
             record = t.user_attrs.get("record")
             if record is not None:  # trained and recorded, stopped before the close: close it
-                self._ensure_recorded(record, t.user_attrs["cell_key"])
-                self._close(t._trial_id, t.number, record, reaping=True)
+                self.ensure_recorded(record, t.user_attrs["cell_key"])
+                self.close(trial_id(t), t.number, record, reaping=True)
                 return None
             print(f"[task {job}] trial {number}: taken up again (requeued)", file=sys.stderr, flush=True)
             return t
@@ -117,9 +118,9 @@ def run_cell(job: dict[str, Any]) -> str:
     if t is None:
         return f"trial {job['trial']} ({cell.label()}): finished or held elsewhere; nothing to train"
     repair_jsonl(out / "results.jsonl")
-    if runner._begin(t) is None:
+    if runner.begin(t) is None:
         return f"trial {t.number} ({cell.label()}): closed without training (recorded already)"
-    runner._train_one(t, cell)
+    runner.train_one(t, cell)
     return f"trial {t.number} ({cell.label()}): trained"
 
 

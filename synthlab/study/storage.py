@@ -229,7 +229,7 @@ def _open_journal(path: str):
                 repair_journal_tail(path, check_last=True)
             finally:
                 lock.release()
-    backend = _NamedJournalBackend(path, lock_obj=lock)
+    backend = _named_backend_class()(path, lock_obj=lock)
     try:
         return JournalStorage(backend)
     except Exception:
@@ -253,19 +253,19 @@ def _named_backend_class():
         """A journal file whose failed reads and writes name it (a full disk: ``PATH: No space
         left on device``, where optuna's own write named no file)."""
 
+        def __init__(self, file_path: str, lock_obj: Any = None) -> None:
+            super().__init__(file_path, lock_obj=lock_obj)
+            self.path = file_path
+
         def append_logs(self, logs):
-            with naming(self._file_path):
+            with naming(self.path):
                 return super().append_logs(logs)
 
         def read_logs(self, log_number_from):  # a generator: the reads happen while it is consumed
-            with naming(self._file_path):
+            with naming(self.path):
                 yield from super().read_logs(log_number_from)
 
     return NamedJournalBackend
-
-
-def _NamedJournalBackend(path: str, lock_obj: Any):
-    return _named_backend_class()(path, lock_obj=lock_obj)
 
 
 def _repairing_lock_class():

@@ -289,16 +289,17 @@ def sweep(
     if storage is not None:
         check_storage(storage)
     _check_destinations(out_dir, url, storage)
+    from synthlab.core.errors import naming
+
     done = _finished(cells, url, study_name, retry_failed)
     if done is not None:  # nothing left to run: no trainer (torch, Lightning), no study write
-        from synthlab.core.errors import naming
-
         with naming(out_dir):
             return _report(spec, preset, cells, done, study_name, out_dir, grids, _looks)
     configs = validate_cells(cells, preset)
 
-    # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does
-    with workers_mod.sigterm_as_ctrl_c():
+    # validated: from here on we write; SIGTERM (preemption, `timeout`) stops us as Ctrl-C does;
+    # a write that names no file (a grid's, a library's) names at least the sweep's directory
+    with workers_mod.sigterm_as_ctrl_c(), naming(out_dir):
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
         return _run(
             spec,
@@ -333,48 +334,6 @@ def sweep(
 
 
 def _run(
-    spec: SweepSpec,
-    preset: str,
-    cells: list[Cell],
-    study_name: str,
-    out_dir: Path,
-    url: str,
-    quiet: bool,
-    grids: bool,
-    retry_failed: bool,
-    trials: int | None,
-    workers: int | str,
-    more: dict[str, Any],
-    plans: dict[str, dashboard.TrialPlan],
-    launcher: launchers_mod.Launcher | None = None,
-    configs: dict[str, Any] | None = None,
-) -> list[dict]:
-    """:func:`sweep` once everything is validated; ``more``: the rest of a helper's arguments;
-    ``launcher``: who trains the cells (None: this machine, :class:`launchers_mod.LocalLauncher`);
-    ``configs``: each cell's resolved config (:func:`validate_cells`)."""
-    from synthlab.core.errors import naming
-
-    with naming(out_dir):  # a write that names no file (a grid's, a library's): at least the sweep's directory
-        return _run_named(
-            spec,
-            preset,
-            cells,
-            study_name,
-            out_dir,
-            url,
-            quiet,
-            grids,
-            retry_failed,
-            trials,
-            workers,
-            more,
-            plans,
-            launcher,
-            configs or {},
-        )
-
-
-def _run_named(
     spec: SweepSpec,
     preset: str,
     cells: list[Cell],
