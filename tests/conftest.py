@@ -53,36 +53,70 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
-@pytest.fixture
-def interpreted_child():
-    """run(test_file): the file's tests in a child pytest process with TRITON_INTERPRET=1, all of
-    them passing, at least as many as the file marks ``@pytest.mark.interpreted``. Skips in the
-    child itself (the test that asks for it is the parent's)."""
-    import re
+@pytest.fixture(scope="session")
+def _interpreted_run(request, tmp_path_factory):
+    """One child pytest process with TRITON_INTERPRET=1 over every file of this session that asks
+    for ``interpreted_child`` (torch and triton imported once, not once a file): the files, the
+    child's exit code and output, and its per-test outcomes (junit XML) as
+    {file: {"passed": n, "failed": [test ids]}}."""
     import sys
+    import xml.etree.ElementTree as ET
 
     if INTERPRETER:
         pytest.skip("the parent of the interpreter run")
     broken = _interpreter_broken_by_numpy()
     if broken:
         pytest.skip(broken)
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(
+        {
+            Path(str(item.fspath)).resolve()
+            for item in request.session.items
+            if "interpreted_child" in getattr(item, "fixturenames", ())
+        }
+    )
+    xml = tmp_path_factory.mktemp("interpreted") / "junit.xml"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *map(str, files), "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900 * len(files),
+    )
+    out = proc.stdout + proc.stderr
+    outcomes: dict[Path, dict] = {f: {"passed": 0, "failed": []} for f in files}
+    modules = {".".join(f.relative_to(root).with_suffix("").parts): f for f in files}
+    if xml.is_file():
+        for case in ET.parse(xml).iter("testcase"):
+            classname = case.get("classname", "")
+            module = next((m for m in modules if classname == m or classname.startswith(m + ".")), None)
+            if module is None:
+                continue
+            verdict = {child.tag for child in case}
+            if verdict & {"failure", "error"}:
+                outcomes[modules[module]]["failed"].append(case.get("name"))
+            elif "skipped" not in verdict:
+                outcomes[modules[module]]["passed"] += 1
+    return proc.returncode, out, outcomes
 
-    def run(test_file: str, timeout: int = 900) -> None:
+
+@pytest.fixture
+def interpreted_child(_interpreted_run):
+    """run(test_file): the file's tests, run in the session's one child pytest process with
+    TRITON_INTERPRET=1 (``_interpreted_run``), all passed, at least as many as the file marks
+    ``@pytest.mark.interpreted``. Skips in the child itself (the test that asks for it is the
+    parent's)."""
+    returncode, out, outcomes = _interpreted_run
+
+    def run(test_file: str, timeout: int = 900) -> None:  # timeout: the child's is 900 s a file
         here = Path(test_file).resolve()
-        env = {**os.environ, "TRITON_INTERPRET": "1"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", str(here), "-q", "-p", "no:cacheprovider", "-x"],
-            cwd=here.parents[2],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        out = proc.stdout + proc.stderr
-        summary = out.strip().splitlines()[-1] if out.strip() else ""
-        passed = re.search(r"(\d+) passed", summary)
+        got = outcomes.get(here)
+        assert got is not None, f"{here} was not in the interpreter run"
         n_interpreted = sum(1 for line in here.read_text().splitlines() if line.strip() == "@pytest.mark.interpreted")
-        assert proc.returncode == 0 and passed and int(passed.group(1)) >= n_interpreted, out[-6000:]
+        assert returncode in (0, 1), out[-6000:]  # 1: some test failed (which, below); else the run broke
+        assert not got["failed"] and got["passed"] >= n_interpreted, (got, out[-6000:])
 
     return run
 

@@ -31,7 +31,7 @@ def _cope_reference(q_raw, q, k, v, cope, scale):
 
 @pytest.mark.parametrize("T, npos, alibi", [(64, 64, False), (200, 32, False), (130, 64, True)])
 def test_triton_cope_matches_the_pytorch_path_on_the_gpu(T, npos, alibi, monkeypatch):
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason="triton is not installed (pip install 'synthlab-pe[gpu]'; Linux only)")
     from synthlab.model.encoders.contextual import CoPE
 
     torch.manual_seed(0)
@@ -64,7 +64,7 @@ def test_triton_cope_matches_the_pytorch_path_on_the_gpu(T, npos, alibi, monkeyp
 def test_triton_dape_matches_the_pytorch_path_on_the_gpu(T, k, causal, monkeypatch):
     """softmax(A) and the gradients of S, the bias and the weights, against the PyTorch path in
     float64 on the device (the kernels compute in float32 with FMAs, no TF32)."""
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason="triton is not installed (pip install 'synthlab-pe[gpu]'; Linux only)")
     from synthlab.model.processors import DAPE
 
     torch.manual_seed(0)

@@ -18,11 +18,70 @@ def _run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=BENCHMARKS)
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py")))
-def test_every_benchmark_script_imports_and_shows_its_help(script):
-    proc = _run(script, "--help")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "usage:" in proc.stdout
+# Runs each argv of a JSON list (stdin) as `python SCRIPT ARGS...` would, one after the other in
+# this one process (runpy, the script's folder first on sys.path), and writes per argv its exit
+# code, stdout and stderr as JSON to the file named by argv[1]. Only commands that stop after
+# parsing their arguments (--help, a missing GPU) go through it: one interpreter that imports
+# torch once instead of one a command (CI's 2 cores: 2-4 s each).
+PARSE_ONLY = r"""
+import contextlib, io, json, os, runpy, sys, traceback
+jobs = json.load(sys.stdin)
+sys.path.insert(0, os.getcwd())
+results = []
+for argv in jobs:
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = list(argv)
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    results.append({"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+with open(os.environ["PARSE_ONLY_OUT"], "w") as f:
+    json.dump(results, f)
+"""
+
+
+def _parse_only(jobs: list[list[str]], tmp: Path) -> list[dict]:
+    """Each argv of ``jobs`` run from benchmarks/ in one child process (``PARSE_ONLY``), with no
+    GPU visible: [{"argv", "returncode", "stdout", "stderr"}] in the order given."""
+    import json
+    import os
+
+    result = tmp / "parse-only.json"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PARSE_ONLY_OUT": str(result)}
+    proc = subprocess.run(
+        [sys.executable, "-c", PARSE_ONLY],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCHMARKS,
+        env=env,
+    )
+    assert proc.returncode == 0 and result.is_file(), proc.stderr[-2000:]
+    return json.loads(result.read_text())
+
+
+SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py"))
+
+
+@pytest.fixture(scope="module")
+def helps(tmp_path_factory) -> dict[str, dict]:
+    """script -> what `python SCRIPT --help` did, all in one child process."""
+    done = _parse_only([[script, "--help"] for script in SCRIPTS], tmp_path_factory.mktemp("bench-help"))
+    return {r["argv"][0]: r for r in done}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_benchmark_script_imports_and_shows_its_help(script, helps):
+    proc = helps[script]
+    assert proc["returncode"] == 0, proc["stderr"][-2000:]
+    assert "usage:" in proc["stdout"]
 
 
 @pytest.mark.slow
@@ -117,19 +176,27 @@ def _kit_commands() -> list[list[str]]:
     return out
 
 
-def test_every_gpu_kit_benchmark_command_parses():
+def test_every_gpu_kit_benchmark_command_parses(tmp_path):
     # a GPU session is rare and short: an option the script no longer takes must fail here, on
-    # CPU. A --device cuda command parses all its arguments and then stops at the missing GPU.
+    # CPU. A --device cuda command parses all its arguments and then stops at the missing GPU
+    # (none is made visible to the child).
     commands = _kit_commands()
     assert len(commands) >= 8
-    for argv in commands:
-        script, args = Path(argv[0]).name, argv[1:]
-        if "--device" in args:
-            proc = _run(script, *args, timeout=120)
-            assert proc.returncode == 2 and "no CUDA device is visible" in proc.stderr, (argv, proc.stderr[-500:])
-        else:  # no GPU check before it would run: its options are validated up to --help
-            proc = _run(script, *args, "--help", timeout=120)
-            assert proc.returncode == 0, (argv, proc.stderr[-500:])
+    jobs = [
+        [Path(argv[0]).name, *argv[1:]]
+        if "--device" in argv[1:]
+        # no GPU check before it would run: its options are validated up to --help
+        else [Path(argv[0]).name, *argv[1:], "--help"]
+        for argv in commands
+    ]
+    for argv, proc in zip(commands, _parse_only(jobs, tmp_path), strict=True):
+        if "--device" in argv[1:]:
+            assert proc["returncode"] == 2 and "no CUDA device is visible" in proc["stderr"], (
+                argv,
+                proc["stderr"][-500:],
+            )
+        else:
+            assert proc["returncode"] == 0 and "usage:" in proc["stdout"], (argv, proc["stderr"][-500:])
 
 
 def test_the_kit_paper_sweep_counts_against_the_grid_it_runs():

@@ -251,7 +251,9 @@ def _get(url: str) -> tuple[int, dict]:
 
 @pytest.mark.slow
 def test_optuna_dashboard_shows_params_search_space_user_attrs_curves_and_importances(tmp_path, reporting):
-    pytest.importorskip("optuna_dashboard")
+    pytest.importorskip(
+        "optuna_dashboard", reason="optuna-dashboard is not installed (pip install 'synthlab-pe[dashboard]')"
+    )
     out = tmp_path / "synthlab-runs" / "tiny-smoke"
     sweeping.sweep(write_sweep(tmp_path), out=out)
     port = _free_port()

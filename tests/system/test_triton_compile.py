@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="triton is not installed (pip install 'synthlab-pe[gpu]'; Linux only)")
 
 from synthlab.model.native import cope_triton as ct  # noqa: E402
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="triton is not installed (pip install 'synthlab-pe[gpu]'; Linux only)")
 
 from synthlab.model.batched import is_batched, plain  # noqa: E402
 from synthlab.model.encoders.contextual import CoPE, cope_alibi_slopes, cope_term  # noqa: E402

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="triton is not installed (pip install 'synthlab-pe[gpu]'; Linux only)")
 
 from synthlab.model.batched import plain  # noqa: E402
 from synthlab.model.native import dape_triton as dt  # noqa: E402
