@@ -63,24 +63,6 @@ def test_every_task_has_a_sweep_file_holding_it():
         presets.preset_family("nosuch")
 
 
-@pytest.fixture
-def tasks_built_once(monkeypatch):
-    """generators.get_task builds a task once per distinct name and parameters for the test
-    (the configuration checks below resolve each cell two or three times, and a binfa / nfa
-    task's build checks its automata's label rates: 0.1 s a build, 19 s of binfa's 64 cells
-    otherwise). The task's checks still run, once per parameter set."""
-    built: dict[str, generators.Task] = {}
-    get_task = generators.get_task
-
-    def once(task: str, **params):
-        key = json.dumps([task, params], sort_keys=True, default=repr)
-        if key not in built:
-            built[key] = get_task(task, **params)
-        return built[key]
-
-    monkeypatch.setattr(generators, "get_task", once)
-
-
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("task", sorted(generators.TASKS))
 def test_train_and_every_sweep_cell_agree_off_the_axes(task, preset, tasks_built_once):
