@@ -36,6 +36,28 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture
+def tasks_built_once(monkeypatch):
+    """generators.get_task builds a task once per distinct name and parameters for the test
+    that asks (configuration checks that resolve every sweep cell, some two or three times: a
+    binfa / nfa task's build checks its automata's label rates, 0.1 s a build). The task's own
+    checks still run, once per parameter set."""
+    import json
+
+    from synthlab import generators
+
+    built: dict[str, object] = {}
+    get_task = generators.get_task
+
+    def once(task: str, **params):
+        key = json.dumps([task, params], sort_keys=True, default=repr)
+        if key not in built:
+            built[key] = get_task(task, **params)
+        return built[key]
+
+    monkeypatch.setattr(generators, "get_task", once)
+
+
 INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 
 

@@ -65,7 +65,7 @@ def test_every_task_has_a_sweep_file_holding_it():
 
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("task", sorted(generators.TASKS))
-def test_train_and_every_sweep_cell_agree_off_the_axes(task, preset):
+def test_train_and_every_sweep_cell_agree_off_the_axes(task, preset, tasks_built_once):
     """`train TASK --preset P`, given a cell's run flags (pe, seed, positions, rope_scaling) as
     its command line would, resolves to the cell's configuration on every setting the sweep
     does not put on an axis or tune; on those the cell runs the axis value."""
@@ -93,7 +93,7 @@ def test_train_and_every_sweep_cell_agree_off_the_axes(task, preset):
 
 
 @pytest.mark.parametrize("name", sorted(installed_sweeps()))
-def test_a_cell_runs_its_own_sweep_files_settings(name):
+def test_a_cell_runs_its_own_sweep_files_settings(name, tasks_built_once):
     """A cell's run is the config defaults + its own file's tables + its axes (``cell_config``,
     which reads no other file), even where `train` reads another file for the task
     (flipflop_lm's); and it is what the installed family's preset under the cell's overrides

@@ -93,7 +93,7 @@ def _preset_estimates(preset, device):
     return seen
 
 
-def test_every_quick_preset_fits_a_2_core_8_gb_cpu():
+def test_every_quick_preset_fits_a_2_core_8_gb_cpu(tasks_built_once):
     ests = _preset_estimates("quick", "cpu")
     assert len(ests) > 100
     over = {k[:2]: round(e["host"] / GB, 2) for k, e in ests.items() if e["host"] > 8 * GB}
@@ -105,7 +105,7 @@ def test_every_quick_preset_fits_a_2_core_8_gb_cpu():
 # and DAPE V2's packed path holds ~(2 k + 4) / 2 + 3 of them at once (k = 7: 143 GB); che.toml's
 # paper preset therefore evaluates in batches of 64 (72 GB at k = 7)
 @pytest.mark.slow
-def test_every_paper_preset_fits_an_80_gb_gpu():
+def test_every_paper_preset_fits_an_80_gb_gpu(tasks_built_once):
     ests = _preset_estimates("paper", "cuda")
     over = {k[:2] for k, e in ests.items() if e["device"] > 80 * GB or e["host"] > 64 * GB}
     assert not over, sorted(over)
