@@ -17,7 +17,9 @@ import torch
 
 def _functorch_batched() -> tuple[Callable[[torch.Tensor], bool], Callable[[torch.Tensor], torch.Tensor]]:
     """torch's (is a BatchedTensor, unwrap one level): private, since torch.func's only public
-    unwrap, ``debug_unwrap``, is for debugging and cannot tell a vmap wrapper from a grad one."""
+    unwrap, ``debug_unwrap``, is for debugging and cannot tell a vmap wrapper from a grad one.
+    No upstream request for a public one yet (torch.compile treats ``is_batchedtensor`` as a
+    query it can trace: https://github.com/pytorch/pytorch/pull/149541)."""
     try:
         from torch._C._functorch import get_unwrapped, is_batchedtensor
     except ImportError:  # a torch that moved them: no tensor is taken for a vmapped one

@@ -23,7 +23,8 @@ import torch
 from synthlab.core.config import PRECISIONS, RunConfig
 
 # Lightning's private name for the hook it is calling, which it sets on the module around every
-# hook; no public API sets it: a version that renames it only loses QuickHookName's shortcut
+# hook (https://github.com/Lightning-AI/pytorch-lightning/pull/8498); there is no public one and no
+# upstream request: a version that renames it only loses QuickHookName's shortcut
 HOOK_NAME = "_current_fx_name"
 
 

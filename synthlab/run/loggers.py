@@ -177,26 +177,16 @@ def _mlflow_scope(local: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _tracking_uri_kept() -> Iterator[None]:
-    """MLflow's process-wide tracking URI put back as it was, unset included. MLflow has no
-    public reader of the URI set in-process (``mlflow.get_tracking_uri`` resolves a default when
-    none is), so its module attribute is read; a version without it gets the resolved URI back."""
-    tracking: Any = None
-    with contextlib.suppress(ImportError):
-        from mlflow.tracking._tracking_service import utils as tracking
-    if not hasattr(tracking, "_tracking_uri"):
-        import mlflow
+    """MLflow's process-wide tracking URI put back as it was, unset included, through MLflow's
+    public functions (``set_tracking_uri(None)`` unsets it, as MLflow's own scoped URI does)."""
+    import mlflow
+    from mlflow import tracking
 
-        resolved = mlflow.get_tracking_uri()
-        try:
-            yield
-        finally:
-            mlflow.set_tracking_uri(resolved)
-        return
-    before = tracking._tracking_uri
+    before = mlflow.get_tracking_uri() if tracking.is_tracking_uri_set() else None
     try:
         yield
     finally:
-        tracking._tracking_uri = before
+        mlflow.set_tracking_uri(before)  # type: ignore[arg-type]  # None unsets: typed str, MLflow passes None too
 
 
 def _inside(path: Path | None, run_dir: Path) -> str | None:

@@ -145,7 +145,7 @@ def _stop_training_on_requeue() -> list[BaseException]:
     record, while a SystemExit would be recorded as the run's failure. The exit submitit meant
     is kept in the list returned and raised once the run is out of the way."""
     stopped: list[BaseException] = []
-    sig = submitit.JobEnvironment._usr_sig()
+    sig = signal.Signals["SIG" + submitit.JobEnvironment.USR_SIG]  # SUBMITIT_PREEMPT_SIGNAL, USR2 by default
     handler = signal.getsignal(sig)
     if not callable(handler):
         return stopped

@@ -138,6 +138,20 @@ def test_mlflow_uses_the_tracking_uri_of_the_environment(tmp_path, monkeypatch, 
     assert os.environ["MLFLOW_TRACKING_URI"] == store.as_uri()
 
 
+def test_mlflow_keeps_a_tracking_uri_set_in_the_process(tmp_path, monkeypatch, mlflow_offline):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the test's stand-in for a server
+    users = (tmp_path / "users-store").as_uri()
+    mlflow.set_tracking_uri(users)
+    try:
+        _run(tmp_path, "mlflow")
+        assert mlflow.get_tracking_uri() == users
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert not mlflow.tracking.is_tracking_uri_set()
+
+
 @pytest.mark.parametrize("name,extra", [("tensorboard", "tensorboard"), ("wandb", "wandb"), ("mlflow", "mlflow")])
 def test_a_missing_logger_package_names_its_extra_before_writing(tmp_path, monkeypatch, name, extra):
     monkeypatch.setattr(loggers, "installed", lambda module: False)
