@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# One command for a lent GPU machine: the GPU tests, then issues 12 and 15's measurements, in
-# parts of at most ~9 minutes each (the device tool's call is 10), each step time-boxed; the
+# One command for a lent GPU machine: the GPU tests, then the GPU measurements docs/performance.md
+# lists as unmeasured, in parts of at most ~9 minutes each (the device tool's call is 10), each step time-boxed; the
 # outputs land in $OUT (the device tool brings them back) or in gpu-results/.
 #   bash scripts/gpu_wheels.sh                       # here, once: the wheels the machine lacks
 #   run(command="bash scripts/gpu_session.sh PART", carry=[".whl"])
 # A session has 15 minutes of device time (2026-11; machine start, idle waits and every call
 # included) and the machine goes back after 30 s idle, so: one part, perhaps a second called at
 # once. Parts, in this order of priority (trustworthy results first):
-#   paper: CoPE and RoPE at the paper's size, 3 seeds stacked per encoding (scripts/gpu_paper.py,
-#       issue 15): a 60-s dry run at the smoke preset, then 8 minutes of the real runs; its
+#   paper: CoPE and RoPE at the paper's size, 3 seeds stacked per encoding (scripts/gpu_paper.py):
+#       a 60-s dry run at the smoke preset, then 8 minutes of the real runs; its
 #       results.jsonl comes back; a later call on the same warm machine resumes from the
 #       checkpoints in /tmp/paper and skips what is recorded.
 #   quick (default): tests, per-step ratios at quick and paper size (fp32, bf16, CoPE's Triton
-#       kernels on and off): issue 12's targets.
-#   papersweep: issue 12's "paper grid under 10 minutes on one GPU": `synthlab sweep flipflop
+#       kernels on and off): the GPU targets of docs/performance.md.
+#   papersweep: the target "paper grid under 10 minutes on one GPU": `synthlab sweep flipflop
 #       --pe cope,rope --preset paper` (48 runs of 10k steps) with $PAPERSWEEP_WORKERS workers
 #       (default 8) for 9 minutes; prints the cells finished (a later call resumes the journal).
 #   sweep: the main command's wall time with 1..8 workers, with and without --batch-seeds.
@@ -57,29 +57,29 @@ if [[ $part == quick ]]; then
         --precision bf16-mixed --encodings rope,cope,kerple+dape:k=3
     SYNTHLAB_COPE_TRITON=0 step train-paper-cope-pytorch 50 python3 benchmarks/training.py --device cuda --steps 40 \
         --skip-mfu --size paper --encodings rope,cope
-elif [[ $part == paper ]]; then  # issue 15: CoPE vs RoPE at the paper's scale, 3 seeds stacked per encoding
+elif [[ $part == paper ]]; then  # CoPE vs RoPE at the paper's scale, 3 seeds stacked per encoding
     step paper-dry-run 60 python3 scripts/gpu_paper.py /tmp/paper-smoke --preset smoke
     step paper-runs 480 python3 scripts/gpu_paper.py /tmp/paper
     cp /tmp/paper/results.jsonl "$out/paper-results.jsonl" 2>/dev/null
-elif [[ $part == flex ]]; then  # issue 12: does flex beat the float mask? (off by default until it does)
+elif [[ $part == flex ]]; then  # does flex beat the float mask? (off by default until it does)
     CUBLAS_WORKSPACE_CONFIG=:4096:8 step tests-flex 240 python3 -m pytest -v -p no:cacheprovider \
         tests/integration/test_cuda.py -k flex
     for on in 0 1; do
         SYNTHLAB_FLEX_ATTENTION=$on step train-paper-flex$on 140 python3 benchmarks/training.py --device cuda \
             --steps 40 --skip-mfu --size paper --encodings rope,alibi,t5,kerple,fire
     done
-elif [[ $part == dape ]]; then  # issue 12: do DAPE's Triton kernels beat the PyTorch path? (off until they do)
+elif [[ $part == dape ]]; then  # do DAPE's Triton kernels beat the PyTorch path? (off until they do)
     step kernels-paper 150 python3 benchmarks/attention_kernels.py --device cuda --size paper
     for on in 0 1; do  # the first Triton call compiles its kernels: the warm-up steps take it
         SYNTHLAB_DAPE_TRITON=$on step train-paper-dape$on 150 python3 benchmarks/training.py --device cuda \
             --steps 40 --skip-mfu --size paper --encodings rope,kerple+dape:k=3,kerple+dape
     done
-elif [[ $part == graphs ]]; then  # issue 12: CUDA graphs, and where a step's time goes
+elif [[ $part == graphs ]]; then  # CUDA graphs, and where a step's time goes
     step train-quick-graphs 200 python3 benchmarks/training.py --device cuda --steps 60 --skip-mfu \
         --compile --compile-mode reduce-overhead --encodings rope,cope
     step profile-paper 180 python3 benchmarks/profile_step.py --device cuda --size paper \
         --pe rope,cope,kerple+dape:k=3 --steps 5 --trace-dir "$out"
-elif [[ $part == papersweep ]]; then  # issue 12: the paper grid's wall time on one GPU
+elif [[ $part == papersweep ]]; then  # the paper grid's wall time on one GPU
     step paper-sweep 540 python3 -m synthlab.cli sweep flipflop --pe cope,rope --preset paper \
         --workers "${PAPERSWEEP_WORKERS:-8}" --out /tmp/papersweep --quiet
     python3 -c "import json, sys; recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -1,4 +1,4 @@
-"""The names a sweep file gives, checked against its tasks before anything runs (issue 33).
+"""The names a sweep file gives, checked against its tasks before anything runs.
 
 A metric, split, axis or claim / paper cell that names nothing its tasks have is refused
 (ValueError: exit 2, one line naming the file and the entry), with the tasks built from the

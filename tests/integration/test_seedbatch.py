@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import load_file
 
 import synthlab
+from sweep_kit import TINY as TINY_SWEEP
 from synthlab.run import seedbatch
 from synthlab.run.seedbatch import NotBatchable, train_seeds
 from synthlab.study import sweeping
-from test_sweep import TINY as TINY_SWEEP
 
 SEEDS = [0, 1, 2]
 TINY = {"steps": 30, "eval_samples": 32}

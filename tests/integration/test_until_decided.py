@@ -11,8 +11,8 @@ import json
 
 import pytest
 
+from sweep_kit import TINY, FakeTrain, as_run, write_sweep
 from synthlab.cli import main
-from test_sweep import TINY, FakeTrain, as_run, write_sweep
 
 CLAIMS = """
 [[claim]]

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from sweep_kit import as_run
 from synthlab.cli import main
-from test_sweep import as_run
 
 TINY = """
 [sweep]
@@ -126,7 +126,7 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "unknown.jsonl").write_text(lines(rec(task="nosuchtask")))
     (tmp_path / "x.png").mkdir()
     (tmp_path / "y.csv").mkdir()
-    # special files (issue 33): never replaced by a regular file, never opened where that blocks
+    # special files: never replaced by a regular file, never opened where that blocks
     for name in (
         "fifo",
         "fifo.png",
@@ -208,7 +208,7 @@ CASES = {
     ),
     "generate --seed -1": (["generate", "flipflop", "--seed", "-1"], 2, "--seed must be an integer from 0 to"),
     "generate --seed 2**70": (["generate", "flipflop", "--seed", str(2**70)], 2, "--seed must be an integer"),
-    # issue 33: every size a command takes is bounded
+    # every size a command takes is bounded
     "generate -n 10^10": (
         ["generate", "flipflop", "-n", "10000000000"],
         2,
@@ -326,7 +326,7 @@ CASES = {
         2,
         "no per-length metrics",
     ),
-    # issue 33, cause 1: an output that is a FIFO, a device or a socket is refused, never replaced
+    # an output that is a FIFO, a device or a socket is refused, never replaced
     "generate -o FIFO": (["generate", "flipflop", "-o", "fifo"], 2, "-o 'fifo' is not a regular file"),
     "generate -o device": (["generate", "flipflop", "-o", "dev"], 2, "-o 'dev' is not a regular file"),
     "generate -o socket": (["generate", "flipflop", "-o", "sock"], 2, "-o 'sock' is not a regular file"),
@@ -355,7 +355,7 @@ CASES = {
         2,
         "'fifodir/results.jsonl' is not a regular file",
     ),
-    # issue 33, cause 6: a FIFO that a command would read or open is refused at once, not waited on
+    # a FIFO that a command would read or open is refused at once, not waited on
     "sweep --storage FIFO": (
         ["sweep", "tiny.toml", "--storage", "fifo", "--out", "sw"],
         2,
@@ -386,7 +386,7 @@ CASES = {
         "'fifodir/results.jsonl' is not a regular file",
     ),
     "report ROOT FIFO": (["report", "fifo", "-o", "r.md"], 2, "'fifo'"),
-    # issue 33, usability: a typo gets the closest name, on one short line (TYPOS below: its length)
+    # a typo gets the closest name, on one short line (TYPOS below: its length)
     "train task typo": (["train", "flipfolp", *SMOKE], 2, "unknown task 'flipfolp' (did you mean flipflop?)"),
     "train --set typo": (
         ["train", "flipflop", *SMOKE, "--set", "stpes=10"],
@@ -620,7 +620,7 @@ def test_train_on_a_full_tmpfs_leaves_nothing_half_made(ws):
 
 
 # ----------------------------------------------------------------------------------------
-# issue 33: a hostile working directory, and a stop while the helpers import
+# a hostile working directory, and a stop while the helpers import
 
 
 PROBE = """
@@ -701,7 +701,7 @@ def test_a_stop_while_the_helpers_import_prints_no_traceback(tmp_path, capfd, pr
 
 
 # ----------------------------------------------------------------------------------------
-# issue 33: sweep files that name nothing their task has: refused before anything runs
+# sweep files that name nothing their task has: refused before anything runs
 
 CLAIM = (
     '\n[[claim]]\ntext = "t"\nsource = "s"\npresets = ["smoke"]\nbetter = {%s}\n'
@@ -832,7 +832,7 @@ def test_every_installed_sweep_names_only_what_its_tasks_have():
 
 
 # ----------------------------------------------------------------------------------------
-# issue 33, cause 4: damaged run directories and records: one line naming the file, exit 1
+# damaged run directories and records: one line naming the file, exit 1
 # (a file synthlab wrote no longer reads as one: an environment error, like a failing disk).
 # A well-formed record holding a value synthlab never writes (NaN, text) stays bad input (2).
 
@@ -1033,7 +1033,7 @@ def test_a_damaged_record_is_named_in_one_line(ws, capsys, trained_run, damage, 
 
 
 # ----------------------------------------------------------------------------------------
-# issue 33, cause 8: an environment error names its path even where the failing write named none
+# an environment error names its path even where the failing write named none
 
 
 def _enospc(*_a, **_k):

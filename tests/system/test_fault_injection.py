@@ -25,10 +25,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sweep_kit import TINY, child_env, study_trials, trials_so_far, wait_running, write_sweep
 from synthlab.analysis import grids
 from synthlab.run import records
 from synthlab.study import sweeping
-from test_sweep import TINY, _env, study_trials, trials_so_far, wait_running, write_sweep
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")]
 
@@ -145,7 +145,7 @@ for line in sys.stdin:
 class Driver:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env()
+            [sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env()
         )
         assert self.proc.stdout.readline().strip() == "ready"
         self.n = 0
@@ -473,7 +473,7 @@ def test_two_workers_sigterm_and_sigkill_of_the_main_process(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "synthlab.cli", "sweep", str(path), "--out", str(out), "--workers", "2", "--quiet"]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         running = _wait_running(out, 2, proc=proc)
         helper = next(t for t in running if t.user_attrs["worker"]["pid"] != proc.pid)
         proc.send_signal(sig)
@@ -559,7 +559,7 @@ def test_two_workers_run_nothing_from_a_hostile_working_directory(tmp_path):
         "2",
         "--quiet",
     ]
-    p = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=900)
+    p = subprocess.run(cmd, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0 and "4/4 cells finished" in p.stdout, p.stderr
     # the helper loads the task plugins whether or not it trains a cell (it validates the grid
     # first), so before the fix the entry point's marker was written even when the main process
@@ -578,7 +578,7 @@ def test_sigterm_while_the_helpers_import_prints_no_traceback(tmp_path, delay):
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,"))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "synthlab.cli", "sweep", str(path), "--out", str(out), "--workers", "2", "--quiet"]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and not _children(proc.pid) and proc.poll() is None:
         time.sleep(0.05)
@@ -619,7 +619,7 @@ def test_a_train_killed_outright_leaves_nothing_the_next_run_keeps(tmp_path, cap
         str(out),
         "--quiet",
     ]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while time.time() < deadline and not list(out.glob("*-flipflop-*/config.json")):
         assert proc.poll() is None, proc.stderr.read()

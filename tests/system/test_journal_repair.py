@@ -18,7 +18,7 @@ from synthlab.run import records
 from synthlab.study import journallock, storage, sweeping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_sweep import FakeTrain, as_run, completed_keys, study_trials, write_sweep  # noqa: E402
+from sweep_kit import FakeTrain, as_run, completed_keys, study_trials, write_sweep  # noqa: E402
 
 
 def _journal_with_trials(path: Path, n: int = 3) -> list[int]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_sweep import TINY as SWEEP_TINY
+from sweep_kit import TINY as SWEEP_TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / ".ci" / "slurm.sh"
@@ -32,7 +32,7 @@ LONG = ["--pe", "rope", "--seeds", "1", "--set", "steps=1500", "--set", "train.c
 LONG_STUDY = "flipflop-smoke-steps=1500-train.checkpoint_every=20"
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def slurm_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -124,7 +124,7 @@ def test_runs_outside_a_launcher_say_nothing_of_srun(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "srun").chmod(0o755)
-    env = _env({"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    env = slurm_env({"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
     for k in [k for k in env if k.startswith("SLURM_")]:
         env.pop(k)
     r = subprocess.run(
@@ -188,7 +188,7 @@ def test_bad_launcher_settings_exit_2_before_anything_is_written(tmp_path, args,
     full = [str(sweep_file), "--out", str(out), *args]
     if "--launcher" not in args:
         full += ["--launcher", "slurm"]
-    r = _sweep(full, _env())
+    r = _sweep(full, slurm_env())
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.splitlines()) == 1 and says in r.stderr, r.stderr
     assert not out.exists()
@@ -197,10 +197,10 @@ def test_bad_launcher_settings_exit_2_before_anything_is_written(tmp_path, args,
 def test_bad_launcher_table_in_the_sweep_file(tmp_path):
     sweep_file = tmp_path / "tiny.toml"
     sweep_file.write_text(TINY + '\n[launcher]\ntime = "1:xx"\n')
-    r = _sweep([str(sweep_file), "--out", str(tmp_path / "out"), "--launcher", "slurm"], _env())
+    r = _sweep([str(sweep_file), "--out", str(tmp_path / "out"), "--launcher", "slurm"], slurm_env())
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "[launcher] time='1:xx'" in r.stderr, r.stderr
     sweep_file.write_text(TINY + '\n[launcher]\nqueue = "gpu"\n')
-    r = _sweep([str(sweep_file), "--out", str(tmp_path / "out"), "--launcher", "slurm"], _env())
+    r = _sweep([str(sweep_file), "--out", str(tmp_path / "out"), "--launcher", "slurm"], slurm_env())
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "unknown key launcher.'queue'" in r.stderr
     assert not (tmp_path / "out").exists()
 
@@ -211,7 +211,7 @@ def test_bad_launcher_table_in_the_sweep_file(tmp_path):
 def test_unknown_partition_exits_2_and_submits_nothing(tmp_path, cluster):
     sweep_file = tmp_path / "tiny.toml"
     sweep_file.write_text(TINY)
-    env = _env(cluster)
+    env = slurm_env(cluster)
     before = _submissions(env)
     r = _sweep(
         [str(sweep_file), "--out", str(tmp_path / "out"), "--launcher", "slurm", "--set", "launcher.partition=nosuch"],
@@ -228,7 +228,7 @@ def test_smoke_sweep_through_sbatch_finishes_every_cell_once(tmp_path, cluster):
     sweep_file = tmp_path / "tiny.toml"
     sweep_file.write_text(TINY + '\n[launcher]\ntime = "10"\narray_parallelism = 2\n')
     out = tmp_path / "out"
-    env = _env(cluster)
+    env = slurm_env(cluster)
     before = _submissions(env)
     r = _sweep([str(sweep_file), "--out", str(out), "--launcher", "slurm", "--progress-every", "5"], env)
     assert r.returncode == 0, r.stderr
@@ -268,7 +268,7 @@ def _checkpoint_run(out: Path) -> str | None:
 @pytest.mark.slow
 def test_a_cancelled_task_is_rerun_and_finished_exactly_once(tmp_path, cluster):
     out = tmp_path / "out"
-    env = _env(cluster)
+    env = slurm_env(cluster)
     args = ["flipflop", "--preset", "smoke", *LONG, "--out", str(out), "--launcher", "slurm"]
     r = _sweep([*args, "--detach"], env)
     assert r.returncode == 0 and "run the same command again" in r.stderr, r.stderr
@@ -300,7 +300,7 @@ def test_a_requeued_task_resumes_from_its_checkpoint(tmp_path, cluster):
     """USR2, what SLURM sends before a time limit (and a preempting scheduler): submitit requeues
     the task, which takes its trial up again and resumes the run from its checkpoint."""
     out = tmp_path / "out"
-    env = _env(cluster)
+    env = slurm_env(cluster)
     args = ["flipflop", "--preset", "smoke", *LONG, "--out", str(out), "--launcher", "slurm"]
     study = LONG_STUDY
     name = f"synthlab-{study}"

@@ -14,136 +14,25 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from sweep_kit import (
+    TINY,
+    USER,
+    FakeTrain,
+    as_run,
+    child_env,
+    completed_keys,
+    failing_fake,
+    study_trials,
+    sweep_cmd,
+    write_sweep,
+)
 from synthlab.analysis import grids
 from synthlab.cli import main
 from synthlab.study import sweeping
-
-TINY = """
-[sweep]
-task = "flipflop"
-default_preset = "smoke"
-metric = "token_acc"
-show = "error"
-ood = ["ood-sparse"]
-capacity_x = "lr"
-
-[axes]
-pe = ["rope", "nope"]
-seed = [0, 1]
-
-[presets.smoke]
-task = { n_pairs = 8 }
-model = { d_model = 16, n_layers = 1, n_heads = 2 }
-train = { steps = 10, batch_size = 8, warmup = 0, eval_samples = 16 }
-
-[presets.quick]
-[presets.paper]
-"""
-
-
-def write_sweep(tmp_path: Path, text: str = TINY, name: str = "tiny.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-class FakeTrain:
-    """Stands in for synthlab.run.training.train: records calls, appends a record like the real one."""
-
-    def __init__(self, fail_when=None, raise_when=None):
-        self.calls: list[tuple] = []
-        self.fail_when = fail_when or (lambda pe, seed, ov: False)
-        self.raise_when = raise_when or (lambda pe, seed, ov: False)
-
-    def __call__(
-        self,
-        task,
-        pe,
-        preset="quick",
-        seed=0,
-        out=None,
-        positions=None,
-        rope_scaling=None,
-        quiet=True,
-        results=None,
-        study=None,
-        trial=None,
-        overrides=None,
-        logger="csv",
-        report=None,
-    ):
-        ov = dict(overrides or {})
-        self.calls.append((task, pe, seed, json.dumps(ov, sort_keys=True)))
-        if self.raise_when(pe, seed, ov):
-            raise RuntimeError("CUDA out of memory (fake)")
-        acc = 0.9 if pe == "rope" else 0.6
-        rec = {
-            "schema": 1,
-            "run_id": f"{pe}-{seed}-{len(self.calls)}",
-            "task": task,
-            "task_params": {},
-            "pe": pe,
-            "positions": positions,
-            "model": {"d_model": ov.get("model.d_model", 16), "n_layers": 1, "n_heads": 2, "params": 10},
-            "train": {"steps": 10, "batch_size": 8, "lr": ov.get("train.lr", 1e-3), "seed": seed, "train_len": 16},
-            "metrics": {"test": {"token_acc": acc}, "ood-sparse": {"token_acc": acc - 0.1 * seed}},
-            "by_length": None,
-            "study": study,
-            "trial": trial,
-            "status": "ok",
-        }
-        if self.fail_when(pe, seed, ov):
-            rec.update(status="failed", error="diverged: non-finite training loss (nan) at step 3", metrics={})
-        if results is not None:
-            with open(results, "a") as f:
-                f.write(json.dumps(rec) + "\n")
-        return rec
-
-
-def settings_of(cfg) -> dict:
-    """A resolved RunConfig as dotted settings (``task.n_pairs``, ``model.d_model``, ``train.lr``...)."""
-    d = cfg.to_dict()
-    out = {f"task.{k}": v for k, v in d["task_params"].items()}
-    for section in ("model", "train"):
-        out.update({f"{section}.{k}": v for k, v in d[section].items()})
-    return out
-
-
-def as_run(train):
-    """A stand-in trainer written as synthlab.run.training.train, called as a sweep calls
-    synthlab.run.training.run: with each cell's resolved config (its settings as dotted overrides)."""
-
-    def run(cfg, out=None, results=None, quiet=True, study=None, trial=None, t0=None, **options):
-        return train(
-            cfg.task,
-            cfg.pe,
-            preset=cfg.preset,
-            seed=cfg.train.seed,
-            out=out,
-            positions=cfg.positions,
-            rope_scaling=cfg.rope_scaling,
-            quiet=quiet,
-            results=results,
-            study=study,
-            trial=trial,
-            overrides=settings_of(cfg),
-            **options,
-        )
-
-    return run
-
-
-def failing_fake() -> FakeTrain:
-    """nope seed 1 diverges (a failed record), rope seed 1 raises (no record from the trainer)."""
-    return FakeTrain(
-        fail_when=lambda pe, seed, ov: pe == "nope" and seed == 1,
-        raise_when=lambda pe, seed, ov: pe == "rope" and seed == 1,
-    )
 
 
 @pytest.fixture
@@ -153,43 +42,6 @@ def fake(monkeypatch):
     f = FakeTrain()
     monkeypatch.setattr(synthlab.run.training, "run", as_run(f))
     return f
-
-
-def study_trials(out: Path, name: str):
-    import optuna
-
-    st = optuna.load_study(study_name=name, storage=sweeping.open_storage(str(out / sweeping.JOURNAL_NAME)))
-    return st, st.get_trials(deepcopy=False)
-
-
-def wait_running(out: Path, name: str, n: int = 1, timeout: float = 180.0, proc=None) -> list:
-    """The study's running trials once ``n`` of them have a worker (while ``proc`` lives)."""
-    from optuna.trial import TrialState
-
-    deadline = time.time() + timeout
-    while time.time() < deadline and (proc is None or proc.poll() is None):
-        time.sleep(0.2)  # each look replays the journal: not too often on a 2-core CI
-        running = [t for t in trials_so_far(out, name) if t.state == TrialState.RUNNING and "worker" in t.user_attrs]
-        if len(running) >= n:
-            return running
-    raise AssertionError(f"no {n} cell(s) running in {out}")
-
-
-def trials_so_far(out: Path, name: str) -> list:
-    """The study's trials, or none while a starting (or killed) sweep has not written it yet: its
-    journal is made before the study is created in it."""
-    if not (out / sweeping.JOURNAL_NAME).exists():
-        return []
-    try:
-        return study_trials(out, name)[1]
-    except KeyError:  # optuna: "Record does not exist."
-        return []
-
-
-def completed_keys(trials):
-    from optuna.trial import TrialState
-
-    return [t.user_attrs["cell_key"] for t in trials if t.state == TrialState.COMPLETE]
 
 
 def test_set_reaches_every_cell_and_its_own_study(tmp_path, fake, monkeypatch):
@@ -212,24 +64,6 @@ def test_set_reaches_every_cell_and_its_own_study(tmp_path, fake, monkeypatch):
     plain = sweeping.sweep(path, quiet=True)
     assert len(fake.calls) == 8 and {r["study"] for r in plain} == {"tiny-smoke"}
     assert all(json.loads(ov)["train.steps"] == 10 for _, _, _, ov in fake.calls[4:])  # the preset's
-
-
-# a user's sweep file for a shipped task whose presets set one thing
-USER = """
-[sweep]
-task = "flipflop"
-
-[axes]
-pe = ["rope"]
-
-[presets.smoke]
-model = { d_model = 16 }
-
-[presets.quick]
-model = { d_model = 16 }
-
-[presets.paper]
-"""
 
 
 class ParamsTrain(FakeTrain):
@@ -611,14 +445,6 @@ def test_grid_command(tmp_path, fake, capsys):
 # real processes (smoke-scale training)
 
 
-def _cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "synthlab.cli", "sweep", *args, "--quiet"]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONWARNINGS": "ignore"}
-
-
 @pytest.mark.slow
 def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
     from optuna.trial import TrialState
@@ -627,12 +453,16 @@ def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
     out = tmp_path / "out"
     # the first cell finishes in a run of its own (--trials 1), so the kill below cannot race it
     r = subprocess.run(
-        _cmd(str(path), "--out", str(out), "--trials", "1"), env=_env(), capture_output=True, text=True, timeout=300
+        sweep_cmd(str(path), "--out", str(out), "--trials", "1"),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr
     proc = subprocess.Popen(
-        _cmd(str(path), "--out", str(out)),
-        env=_env(),
+        sweep_cmd(str(path), "--out", str(out)),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -656,7 +486,9 @@ def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
     assert len(finished_before) == 1
     with open(out / "results.jsonl", "a") as f:  # a record torn by the kill
         f.write('{"schema": 1, "run_id": "torn", "task": "flip')
-    r = subprocess.run(_cmd(str(path), "--out", str(out)), env=_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        sweep_cmd(str(path), "--out", str(out)), env=child_env(), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     assert "2/2 cells finished" in r.stdout
     _, after = study_trials(out, "tiny-smoke")
@@ -687,8 +519,8 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
     # once found every cell done; that says nothing about sharing, so the split is not left to timing)
     procs = [
         subprocess.Popen(
-            _cmd(str(path), "--out", str(out), "--trials", "3"),
-            env=_env(),
+            sweep_cmd(str(path), "--out", str(out), "--trials", "3"),
+            env=child_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -724,7 +556,9 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
     assert sorted((r["pe"], r["train"]["seed"]) for r in recs) == sorted(
         (pe, s) for pe in ("rope", "nope") for s in (0, 1, 2)
     )
-    r = subprocess.run(_cmd(str(path), "--out", str(out)), env=_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        sweep_cmd(str(path), "--out", str(out)), env=child_env(), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0 and "6/6 cells finished" in r.stdout, r.stderr  # a third worker finds nothing to do
     assert len(study_trials(out, "tiny-smoke")[1]) == len(trials)
 
@@ -767,7 +601,9 @@ def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     )
     path = write_sweep(tmp_path, text)
     out = tmp_path / "out"
-    r = subprocess.run(_cmd(str(path), "--out", str(out)), env=_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        sweep_cmd(str(path), "--out", str(out)), env=child_env(), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     recs = {rec["train"]["lr"]: rec for rec in grids.read_results(out / "results.jsonl")}
     assert recs[1e30]["status"] == "failed" and "diverged" in recs[1e30]["error"]
@@ -778,7 +614,11 @@ def test_a_diverging_cell_is_failed_and_blank_in_the_grid(tmp_path):
     assert "1 failed or not run" in r.stdout
     # --retry-failed runs that cell (only that one) again: it diverges again
     r = subprocess.run(
-        _cmd(str(path), "--out", str(out), "--retry-failed"), env=_env(), capture_output=True, text=True, timeout=300
+        sweep_cmd(str(path), "--out", str(out), "--retry-failed"),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr
     lrs = [json.loads(x)["train"]["lr"] for x in (out / "results.jsonl").read_text().splitlines()]

@@ -20,9 +20,9 @@ import urllib.request
 
 import pytest
 
+from sweep_kit import TINY, FakeTrain, as_run, child_env, study_trials, write_sweep
 from synthlab.cli import main
 from synthlab.study import sweeping
-from test_sweep import TINY, FakeTrain, _env, as_run, study_trials, write_sweep
 
 
 class ReportingTrain(FakeTrain):
@@ -271,7 +271,7 @@ def test_optuna_dashboard_shows_params_search_space_user_attrs_curves_and_import
             str(port),
             "--quiet",
         ],
-        env=_env(),
+        env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -332,7 +332,7 @@ def test_with_workers_the_main_process_alone_prints_one_line_per_cell(tmp_path):
     # before its helper has imported torch)
     r = subprocess.run(
         _cli(str(path), "--out", str(out), "--workers", "2", "--trials", "2", "--progress-every", "0.5"),
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,

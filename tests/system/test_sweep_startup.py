@@ -20,7 +20,7 @@ from synthlab.study import sweeping
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_sweep import FakeTrain, as_run, write_sweep  # noqa: E402  (the fake trainer and tiny sweep file)
+from sweep_kit import FakeTrain, as_run, write_sweep  # noqa: E402  (the fake trainer and tiny sweep file)
 
 HEAVY = ("torch", "lightning", "optuna", "matplotlib", "seaborn", "pandas")
 
@@ -82,7 +82,7 @@ def test_a_finished_sweep_run_again_imports_no_trainer_and_writes_nothing_to_the
 def test_only_a_grid_with_nothing_left_to_run_takes_the_short_path(tmp_path, monkeypatch):
     """A failed cell is finished, unless --retry-failed; another study, or more seeds, is not."""
     import synthlab.run.training
-    from test_sweep import failing_fake
+    from sweep_kit import failing_fake
 
     monkeypatch.setattr(synthlab.run.training, "run", as_run(failing_fake()))
     path = write_sweep(tmp_path)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
+from sweep_kit import TINY, child_env, completed_keys, study_trials, sweep_cmd, wait_running, write_sweep
 from synthlab.analysis import grids
 from synthlab.study import workers
-from test_sweep import TINY, _env, completed_keys, study_trials, wait_running, write_sweep
 
 
 @pytest.mark.parametrize("value, want", [("1", 1), ("3", 3), (2, 2), ("auto", "auto"), ("AUTO", "auto")])
@@ -79,8 +78,8 @@ def test_bad_workers_default_exits_2_before_writing(tmp_path, monkeypatch, capsy
 def test_a_finished_grid_starts_no_helpers(tmp_path, monkeypatch):
     """Workers are capped by the cells left to run, so resuming a finished grid spawns nothing."""
     import synthlab.run.training
+    from sweep_kit import FakeTrain, as_run
     from synthlab.study import sweeping, workers
-    from test_sweep import FakeTrain, as_run
 
     monkeypatch.setattr(synthlab.run.training, "run", as_run(FakeTrain()))
     path, out = write_sweep(tmp_path), tmp_path / "out"
@@ -89,18 +88,14 @@ def test_a_finished_grid_starts_no_helpers(tmp_path, monkeypatch):
     sweeping.sweep(path, out=out, grids=False, workers=4)
 
 
-def _cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "synthlab.cli", "sweep", *args, "--quiet"]
-
-
 @pytest.mark.slow
 def test_two_workers_run_every_cell_exactly_once_with_split_threads(tmp_path):
     path = write_sweep(tmp_path, TINY.replace("seed = [0, 1]", "seed = [0, 1, 2]"))
     out = tmp_path / "out"
     # --set reaches the helper's cells too (they rebuild the grid from the same arguments)
     r = subprocess.run(
-        _cmd(str(path), "--out", str(out), "--workers", "2", "--set", "steps=7"),
-        env=_env(),
+        sweep_cmd(str(path), "--out", str(out), "--workers", "2", "--set", "steps=7"),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -124,14 +119,14 @@ def test_a_helper_trains_a_user_files_cell_with_the_same_config(tmp_path):
     """A helper process resolves its cell as the main process does: a user's file whose smoke
     preset sets only d_model trains the config and task defaults in both workers (not
     flipflop.toml's preset). --trials 1 in each of 2 workers: each trains one of the 2 cells."""
+    from sweep_kit import USER
     from synthlab import generators
     from synthlab.core.config import TrainConfig
-    from test_sweep import USER
 
     path = write_sweep(tmp_path, USER.replace('pe = ["rope"]', 'pe = ["rope", "nope"]'))
     out = tmp_path / "out"
     r = subprocess.run(
-        _cmd(
+        sweep_cmd(
             str(path),
             "--preset",
             "smoke",
@@ -146,7 +141,7 @@ def test_a_helper_trains_a_user_files_cell_with_the_same_config(tmp_path):
             "--set",
             "eval_samples=4",
         ),
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -171,8 +166,8 @@ def test_ctrl_c_stops_every_worker_and_a_rerun_finishes_the_grid(tmp_path):
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,").replace("seed = [0, 1]", "seed = [0]"))
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        _cmd(str(path), "--out", str(out), "--workers", "2"),
-        env=_env(),
+        sweep_cmd(str(path), "--out", str(out), "--workers", "2"),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -188,7 +183,11 @@ def test_ctrl_c_stops_every_worker_and_a_rerun_finishes_the_grid(tmp_path):
     assert not [t for t in trials if t.state == TrialState.RUNNING]  # both cells went back to the queue
     assert not [t for t in trials if "record" in t.user_attrs]  # and nothing was recorded as failed
     r = subprocess.run(
-        _cmd(str(path), "--out", str(out), "--workers", "2"), env=_env(), capture_output=True, text=True, timeout=600
+        sweep_cmd(str(path), "--out", str(out), "--workers", "2"),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0 and "2/2 cells finished" in r.stdout, r.stderr
 
@@ -203,8 +202,8 @@ def test_a_helper_killed_outright_has_its_cell_run_again_by_the_main_process(tmp
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,").replace("seed = [0, 1]", "seed = [0]"))
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        _cmd(str(path), "--out", str(out), "--workers", "2"),
-        env=_env(),
+        sweep_cmd(str(path), "--out", str(out), "--workers", "2"),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
