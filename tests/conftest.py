@@ -38,7 +38,7 @@ def one_thread():
 
 @pytest.fixture
 def tasks_built_once(monkeypatch):
-    """generators.get_task builds a task once per distinct name and parameters for the test
+    """synthlab.generators.get_task builds a task once per distinct name and parameters for the test
     that asks (configuration checks that resolve every sweep cell, some two or three times: a
     binfa / nfa task's build checks its automata's label rates, 0.1 s a build). The task's own
     checks still run, once per parameter set."""
