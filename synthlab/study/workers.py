@@ -87,16 +87,22 @@ def torch_threads(n: int) -> Iterator[None]:
 # A helper's first lines (``python -P -c``: -P puts no working directory on sys.path, so nothing
 # here or below can import a planted module): Ctrl-C / SIGTERM as KeyboardInterrupt from the
 # start (a parent may have left SIGINT ignored), then the main process's sys.path, then
-# ``module._helper(PAYLOAD)``; a stop during the imports (torch's take seconds) exits 130 quietly.
+# ``module._helper(PAYLOAD)``; a stop during the imports (torch's take seconds) exits 130 quietly:
+# the stop signals wait, blocked, until the imports end (raised inside an extension's C++ callback,
+# KeyboardInterrupt aborts the process with a C++ "terminate called" instead of unwinding).
 _BOOT = """\
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.default_int_handler)
+stops = {signal.SIGINT, signal.SIGTERM}
 code = 130
 try:
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     import importlib, json
     sys.path[:] = json.loads(sys.argv[1])
-    code = importlib.import_module(sys.argv[2])._helper(sys.argv[3])
+    module = importlib.import_module(sys.argv[2])
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)  # a stop that came meanwhile is raised here
+    code = module._helper(sys.argv[3])
 except KeyboardInterrupt:
     code = 130
 finally:
