@@ -625,7 +625,7 @@ def test_batched_seeds_with_a_data_worker_equal_in_process():
 
 
 def test_cli_train_prints_heartbeat_lines_to_a_log(tmp_path, capsys):
-    """Issue 33: on a stderr that is no terminal (a batch log) `synthlab train` printed nothing
+    """On a stderr that is no terminal (a batch log) `synthlab train` printed nothing
     until it ended (34 minutes under load): now the heartbeat lines a sweep prints."""
     argv = [
         "train",

@@ -536,7 +536,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_two_workers_run_nothing_from_a_hostile_working_directory(tmp_path):
-    """Issue 33: `sweep --workers 2` run (as the console script runs it: no working directory on
+    """`sweep --workers 2` run (as the console script runs it: no working directory on
     sys.path) where a jsonlines.py and a *.dist-info declaring a synthlab.tasks entry point lie:
     the helpers imported and ran both; now nothing of it runs, and the grid finishes."""
     from test_bad_input import plant
@@ -573,7 +573,7 @@ def test_two_workers_run_nothing_from_a_hostile_working_directory(tmp_path):
 
 @pytest.mark.parametrize("delay", [0.0, 0.5, 2.0])
 def test_sigterm_while_the_helpers_import_prints_no_traceback(tmp_path, delay):
-    """Issue 33, cause 7: a stop that reached a helper during `import torch` (before its try)
+    """A stop that reached a helper during `import torch` (before its try)
     printed its KeyboardInterrupt traceback; now: exit 130, one line, no cell left running."""
     path = write_sweep(tmp_path, TINY.replace("steps = 10,", "steps = 3000,"))
     out = tmp_path / "out"
@@ -594,7 +594,7 @@ def test_sigterm_while_the_helpers_import_prints_no_traceback(tmp_path, delay):
 
 
 def test_a_train_killed_outright_leaves_nothing_the_next_run_keeps(tmp_path, capsys):
-    """Issue 33: kill -9 during `synthlab train` left OUT/<run_id>/ (config.json, logs/) that
+    """Kill -9 during `synthlab train` left OUT/<run_id>/ (config.json, logs/) that
     nothing removed. The next run on the same OUT removes it, says so, and leaves alone a run
     directory whose process still runs."""
     from synthlab.cli import main
