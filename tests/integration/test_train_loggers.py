@@ -141,11 +141,12 @@ def test_mlflow_uses_the_tracking_uri_of_the_environment(tmp_path, monkeypatch, 
 def test_mlflow_keeps_a_tracking_uri_set_in_the_process(tmp_path, monkeypatch, mlflow_offline):
     import mlflow
 
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the test's stand-in for a server
     users = (tmp_path / "users-store").as_uri()
     mlflow.set_tracking_uri(users)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # set in the process only: the run logs to its own store
     try:
-        _run(tmp_path, "mlflow")
+        rec, run_dir = _run(tmp_path, "mlflow")
+        assert rec["logs"]["dir"] == "mlruns"  # the logger pointed MLflow at the run's store meanwhile
         assert mlflow.get_tracking_uri() == users
     finally:
         mlflow.set_tracking_uri(None)
