@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 # command name -> module in synthlab.commands exposing add_parser(subparsers) and run(args)
 COMMANDS = ("tasks", "encodings", "generate", "train", "sweep", "grid", "curves", "export", "plot", "report")
@@ -66,5 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def exit_as_main(code: int) -> NoReturn:
+    """``sys.exit(code)`` for ``python -m synthlab.cli``. Run with ``-m``, CPython kills itself with
+    SIGINT at exit (a parent sees -2, not 130) once a KeyboardInterrupt has left code it ran from a
+    string, even one :func:`main` caught: a stop that lands while a namedtuple or dataclass is made
+    during an import sets that flag (bpo-41602 added the check). Evaluating any string clears it."""
+    eval("None")
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    exit_as_main(main())
