@@ -28,6 +28,7 @@ from synthlab.study.liveness import Heartbeat, SilenceWatch, claim_key, is_live,
 from synthlab.study.optuna_api import trial_id
 from synthlab.study.progress import QUIET, LiveTrial, SweepProgress
 from synthlab.study.trialhooks import trial_report
+from synthlab.study.workers import stops_deferred
 
 SCRATCH = ".record-"  # OUT/runs/.record-<trial>-<pid>.jsonl: the trainer's own record of a run
 
@@ -88,6 +89,7 @@ class Runner:
         self.me = worker_id(heartbeat_interval)
         self.silence = SilenceWatch()  # other machines' heartbeats, timed on this clock
         self.ran = 0
+        self.held: list[Any] = []  # trials this worker took and has not trained yet
         self.retried: set[int] = set()
         self.batch_seeds = batch_seeds
         self.unbatchable: set[str] = set()  # seed groups found not batchable: one by one from then on
@@ -302,9 +304,13 @@ class Runner:
         from optuna.trial import TrialState
 
         try:
-            # a claim before the take: a kill between the take and ``worker`` leaves a pid to check
-            self.storage.set_trial_user_attr(trial_id(t), claim_key(self.me), self.me)
-            return bool(self.storage.set_trial_state_values(trial_id(t), state=TrialState.RUNNING))
+            with stops_deferred():  # taken and noted in ``held`` together: a stop comes after both or neither
+                # a claim before the take: a kill between the take and ``worker`` leaves a pid to check
+                self.storage.set_trial_user_attr(trial_id(t), claim_key(self.me), self.me)
+                if not self.storage.set_trial_state_values(trial_id(t), state=TrialState.RUNNING):
+                    return False
+                self.held.append(t)
+                return True
         except UpdateFinishedTrialError:
             return False
 
@@ -327,7 +333,13 @@ class Runner:
             raise
         finally:
             self.progress.ended(t.number)
+        self._let_go([t])
         self._record(t, cell, record)
+
+    def _let_go(self, ts) -> None:
+        """Trained: from here a stop leaves these trials to their record, not to the queue."""
+        done = {t.number for t in ts}
+        self.held = [u for u in self.held if u.number not in done]
 
     def _give_back(self, ts) -> None:
         from optuna.trial import TrialState
@@ -493,6 +505,7 @@ class Runner:
         finally:
             for t, _ in begun:
                 self.progress.ended(t.number)
+        self._let_go([t for t, _ in begun])
         for (t, c), record in zip(begun, records):
             self._record(t, c, record)
 
@@ -542,16 +555,21 @@ class Runner:
             self.reap(trials)
             trials = self.trials()
             self.enqueue_missing(trials)
-            t = self.pop(self.trials())
-            if t is not None:
-                waited = False
-                group = seed_group(self.by_key[t.user_attrs["cell_key"]])
-                if self.batch_seeds and group not in self.unbatchable:
-                    room = None if max_trials is None else max_trials - self.ran - 1
-                    self.run_group([t, *self.pop_siblings(t, self.trials(), room)])
-                else:
-                    self.run_trial(t)
-                continue
+            self.held = []
+            try:
+                t = self.pop(self.trials())
+                if t is not None:
+                    waited = False
+                    group = seed_group(self.by_key[t.user_attrs["cell_key"]])
+                    if self.batch_seeds and group not in self.unbatchable:
+                        room = None if max_trials is None else max_trials - self.ran - 1
+                        self.run_group([t, *self.pop_siblings(t, self.trials(), room)])
+                    else:
+                        self.run_trial(t)
+                    continue
+            except (KeyboardInterrupt, OSError):  # between a take and its training: back to the queue
+                self._give_back(self.held)
+                raise
             mine = {c.key for c in self.cells}
             running = [
                 u for u in self.trials() if u.state == TrialState.RUNNING and u.user_attrs.get("cell_key") in mine

@@ -182,6 +182,27 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held back until the block ends, then raised as KeyboardInterrupt: a
+    step that must happen whole (a trial taken and noted as held) is never cut in two. Only the
+    signals that raise KeyboardInterrupt here are held (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    held = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is signal.default_int_handler]
+    for s in held:
+        signal.signal(s, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for s in held:
+            signal.signal(s, signal.default_int_handler)
+    if came:
+        raise KeyboardInterrupt
+
+
 def _die_with(parent: int) -> None:
     """SIGTERM when ``parent`` dies (Linux): a killed sweep's helpers stop, re-queueing their cells."""
     if sys.platform.startswith("linux"):

@@ -445,6 +445,70 @@ def test_grid_command(tmp_path, fake, capsys):
 # real processes (smoke-scale training)
 
 
+def _no_trial_left_running(out) -> None:
+    from optuna.trial import TrialState
+
+    trials = study_trials(out, "tiny-smoke")[1]
+    assert trials and not [t.number for t in trials if t.state == TrialState.RUNNING]
+
+
+def _each_cell_trained_once(out) -> None:
+    keys = completed_keys(study_trials(out, "tiny-smoke")[1])
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert len(keys) == len(set(keys)) == len(lines) == 4
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_stop_between_taking_a_cell_and_training_it_gives_the_cell_back(tmp_path, fake, monkeypatch, batch):
+    """A stop that landed after a worker took a trial but before its training began (while it
+    checked the cell against results.jsonl) left the trial RUNNING until a later sweep reaped it.
+    Now it goes back to the queue at once; the rerun trains every cell once."""
+    from synthlab.study.scheduler import Runner
+
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    begin = Runner.begin
+    stops = iter([True])
+
+    def stopped_begin(self, t):
+        if next(stops, False):
+            raise KeyboardInterrupt
+        return begin(self, t)
+
+    monkeypatch.setattr(Runner, "begin", stopped_begin)
+    with pytest.raises(KeyboardInterrupt):
+        sweeping.sweep(path, out=out, quiet=True, batch_seeds=batch)
+    _no_trial_left_running(out)
+    assert not (out / "results.jsonl").exists() or not (out / "results.jsonl").read_text()
+    sweeping.sweep(path, out=out, quiet=True, batch_seeds=batch)
+    _each_cell_trained_once(out)
+
+
+def test_a_stop_during_the_take_comes_after_it_and_gives_the_cell_back(tmp_path, fake, monkeypatch):
+    """Ctrl-C inside the storage's WAITING -> RUNNING write is held until the take is noted, so
+    the stop gives the trial back instead of leaving it RUNNING, taken by no one."""
+    from optuna.storages import JournalStorage
+    from optuna.trial import TrialState
+
+    path = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    write = JournalStorage.set_trial_state_values
+    stops = iter([True])
+
+    def write_then_stop(self, trial_id, state, values=None):
+        taken = write(self, trial_id, state, values)
+        if state == TrialState.RUNNING and next(stops, False):
+            signal.raise_signal(signal.SIGINT)
+        return taken
+
+    monkeypatch.setattr(JournalStorage, "set_trial_state_values", write_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        sweeping.sweep(path, out=out, quiet=True)
+    _no_trial_left_running(out)
+    sweeping.sweep(path, out=out, quiet=True)
+    _each_cell_trained_once(out)
+
+
 @pytest.mark.slow
 def test_sigkill_mid_trial_then_rerun_completes_the_grid(tmp_path):
     from optuna.trial import TrialState
