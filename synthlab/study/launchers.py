@@ -9,6 +9,7 @@ Both, and how to add another (Ray, Kubernetes): docs/scaling.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -23,6 +24,7 @@ from synthlab.plan.sweepfile import LAUNCHER_KEYS
 from synthlab.study.optuna_api import trial_id
 
 NAMES = ("local", "slurm")
+HELPER_MODULE = "synthlab.study.sweeping"  # whose _helper runs one helper process of a local sweep
 # key -> what it is (the settings a [launcher] table or --set launcher.KEY may give)
 SLURM_KEYS = {
     "partition": "the partition (sbatch --partition; default: the cluster's default)",
@@ -96,6 +98,7 @@ class Grid:
     progress_every: float
     poll: float
     configs: dict = dataclasses.field(default_factory=dict)  # cell key -> its resolved RunConfig
+    helper: dict = dataclasses.field(default_factory=dict)  # a helper process's sweep() arguments (local)
 
 
 class Launcher:
@@ -115,11 +118,100 @@ class Launcher:
         raise NotImplementedError
 
 
+@dataclasses.dataclass
 class LocalLauncher(Launcher):
-    """This machine: the sweep's own process plus ``--workers`` helpers (:mod:`synthlab.study.workers`).
-    Its loop is :func:`synthlab.study.sweeping._run` (workers, trials, helpers); this class only names it."""
+    """This machine: this process runs the queue (:class:`synthlab.study.scheduler.Runner`) and
+    ``workers - 1`` helper processes run the same loop (:mod:`synthlab.study.workers`), all
+    taking cells from the study until none is left."""
 
     name = "local"
+    workers: int | str = 1  # a count or "auto" (workers.resolve)
+    trials: int | None = None  # at most this many cells trained by this process
+    heartbeat_interval: float = 30.0
+    grace_period: float = 180.0
+    batch_seeds: bool = False
+
+    def run(self, grid: Grid) -> list:
+        from synthlab.study import dashboard, workers
+        from synthlab.study import progress as progress_mod
+        from synthlab.study.scheduler import Runner
+
+        mode = progress_mod.mode_for(grid.quiet)
+        view = progress_mod.SweepProgress(
+            mode, {c.key: c.label() for c in grid.cells}, dashboard.objective_name(grid.spec), grid.progress_every
+        )
+        runner = Runner(
+            grid.spec,
+            grid.preset,
+            grid.cells,
+            grid.storage,
+            grid.study,
+            grid.out,
+            mode != progress_mod.BAR,  # the trainer's own per-run bar only under the sweep's bar
+            self.heartbeat_interval,
+            self.grace_period,
+            grid.poll,
+            progress=view,
+            plans=grid.plans,
+            logger=grid.logger,
+            batch_seeds=self.batch_seeds,
+            configs=grid.configs,
+        )
+        helpers: list[subprocess.Popen] = []
+        try:
+            if grid.retry_failed:  # before any helper starts, so none takes a failed cell for finished
+                runner.retry_failed(runner.trials())
+            view.start(*runner.snapshot())  # the cells done before (a failure set aside just now is not)
+            runner.enqueue_missing(runner.trials())
+            finished = {t.user_attrs["cell_key"] for t in runner.snapshot()[0]}
+            n_workers = workers.resolve(self.workers, len(grid.cells) - len(finished))  # none for a finished grid
+            threads = workers.threads_per_worker(n_workers)
+            if n_workers > 1:
+                runner.log(f"[sweep] {n_workers} workers x {threads} thread(s)")
+                # helpers print nothing but errors: this process shows their cells (view.watch)
+                helpers = workers.spawn(n_workers, HELPER_MODULE, grid.helper)
+                view.watch(runner.snapshot, [p.pid for p in helpers], grid.poll)
+            with workers.torch_threads(threads) if helpers else contextlib.nullcontext():
+                runner.loop(self.trials)
+            codes = workers.wait(helpers)
+            view.observe(*runner.snapshot())  # the helpers' last cells
+        except BaseException:
+            workers.stop(helpers)
+            raise
+        finally:
+            view.close()
+        if any(codes):
+            _warn_dead_helpers(helpers, codes, runner.trials(), runner.by_key)
+        return runner.cell_records()
+
+
+def _warn_dead_helpers(helpers, codes: list[int], trials, cells: dict) -> None:
+    """One line per helper that did not exit cleanly, and the cell it left running, if any (one
+    that died while this process still ran the grid had its cell reaped and run again here)."""
+    from optuna.trial import TrialState
+
+    from synthlab.core.processes import same_pid_space, worker_id
+
+    me = worker_id()
+
+    def by(t, pid: int) -> bool:  # the helper's, not a same-numbered pid's on another machine
+        w = t.user_attrs.get("worker") or {}
+        return w.get("pid") == pid and same_pid_space(w, me)
+
+    for p, code in zip(helpers, codes):
+        if code == 0:
+            continue
+        left = [
+            cells[k].label() if k in cells else f"trial {t.number}"
+            for t in trials
+            if t.state == TrialState.RUNNING and by(t, p.pid)
+            for k in [t.user_attrs.get("cell_key")]
+        ]
+        print(
+            f"synthlab sweep: warning: worker process {p.pid} exited with code {code}"
+            + (f"; its running cell ({', '.join(left)}) runs again on the next sweep" if left else ""),
+            file=sys.stderr,
+        )
 
 
 @dataclasses.dataclass
@@ -172,17 +264,20 @@ def slurm_settings(given: dict[str, Any], where: dict[str, str]) -> SlurmSetting
     return s
 
 
-def make_launcher(name: str | None, given: dict[str, Any], table: dict[str, Any] | None = None) -> Launcher:
+def make_launcher(
+    name: str | None, given: dict[str, Any], table: dict[str, Any] | None = None, **local: Any
+) -> Launcher:
     """The launcher ``--launcher NAME`` asks for, with its settings checked (ValueError: one line).
 
-    ``given``: ``--set launcher.KEY`` items (strings); ``table``: the sweep file's ``[launcher]``."""
+    ``given``: ``--set launcher.KEY`` items (strings); ``table``: the sweep file's ``[launcher]``;
+    ``local``: :class:`LocalLauncher`'s fields (the sweep's workers, trials, ...)."""
     name = name or "local"
     if name not in NAMES:
         raise ValueError(f"--launcher {name!r} is not allowed (allowed: {', '.join(NAMES)})")
     if name == "local":
         if given:
             raise ValueError(f"--set launcher.{next(iter(given))}: launcher settings go with --launcher slurm")
-        return LocalLauncher()
+        return LocalLauncher(**local)
     merged = {**(table or {}), **given}
     where = {k: (f"--set launcher.{k}" if k in given else f"[launcher] {k}") for k in merged}
     launcher = SlurmLauncher(slurm_settings(merged, where), where)

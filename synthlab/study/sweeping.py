@@ -1,15 +1,15 @@
 """Sweeps: an exhaustive grid of training runs, one Optuna trial per grid cell.
 
 :func:`sweep` loads a sweep file, expands it into cells, validates everything before anything is
-written, runs each cell once through the study (:mod:`synthlab.study.scheduler`, one or several
-workers or a launcher), writes the records and draws the grids and the papers' verdicts. A grid
-the study has finished only reports. The orchestration: docs/architecture.md, "The sweep
-queue's rules"; the user's view: docs/interfaces.md, "Sweep files".
+written, hands the cells to a launcher (:mod:`synthlab.study.launchers`: this machine's workers
+or SLURM) that trains each once through the study, writes the records and draws the grids and
+the papers' verdicts. A grid the study has finished only reports. The orchestration:
+docs/architecture.md, "The sweep queue's rules"; the user's view: docs/interfaces.md, "Sweep
+files".
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
@@ -36,7 +36,7 @@ from synthlab.study import dashboard, sweepnames
 from synthlab.study import launchers as launchers_mod
 from synthlab.study import progress as progress_mod
 from synthlab.study import workers as workers_mod
-from synthlab.study.scheduler import Runner, finished_grid
+from synthlab.study.scheduler import finished_grid
 from synthlab.study.storage import (
     JOURNAL_NAME,
     check_storage,
@@ -64,8 +64,6 @@ __all__ = [
     "Cell",
     "PRESETS",
 ]
-
-_HELPER_MODULE = "synthlab.study.sweeping"  # whose _helper (below) runs one helper process (workers.spawn)
 
 
 def best_tuned(
@@ -253,7 +251,16 @@ def sweep(
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ValueError(f"--trials must be an integer >= 1, got {trials!r}")
     settings, launcher_given = launchers_mod.split_settings(dict(settings or {}))
-    chosen = launchers_mod.make_launcher(launcher, launcher_given, spec.launcher)
+    chosen = launchers_mod.make_launcher(
+        launcher,
+        launcher_given,
+        spec.launcher,
+        workers=workers,
+        trials=trials,
+        heartbeat_interval=heartbeat_interval,
+        grace_period=grace_period,
+        batch_seeds=bool(batch_seeds),
+    )
     if chosen.name == "slurm":
         if batch_seeds:
             raise ValueError("--batch-seeds: not with --launcher slurm (each SLURM task trains one cell)")
@@ -301,6 +308,26 @@ def sweep(
     # a write that names no file (a grid's, a library's) names at least the sweep's directory
     with workers_mod.sigterm_as_ctrl_c(), naming(out_dir):
         plans = {key: dashboard.plan(spec, cfg) for key, cfg in configs.items()}
+        helper = dict(  # a helper process runs this same sweep (workers.spawn)
+            task_or_file=str(task_or_file),
+            pe=pe_list,
+            preset=preset,
+            settings=settings,
+            seeds=seed_list,
+            claims_only=claims_only,
+            _claim_seeds=_claim_seeds,
+            trials=trials,
+            storage=url,
+            study=study_name,
+            out=str(out_dir),
+            quiet=True,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            poll=poll,
+            logger=logger,
+            progress_every=progress_every,
+            batch_seeds=bool(batch_seeds),
+        )
         return _run(
             spec,
             preset,
@@ -308,28 +335,18 @@ def sweep(
             study_name,
             out_dir,
             url,
-            quiet,
             grids,
-            retry_failed,
-            trials,
-            workers,
+            chosen,
             dict(
-                task_or_file=str(task_or_file),
-                pe=pe_list,
-                settings=settings,
-                seeds=seed_list,
-                claims_only=claims_only,
-                _claim_seeds=_claim_seeds,
-                heartbeat_interval=heartbeat_interval,
-                grace_period=grace_period,
-                poll=poll,
+                quiet=quiet,
+                retry_failed=retry_failed,
                 logger=logger,
                 progress_every=progress_every,
-                batch_seeds=bool(batch_seeds),
+                poll=poll,
+                plans=plans,
+                configs=configs,
+                helper=helper,
             ),
-            plans,
-            chosen,
-            configs,
         )
 
 
@@ -340,16 +357,12 @@ def _run(
     study_name: str,
     out_dir: Path,
     url: str,
-    quiet: bool,
     grids: bool,
-    retry_failed: bool,
-    trials: int | None,
-    workers: int | str,
-    more: dict[str, Any],
-    plans: dict[str, dashboard.TrialPlan],
-    launcher: launchers_mod.Launcher | None,
-    configs: dict[str, Any],
+    launcher: launchers_mod.Launcher,
+    options: dict[str, Any],
 ) -> list[dict]:
+    """Open the study, hand the grid to the launcher (``options``: the rest of its
+    :class:`~synthlab.study.launchers.Grid`), then write the study's results and draw."""
     import optuna
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -359,93 +372,23 @@ def _run(
     direction: Literal["minimize", "maximize"] = "minimize" if lower_is_better(spec) else "maximize"
     st = optuna.create_study(study_name=study_name, storage=store, direction=direction, load_if_exists=True)
     st.set_user_attr("sweep", spec.name)
-    _describe_study(st, spec, plans)
-    if launcher is not None and launcher.name != "local":
-        pairs = launcher.run(
-            launchers_mod.Grid(
-                spec=spec,
-                preset=preset,
-                cells=cells,
-                study_name=study_name,
-                out=out_dir,
-                url=url,
-                storage=store,
-                study=st,
-                plans=plans,
-                configs=configs,
-                quiet=quiet,
-                retry_failed=retry_failed,
-                logger=more["logger"],
-                progress_every=more["progress_every"],
-                poll=more["poll"],
-            )
+    _describe_study(st, spec, options["plans"])
+    pairs = launcher.run(
+        launchers_mod.Grid(
+            spec=spec,
+            preset=preset,
+            cells=cells,
+            study_name=study_name,
+            out=out_dir,
+            url=url,
+            storage=store,
+            study=st,
+            **options,
         )
-        if launcher.detach:  # the cells run in the scheduler; a later run gathers them and draws the grids
-            return [r for _, r in pairs]
-        return _report(spec, preset, cells, pairs, study_name, out_dir, grids)
-    mode = progress_mod.mode_for(quiet)
-    view = progress_mod.SweepProgress(
-        mode, {c.key: c.label() for c in cells}, dashboard.objective_name(spec), more["progress_every"]
     )
-    # the trainer's own per-run bar only under the sweep's bar (a log file gets no bar)
-    runner = Runner(
-        spec,
-        preset,
-        cells,
-        store,
-        st,
-        out_dir,
-        mode != progress_mod.BAR,
-        more["heartbeat_interval"],
-        more["grace_period"],
-        more["poll"],
-        progress=view,
-        plans=plans,
-        logger=more["logger"],
-        batch_seeds=more["batch_seeds"],
-        configs=configs,
-    )
-    helpers = []
-    try:
-        if retry_failed:  # before any helper starts, so none takes a failed cell for finished
-            runner.retry_failed(runner.trials())
-        view.start(*runner.snapshot())  # the cells done before (a failure set aside just now is not)
-        runner.enqueue_missing(runner.trials())
-        finished = {t.user_attrs["cell_key"] for t in runner.snapshot()[0]}
-        n_workers = workers_mod.resolve(workers, len(cells) - len(finished))  # no helper for a finished grid
-        if n_workers > 1:
-            runner.log(f"[sweep] {n_workers} workers x {workers_mod.threads_per_worker(n_workers)} thread(s)")
-            # helpers print nothing but errors: this process shows their cells (view.watch)
-            helpers = workers_mod.spawn(
-                n_workers,
-                _HELPER_MODULE,
-                {
-                    **more,
-                    "preset": preset,
-                    "trials": trials,
-                    "storage": url,
-                    "study": study_name,
-                    "out": str(out_dir),
-                    "quiet": True,
-                },
-            )
-            view.watch(runner.snapshot, [p.pid for p in helpers], more["poll"])
-        with (
-            workers_mod.torch_threads(workers_mod.threads_per_worker(n_workers))
-            if helpers
-            else contextlib.nullcontext()
-        ):
-            runner.loop(trials)
-        codes = workers_mod.wait(helpers)
-        view.observe(*runner.snapshot())  # the helpers' last cells
-    except BaseException:
-        workers_mod.stop(helpers)
-        raise
-    finally:
-        view.close()
-    if any(codes):
-        _warn_dead_helpers(helpers, codes, runner.trials(), runner.by_key)
-    return _report(spec, preset, cells, runner.cell_records(), study_name, out_dir, grids)
+    if launcher.detach:  # the cells run in the scheduler; a later run gathers them and draws the grids
+        return [r for _, r in pairs]
+    return _report(spec, preset, cells, pairs, study_name, out_dir, grids)
 
 
 def _finished(cells: list[Cell], url: str, study_name: str, retry_failed: bool) -> list[tuple[Cell, dict]] | None:
@@ -609,35 +552,6 @@ def _helper(payload: str) -> int:
     except OSError as e:
         print(f"synthlab sweep: error: {os_error_line(e)}", file=sys.stderr, flush=True)
         return 1
-
-
-def _warn_dead_helpers(helpers, codes: list[int], trials, cells: dict[str, Cell]) -> None:
-    """One line per helper that did not exit cleanly, and the cell it left running, if any (one
-    that died while this process still ran the grid had its cell reaped and run again here)."""
-    from optuna.trial import TrialState
-
-    from synthlab.core.processes import same_pid_space, worker_id
-
-    me = worker_id()
-
-    def by(t, pid: int) -> bool:  # the helper's, not a same-numbered pid's on another machine
-        w = t.user_attrs.get("worker") or {}
-        return w.get("pid") == pid and same_pid_space(w, me)
-
-    for p, code in zip(helpers, codes):
-        if code == 0:
-            continue
-        left = [
-            cells[k].label() if k in cells else f"trial {t.number}"
-            for t in trials
-            if t.state == TrialState.RUNNING and by(t, p.pid)
-            for k in [t.user_attrs.get("cell_key")]
-        ]
-        print(
-            f"synthlab sweep: warning: worker process {p.pid} exited with code {code}"
-            + (f"; its running cell ({', '.join(left)}) runs again on the next sweep" if left else ""),
-            file=sys.stderr,
-        )
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m synthlab.study.sweeping PAYLOAD` by hand

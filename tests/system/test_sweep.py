@@ -445,6 +445,25 @@ def test_grid_command(tmp_path, fake, capsys):
 # real processes (smoke-scale training)
 
 
+def test_the_launcher_is_the_seam_between_the_grid_and_the_machine(tmp_path, fake, monkeypatch):
+    """Every sweep hands its grid to a launcher (the local one too): a launcher wrapping the
+    local one gets the validated grid and the sweep's options, and what it returns is reported."""
+    from synthlab.study import launchers
+
+    seen = []
+
+    class Watching(launchers.LocalLauncher):
+        def run(self, grid):
+            seen.append((len(grid.cells), grid.study_name, grid.helper["out"], self.workers, self.trials))
+            return super().run(grid)
+
+    monkeypatch.setattr(launchers, "make_launcher", lambda name, given, table=None, **local: Watching(**local))
+    out = tmp_path / "out"
+    recs = sweeping.sweep(write_sweep(tmp_path), out=out, quiet=True, trials=3)
+    assert seen == [(4, "tiny-smoke", str(out), 1, 3)]
+    assert len(fake.calls) == len(recs) == 3
+
+
 def _no_trial_left_running(out) -> None:
     from optuna.trial import TrialState
 

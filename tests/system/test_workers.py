@@ -235,7 +235,7 @@ def test_the_warning_for_a_dead_helper_names_the_cell_it_left_running(capsys):
 
     from synthlab.core.processes import worker_id
     from synthlab.plan.cells import Cell
-    from synthlab.study import sweeping
+    from synthlab.study import launchers
 
     me = worker_id()
     cell = Cell(
@@ -257,7 +257,7 @@ def test_the_warning_for_a_dead_helper_names_the_cell_it_left_running(capsys):
         ),
         SimpleNamespace(number=6, state=TrialState.RUNNING, user_attrs={"cell_key": cell.key, "worker": elsewhere}),
     ]
-    sweeping._warn_dead_helpers(helpers, [0, -9, 1], trials, {cell.key: cell})
+    launchers._warn_dead_helpers(helpers, [0, -9, 1], trials, {cell.key: cell})
     err = capsys.readouterr().err.splitlines()
     assert err == [
         f"synthlab sweep: warning: worker process 12 exited with code -9; its running cell ({cell.label()}) "
