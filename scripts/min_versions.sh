@@ -19,7 +19,7 @@ if ! grep -qx "$hash" "$stamp" 2>/dev/null; then
     torch="$(grep -E '^torch==' .ci/min-versions.txt)"
     "$venv/bin/python" -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$torch"
     # synthlab with its declared dependencies, each at its floor; the unit tier's pytest and scipy
-    "$venv/bin/python" -m pip install -q -c .ci/min-versions.txt -e . pytest scipy
+    "$venv/bin/python" -m pip install -q -c .ci/min-versions.txt -e . pytest pytest-xdist scipy
     echo "$hash" > "$stamp"
 fi
 "$venv/bin/python" -m pip freeze --exclude-editable | grep -iE "^($(grep -oE '^[A-Za-z0-9_.-]+==' .ci/min-versions.txt \
@@ -28,6 +28,7 @@ fi
 # (torch.func.vmap over seeds; a user's task trained through the CLI's main; the generators'
 # mixes; the committed report), so that the floors still cover what they covered when these
 # were in the unit tier
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" tests/unit \
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${SYNTHLAB_TEST_WORKERS:-2}" --dist loadfile \
+    -m "not slow" tests/unit \
     tests/integration/test_vmap_seeds.py tests/integration/test_toy_task.py \
     tests/integration/test_generator_mixes.py tests/integration/test_results_report.py "$@"

@@ -4,8 +4,8 @@
 # check (mypy; both configured in pyproject.toml), build the docs site with warnings as errors
 # (mkdocs.yml), the unit tier with the declared minimum versions (scripts/min_versions.sh), start the local
 # PostgreSQL server for the distributed-sweep test and the one-node SLURM cluster for the SLURM
-# launcher's tests when they can be had, then README's test command (slow tests included; the
-# 30 slowest are listed).
+# launcher's tests when they can be had, then README's test command (slow tests included, in two
+# processes; the 30 slowest are listed).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow"; with arguments the
 # minimum-versions step is left out (a quick run while iterating) unless SYNTHLAB_MIN_VERSIONS=1;
 # SYNTHLAB_MIN_VERSIONS=0 leaves it out of a full run.
@@ -38,4 +38,6 @@ if [[ -x .ci/slurm.sh ]]; then
     source .ci/slurm.sh || echo "slurm setup failed; the SLURM launcher's cluster tests will be skipped"
 fi
 
-python -m pytest -q --durations=30 "$@"
+# two pytest processes (pytest-xdist), each test file whole in one of them: the system tier mostly
+# waits on the child processes it starts; SYNTHLAB_TEST_WORKERS=0 runs everything in this process
+python -m pytest -q -n "${SYNTHLAB_TEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"

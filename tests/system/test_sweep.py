@@ -521,8 +521,12 @@ def test_a_stop_during_the_take_comes_after_it_and_gives_the_cell_back(tmp_path,
         return taken
 
     monkeypatch.setattr(JournalStorage, "set_trial_state_values", write_then_stop)
-    with pytest.raises(KeyboardInterrupt):
-        sweeping.sweep(path, out=out, quiet=True)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a pytest-xdist worker ignores it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sweeping.sweep(path, out=out, quiet=True)
+    finally:
+        signal.signal(signal.SIGINT, before)
     _no_trial_left_running(out)
     sweeping.sweep(path, out=out, quiet=True)
     _each_cell_trained_once(out)

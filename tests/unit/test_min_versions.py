@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # not pinned at its floor: an older torch is a multi-GB download (the constraints file says so)
 NOT_AT_FLOOR = {"torch"}
 # the test extra's requirements the unit tier needs (scripts/min_versions.sh installs them)
-UNIT_TIER = {"pytest", "scipy"}
+UNIT_TIER = {"pytest", "pytest-xdist", "scipy"}
 
 
 def _name(req: str) -> str:
