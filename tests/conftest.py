@@ -62,12 +62,11 @@ INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The tiers slowest first (``TIER_ORDER``). Tests marked ``interpreted`` (Triton kernels on
-    CPU tensors) run only under Triton's interpreter, which must be chosen before triton is first
-    imported (triton.jit reads TRITON_INTERPRET when a function is decorated; torch imports triton
-    early) and would then stay on for the whole process: so they run in a child pytest process
-    of their file (``interpreted_child``) and are skipped here."""
-    items.sort(key=_tier)  # stable: the files of a tier keep their order
+    """Tests marked ``interpreted`` (Triton kernels on CPU tensors) run only under Triton's
+    interpreter, which must be chosen before triton is first imported (triton.jit reads
+    TRITON_INTERPRET when a function is decorated; torch imports triton early) and would then
+    stay on for the whole process: so they run in a child pytest process of their file
+    (``interpreted_child``) and are skipped here."""
     if INTERPRETER:
         return
     skip = pytest.mark.skip(reason="runs in its file's test_kernels_under_the_interpreter (TRITON_INTERPRET=1 child)")
@@ -76,16 +75,9 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
-# the suite's tiers, slowest first: under pytest-xdist the long system files start early and the
-# many short unit files fill the end, so neither process waits idle for the other's last file
-TIER_ORDER = {"system": 0, "integration": 1, "unit": 2}
 # the files whose tests ask for ``interpreted_child``: one xdist process takes them all, so the
 # session's one interpreter child (``_interpreted_run``, which covers every such file) runs once
 INTERPRETED_FILES = "test_triton_*.py"
-
-
-def _tier(item) -> int:
-    return TIER_ORDER.get(Path(str(item.fspath)).parent.name, len(TIER_ORDER))
 
 
 @pytest.hookimpl(optionalhook=True)
