@@ -9,6 +9,7 @@ Both, and how to add another (Ray, Kubernetes): docs/scaling.md.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import math
@@ -100,22 +101,31 @@ class Grid:
     configs: dict = dataclasses.field(default_factory=dict)  # cell key -> its resolved RunConfig
     helper: dict = dataclasses.field(default_factory=dict)  # a helper process's sweep() arguments (local)
 
+    def progress_view(self):
+        """The sweep's progress view (bar, lines or quiet) over this grid's cells."""
+        from synthlab.study import dashboard
+        from synthlab.study import progress as progress_mod
 
-class Launcher:
+        labels = {c.key: c.label() for c in self.cells}
+        mode = progress_mod.mode_for(self.quiet)
+        return progress_mod.SweepProgress(mode, labels, dashboard.objective_name(self.spec), self.progress_every)
+
+
+class Launcher(abc.ABC):
     """Gets a grid's unfinished cells trained (see the module docstring)."""
 
     name = "?"
 
-    def check(self) -> None:
+    def check(self) -> None:  # noqa: B027 - optional: a launcher without settings has nothing to check
         """Before anything is written: ValueError for settings or a machine that cannot work."""
 
     detach = False  # return once the cells are handed over (the launcher keeps them running)
 
+    @abc.abstractmethod
     def run(self, grid: Grid) -> list:
         """Train the grid's cells not finished; each finished cell with its record
         (:meth:`synthlab.study.scheduler.Runner.cell_records`), once the grid is done or, detached,
         once its cells are handed over."""
-        raise NotImplementedError
 
 
 @dataclasses.dataclass
@@ -132,14 +142,11 @@ class LocalLauncher(Launcher):
     batch_seeds: bool = False
 
     def run(self, grid: Grid) -> list:
-        from synthlab.study import dashboard, workers
         from synthlab.study import progress as progress_mod
+        from synthlab.study import workers
         from synthlab.study.scheduler import Runner
 
-        mode = progress_mod.mode_for(grid.quiet)
-        view = progress_mod.SweepProgress(
-            mode, {c.key: c.label() for c in grid.cells}, dashboard.objective_name(grid.spec), grid.progress_every
-        )
+        view = grid.progress_view()
         runner = Runner(
             grid.spec,
             grid.preset,
@@ -147,7 +154,7 @@ class LocalLauncher(Launcher):
             grid.storage,
             grid.study,
             grid.out,
-            mode != progress_mod.BAR,  # the trainer's own per-run bar only under the sweep's bar
+            view.mode != progress_mod.BAR,  # the trainer's own per-run bar only under the sweep's bar
             self.heartbeat_interval,
             self.grace_period,
             grid.poll,
@@ -459,14 +466,9 @@ class SlurmLauncher(Launcher):
     # ---- the launcher
 
     def run(self, grid: Grid) -> list:
-        from synthlab.study import dashboard
-        from synthlab.study import progress as progress_mod
         from synthlab.study.slurmtask import SlurmRunner
 
-        mode = progress_mod.mode_for(grid.quiet)
-        view = progress_mod.SweepProgress(
-            mode, {c.key: c.label() for c in grid.cells}, dashboard.objective_name(grid.spec), grid.progress_every
-        )
+        view = grid.progress_view()
         view.slurm = True
         runner = SlurmRunner(
             grid.spec,
